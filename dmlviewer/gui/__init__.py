@@ -1,0 +1,1 @@
+"""PySide6 + pyqtgraph widgets over dmlviewer.core."""
