@@ -59,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe bad user input (a file's name and what is wrong with it):
+    reported in one line with exit status 2 rather than a traceback."""
+    from dmlviewer.core.data.errors import DatasetError, ImageError
+    from dmlviewer.core.evaluate.store import StoreError
+    from dmlviewer.core.models.errors import CheckpointError
+
+    return (DatasetError, ImageError, StoreError, CheckpointError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -73,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
+        sys.stderr.write(f"dmlviewer {args.command}: error: {exc}\n")
+        return 2
+    except _input_errors() as exc:  # bad dataset, image, checkpoint or feature file
+        if args.verbose:
+            log.exception("input error")
         sys.stderr.write(f"dmlviewer {args.command}: error: {exc}\n")
         return 2
     except FileNotFoundError as exc:

@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="open the app on the built-in demo dataset and checkpoint")
     p.add_argument("--screenshot", metavar="PNG", help="render the loaded window to PNG and exit")
+    _hidden(p)
     p.set_defaults(func=run_demo)
 
     p = sub.add_parser("gui", help="open the app")
     p.add_argument("--dataset", metavar="P", help="dataset folder to open")
-    p.add_argument("--format", help="dataset format (default: detected from the folder)")
+    p.add_argument("--format", help="dataset format (default: detected from the folder)",
+                   choices=["cub", "cars196", "sop", "inshop", "folder"])
     p.add_argument("--checkpoint", metavar="C", help="checkpoint to open")
     p.add_argument("--features", metavar="F.h5", help="HDF5 feature file to open")
     p.add_argument("--screenshot", metavar="PNG", help="render the loaded window to PNG and exit")
     p.add_argument("--last-session", action="store_true", help=argparse.SUPPRESS)
+    _hidden(p)
     p.set_defaults(func=run_gui)
 
 
+def _hidden(p: argparse.ArgumentParser) -> None:
+    # For screenshots of the interaction: pin the query's centre; show the group tab.
+    p.add_argument("--pin", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--tab", choices=["pair", "groups"], help=argparse.SUPPRESS)
+
+
+def _check(path: str | None, what: str) -> None:
+    if path and not Path(path).exists():
+        raise FileNotFoundError(2, f"{what} not found", path)
+
+
 def run_demo(args: argparse.Namespace) -> int:
-    raise NotImplementedError("the GUI is not built yet")
+    from dmlviewer.gui.app import run_gui as start
+
+    return start(screenshot=args.screenshot, demo=True, pin=args.pin, tab=args.tab)
 
 
 def run_gui(args: argparse.Namespace) -> int:
-    raise NotImplementedError("the GUI is not built yet")
+    _check(args.dataset, "dataset")
+    _check(args.checkpoint, "checkpoint")
+    _check(args.features, "features")
+    from dmlviewer.gui.app import run_gui as start
+
+    return start(dataset=args.dataset, checkpoint=args.checkpoint, features=args.features,
+                 screenshot=args.screenshot, fmt=args.format, last=args.last_session,
+                 pin=args.pin, tab=args.tab)

@@ -1,14 +1,158 @@
-"""``dmlviewer localize``."""
+"""``dmlviewer localize``: weakly supervised localization accuracy per threshold and method.
+
+``--method`` may be repeated and each value may be a comma list (``--method decomposition,gradcam
+--method rgradcam``); ``all`` selects every method. The JSON (``--json``) is a list with one
+object per method: ``method pairing thresholds accuracy best_threshold best_accuracy
+num_images`` (DESIGN.md). ``--pairing`` chooses each image's reference (self, nearest,
+same-class; see :mod:`dmlviewer.core.explain.localization`). ``grad_transfer`` takes the grad
+weights of ``--features F.h5`` (computed and stored there when missing) or, without it, computes
+them from the dataset's train split.
+
+Also holds the helpers the explain/correspond commands share: checkpoint loading, the mapping of
+data/model errors to one-line usage errors, and the text progress display.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import logging
+import sys
+import time
+
+from dmlviewer.commands.explain import METHODS
+
+log = logging.getLogger(__name__)
+
+PAIRINGS = ("self", "nearest", "same-class")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("localize")
+    p = sub.add_parser("localize", help="weakly supervised localization accuracy (JSON)",
+                       description="Box-from-map localization accuracy (IoU > 0.5) per threshold and method.")
+    p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
+    p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
+    p.add_argument("--method", action="append", required=True,
+                   help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
+    p.add_argument("--thresholds", default="0.05:0.8:0.05", help="a:b:step or a comma list (default 0.05:0.8:0.05)")
+    p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image (default self)")
+    p.add_argument("--split", default="test", help="train | test | all (default test)")
+    p.add_argument("--limit", type=int, help="use the first N images only")
+    p.add_argument("--format", help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", help="split protocol (default, zero-shot, official)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the same-class pairing")
+    p.add_argument("--features", help="feature file with (or to receive) grad_weights for grad_transfer "
+                                      "(default: computed from the dataset's train split)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 
+def parse_methods(values: list[str]) -> list[str]:
+    from dmlviewer.cli import UsageError
+
+    methods = []
+    for value in values:
+        for name in value.split(","):
+            name = name.strip()
+            if name == "all":
+                methods.extend(METHODS)
+            elif name:
+                if name not in METHODS:
+                    raise UsageError(f"unknown method {name!r}; choose from {', '.join(METHODS)}, all")
+                methods.append(name)
+    if not methods:
+        raise UsageError("no method given")
+    return list(dict.fromkeys(methods))
+
+
+@contextlib.contextmanager
+def usage_errors():
+    """Turn the data/model/store errors of bad inputs into one-line usage errors (exit 2)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.data import DatasetError, ImageError
+    from dmlviewer.core.evaluate import StoreError
+    from dmlviewer.core.models import CheckpointError
+
+    try:
+        yield
+    except (DatasetError, ImageError, CheckpointError, StoreError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def load_model(checkpoint: str, device: str):
+    """``(model, torch.device)`` from a checkpoint, in eval mode."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.models import load_checkpoint, resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    model, _ = load_checkpoint(checkpoint, dev)
+    return model.eval(), dev
+
+
+def drive(job, label: str):
+    """Run a progress generator to its end with a one-line progress display on stderr; returns
+    the ``done`` event's result."""
+    tty = sys.stderr.isatty()
+    last = 0.0
+    result = None
+    for event in job:
+        if event.kind == "done":
+            result = event.data.get("result")
+            continue
+        now = time.monotonic()
+        if event.total and (now - last > (0.2 if tty else 10.0) or event.current == event.total):
+            last = now
+            eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
+            line = f"{label}: {event.current}/{event.total} {event.message}{eta}"
+            if tty:
+                sys.stderr.write("\r" + line.ljust(70))
+                sys.stderr.flush()
+            else:
+                log.info(line)
+    if tty:
+        sys.stderr.write("\n")
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.explain import localize, parse_thresholds
+
+    methods = parse_methods(args.method)
+    try:
+        thresholds = parse_thresholds(args.thresholds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be positive, got {args.limit}")
+    with usage_errors():
+        from dmlviewer.core.data import open_dataset
+
+        dataset = open_dataset(args.dataset, args.format, args.protocol)
+        model, device = load_model(args.checkpoint, args.device)
+        split = None if args.split == "all" else args.split
+        if split is not None and len(dataset.indices(split)) == 0:
+            raise UsageError(f"the dataset has no {split!r} images")
+        try:
+            bank = None
+            if args.features and "grad_transfer" in methods:
+                from dmlviewer.commands.explain import grad_bank_from_features
+
+                bank = grad_bank_from_features(model, args.features, device)
+            results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
+                                     limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.json:
+        sys.stdout.write(json.dumps(results, indent=2) + "\n")
+    else:
+        for r in results:
+            curve = " ".join(f"{t:g}:{a:.3f}" for t, a in zip(r["thresholds"], r["accuracy"]))
+            sys.stdout.write(f"{r['method']} ({r['pairing']}, {r['num_images']} images): best "
+                             f"{r['best_accuracy']:.3f} at {r['best_threshold']:g}  [{curve}]\n")
+    return 0

@@ -16,4 +16,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.data.demo import MAX_CLASSES, make_demo_data
+
+    if not 1 <= args.classes <= MAX_CLASSES:
+        raise UsageError(f"--classes must be between 1 and {MAX_CLASSES}, got {args.classes}")
+    if args.per_class < 1:
+        raise UsageError(f"--per-class must be at least 1, got {args.per_class}")
+    if args.size < 32:
+        raise UsageError(f"--size must be at least 32, got {args.size}")
+    try:  # make_demo_data logs where it wrote
+        make_demo_data(args.out, classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
+    except FileExistsError as exc:
+        raise UsageError(str(exc)) from None
+    return 0

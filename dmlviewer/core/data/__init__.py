@@ -1,1 +1,39 @@
-"""data"""
+"""Dataset formats, split protocols, image loading and the synthetic parts data.
+
+``to_tensor``, ``train_transform``, ``IMAGENET_MEAN``, ``IMAGENET_STD`` and
+``ImageFolderDataset`` need torch and are imported on first use, so that reading a listing
+(or writing the demo data) does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .demo import make_demo_data
+from .errors import DatasetError, ImageError, ImageProblem
+from .formats import FORMATS, detect_format, open_dataset
+from .images import check_images, load_image, probe_image
+from .parts import load_part_masks
+from .records import Dataset
+from .splits import PROTOCOLS
+
+_TORCH_NAMES = {
+    "to_tensor": "transforms",
+    "train_transform": "transforms",
+    "IMAGENET_MEAN": "transforms",
+    "IMAGENET_STD": "transforms",
+    "ImageFolderDataset": "torch_dataset",
+}
+
+__all__ = [
+    "Dataset", "DatasetError", "FORMATS", "ImageError", "ImageProblem", "PROTOCOLS",
+    "check_images", "detect_format", "load_image", "load_part_masks", "make_demo_data",
+    "open_dataset", "probe_image", *_TORCH_NAMES,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        return getattr(importlib.import_module(f".{_TORCH_NAMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

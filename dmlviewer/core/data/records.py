@@ -16,7 +16,9 @@ class Dataset:
     into ``class_names``. ``split`` holds ``"train"`` or ``"test"`` per image under the
     protocol the dataset was opened with. ``boxes`` is N x 4 float32 (x, y, w, h in pixels of
     the original image), NaN where unknown. ``parts_root`` is set when per-image part masks
-    exist (the synthetic parts data).
+    exist (the synthetic parts data). ``roles`` is set only where the test images are divided
+    into queries and a gallery (In-Shop's official protocol): per image ``"train"``,
+    ``"query"`` or ``"gallery"``; ``None`` means every test image is a query and in the gallery.
     """
 
     root: Path
@@ -29,6 +31,7 @@ class Dataset:
     protocol: str = "default"
     parts_root: Path | None = None
     part_names: list[str] = field(default_factory=list)
+    roles: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -38,10 +41,15 @@ class Dataset:
         if self.boxes is None or len(self.boxes) == 0 and n:
             self.boxes = np.full((n, 4), np.nan, dtype=np.float32)
         self.boxes = np.asarray(self.boxes, dtype=np.float32)
-        if not (len(self.labels) == len(self.split) == len(self.boxes) == n):
+        if self.roles is not None:
+            self.roles = np.asarray(self.roles, dtype=object)
+        if not (len(self.labels) == len(self.split) == len(self.boxes) == n) or (
+            self.roles is not None and len(self.roles) != n
+        ):
             raise ValueError(
                 f"inconsistent dataset listing: {n} paths, {len(self.labels)} labels, "
                 f"{len(self.split)} split entries, {len(self.boxes)} boxes"
+                + ("" if self.roles is None else f", {len(self.roles)} roles")
             )
 
     def __len__(self) -> int:
@@ -74,6 +82,7 @@ class Dataset:
             protocol=self.protocol,
             parts_root=self.parts_root,
             part_names=list(self.part_names),
+            roles=None if self.roles is None else self.roles[idx],
         )
 
     def select_split(self, split: str | None) -> "Dataset":

@@ -1,4 +1,4 @@
-"""The structured output every embedding model returns."""
+"""The structured output every embedding model returns, and its exact affine form."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ class ModelOutput:
     - ``feature_map``: B x C x h x w, the backbone's last convolutional map (A in seed 000).
     - ``intermediates``: named intermediate maps the head used (multi-layer head).
     - ``attention``: every attention map the head computed, by name, each B x P x h x w
-      (or B x 1 x h x w), on its own feature grid.
+      (or B x 1 x h x w) on its own feature grid; the exception is ``c_grouping_channels``,
+      B x P x C channel weights.
+    - ``frozen``: the quantities ``linearize`` freezes at this input, computed once in the
+      forward pass (GMP argmax indices, GeM pooled values, ReLU masks, gates); internal.
     """
 
     embedding: torch.Tensor
@@ -27,3 +30,20 @@ class ModelOutput:
     groups: torch.Tensor | None = None
     intermediates: dict[str, torch.Tensor] = field(default_factory=dict)
     attention: dict[str, torch.Tensor] = field(default_factory=dict)
+    frozen: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Linearization:
+    """The head as an affine map at one input (seed 000 Eq. 3, Sec. 4):
+    ``embedding_raw = contributions.sum(1) + bias``.
+
+    - ``contributions``: B x (h*w) x D, position n = i*w + j's share C_ij of the raw embedding,
+      on the grid of the last feature map.
+    - ``bias``: B x D, the part no position owns (B in seed 000 Eq. 3).
+    - ``grid``: (h, w).
+    """
+
+    contributions: torch.Tensor
+    bias: torch.Tensor
+    grid: tuple[int, int]

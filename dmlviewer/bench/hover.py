@@ -1,0 +1,140 @@
+"""``bench hover``: latency of one hover in the real pair view, from mouse event to repainted overlay.
+
+The pair view (two panes, toolbar, colour bars) is shown at 1400 x 800 (offscreen when there is
+no display) with a small_cnn model (random weights) on two 500 x 375 photographs (the size of
+a CUB image). After the pair is prepared, real mouse-move events are sent to the query pane's
+viewport (``QTest.mouseMove``) along a path over the image. One event is timed from before its
+dispatch until the reference pane's overlay ``ImageItem`` holds the new partial map and the
+reference viewport has been repainted synchronously (``viewport().repaint()``): event filter,
+coordinate mapping, the core's hover renderer (partial map, upsampling, colour table), the
+item update and the paint. The coalescing timer is flushed inside the measurement (events are
+sent back to back, faster than a mouse, so without the flush most would be coalesced away).
+
+Reported: ``p50_ms``, ``p95_ms``, ``events`` (events that changed the overlay), ``target_ms``
+(8 ms at the 95th percentile), ``target_ratio`` = p95 / target, and a baseline measured in the
+same run: ``baseline_ms``, the median time of recomputing the pair's explanation (what a viewer
+without the precomputed tensor pays per hover), with ``ratio`` = p50 / baseline. ``core``: the
+renderer alone (:mod:`dmlviewer.bench.hover_core`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+TARGET_P95_MS = 8.0
+IMAGE_SHAPE = (375, 500)
+
+
+def _photo(seed: int) -> np.ndarray:
+    """A smooth synthetic photograph (content does not change the cost of a hover)."""
+    rng = np.random.default_rng(seed)
+    h, w = IMAGE_SHAPE
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    image = np.empty((h, w, 3), dtype=np.float32)
+    for c in range(3):
+        fx, fy, phase = rng.uniform(0.005, 0.03, 2).tolist() + [rng.uniform(0, 6.3)]
+        image[..., c] = 127 + 100 * np.sin(fx * x + phase) * np.cos(fy * y)
+    return image.clip(0, 255).astype(np.uint8)
+
+
+def _path(n: int, shape: tuple[int, int]) -> np.ndarray:
+    """``n`` distinct points of a Lissajous curve inside an ``H x W`` image (x, y)."""
+    t = np.linspace(0, 2 * np.pi, n, endpoint=False)
+    h, w = shape
+    return np.stack([(0.5 + 0.45 * np.sin(3 * t)) * (w - 1), (0.5 + 0.45 * np.sin(2 * t + 0.5)) * (h - 1)], 1)
+
+
+def measure(events: int = 1000, image_size: int = 224, warmup: int = 30) -> dict[str, Any]:
+    """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair_view.PairView`."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import torch
+    from PySide6.QtCore import QPointF
+    from PySide6.QtTest import QTest
+
+    from dmlviewer.core.explain.pair import explain_pair
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.gui.app import create_app
+    from dmlviewer.gui.pair_view import PairImages, PairView
+
+    app = create_app()
+    torch.manual_seed(0)
+    model = build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval()
+    images = PairImages(_photo(1), _photo(2), "query", "reference")
+    view = PairView()
+    view.resize(1400, 800)
+    view.show()
+    view.set_model(model, "cpu")
+    view.set_pair(images)
+    deadline = time.monotonic() + 120
+    while view.state == "preparing" and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.005)
+    if view.state != "ready":
+        raise RuntimeError(f"the pair was not prepared (state {view.state})")
+    for _ in range(5):
+        app.processEvents()
+
+    query, reference = view.panes
+    viewport, target = query.graphics.viewport(), reference.graphics.viewport()
+    points = _path(events + warmup, IMAGE_SHAPE)
+    times, changed, last = [], 0, None
+    clock = time.perf_counter
+    for k, (x, y) in enumerate(points):
+        pos = query.graphics.mapFromScene(query.view.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
+        t0 = clock()
+        QTest.mouseMove(viewport, pos)
+        view.link.flush()
+        target.repaint()
+        t1 = clock()
+        hover = view.link.hover
+        if k >= warmup:
+            times.append((t1 - t0) * 1e3)
+            if hover is not None and hover != last and reference.overlay_item.isVisible():
+                changed += 1
+        last = hover
+
+    # Baseline: recomputing the explanation on every hover.
+    base = []
+    for _ in range(5):
+        t0 = clock()
+        explain_pair(model, images.query, images.reference)
+        base.append((clock() - t0) * 1e3)
+    view.shutdown()
+    view.close()
+    view.deleteLater()
+    app.processEvents()
+    p50, p95 = np.percentile(times, [50, 95])
+    e = view.explanation
+    baseline = float(np.median(base))
+    return {
+        "p50_ms": round(float(p50), 3),
+        "p95_ms": round(float(p95), 3),
+        "events": changed,
+        "sent": len(times),
+        "target_ms": TARGET_P95_MS,
+        "target_ratio": round(float(p95) / TARGET_P95_MS, 3),
+        "meets_target": bool(p95 < TARGET_P95_MS),
+        "baseline_ms": round(baseline, 2),
+        "ratio": round(float(p50) / baseline, 5),
+        "image": f"{IMAGE_SHAPE[1]}x{IMAGE_SHAPE[0]}",
+        "grid": f"{e.grid_query[0]}x{e.grid_query[1]}",
+        "view": "1400x800",
+        "platform": app.platformName(),
+    }
+
+
+def run(args) -> dict[str, Any]:
+    """The ``bench hover`` entry point (``--quick``: fewer events)."""
+    from dmlviewer.bench.hover_core import run_core
+    from dmlviewer.bench.machine import describe
+
+    quick = bool(getattr(args, "quick", False))
+    result = measure(events=200 if quick else 1000)
+    result["core"] = run_core(events=300 if quick else 2000)
+    result["machine"] = describe()
+    return result

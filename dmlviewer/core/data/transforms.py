@@ -1,0 +1,101 @@
+"""Image arrays to normalized tensors: evaluation resize and training augmentation.
+
+Evaluation (:func:`to_tensor`) resizes the whole image to ``size x size`` (no crop, so a box or a
+point in the original image maps to the tensor by scaling each axis) and normalizes with the
+ImageNet mean and standard deviation the pretrained backbones expect.
+
+Training (:func:`train_transform`) takes a random crop covering 30-100 % of the image area with
+aspect ratio 3/4-4/3 (the torchvision RandomResizedCrop sampling; the lower bound is higher
+than torchvision's 8 % so that objects filling only part of the frame, such as the demo
+data's, stay mostly in view), resizes it to ``size x size`` and flips it horizontally with
+probability 1/2. Random numbers come from torch's global generator, so results repeat under
+``torch.manual_seed`` (and DataLoader workers get distinct, reproducible streams).
+"""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+import torch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_MEAN = np.array(IMAGENET_MEAN, dtype=np.float32)
+_INV_STD = 1.0 / np.array(IMAGENET_STD, dtype=np.float32)
+
+
+def resize(image: np.ndarray, size: int) -> np.ndarray:
+    """``image`` resized to ``size x size`` (area averaging when shrinking, bilinear when growing)."""
+    h, w = image.shape[:2]
+    if (h, w) == (size, size):
+        return image
+    interpolation = cv2.INTER_AREA if size < min(h, w) else cv2.INTER_LINEAR
+    return cv2.resize(image, (size, size), interpolation=interpolation)
+
+
+def normalize(image: np.ndarray) -> torch.Tensor:
+    """uint8 H x W x 3 RGB -> float32 3 x H x W tensor, ``(x / 255 - mean) / std``."""
+    x = (image.astype(np.float32) * (1.0 / 255.0) - _MEAN) * _INV_STD
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))
+
+
+def to_tensor(image: np.ndarray, size: int | None) -> torch.Tensor:
+    """The evaluation input: ``image`` (uint8 RGB) resized to ``size x size`` (``None``: kept)
+    and normalized with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`."""
+    return normalize(image if size is None else resize(image, size))
+
+
+def denormalize(tensor: torch.Tensor) -> np.ndarray:
+    """Inverse of :func:`normalize` for display: 3 x H x W tensor -> uint8 H x W x 3 RGB."""
+    x = tensor.detach().cpu().numpy().transpose(1, 2, 0) / _INV_STD + _MEAN
+    return (np.clip(x, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+class RandomResizedCropFlip:
+    """Training augmentation: random resized crop + horizontal flip (see module docstring)."""
+
+    def __init__(
+        self,
+        size: int,
+        scale: tuple[float, float] = (0.3, 1.0),
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        flip_p: float = 0.5,
+    ) -> None:
+        self.size, self.scale, self.ratio, self.flip_p = size, scale, ratio, flip_p
+
+    def crop_box(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """``(top, left, h, w)`` of a random crop (torchvision's sampling, 10 tries, then the
+        largest centred crop with the aspect ratio clamped into range)."""
+        area = height * width
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target = area * torch.empty(1).uniform_(*self.scale).item()
+            aspect = math.exp(torch.empty(1).uniform_(*log_ratio).item())
+            w = int(round(math.sqrt(target * aspect)))
+            h = int(round(math.sqrt(target / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(torch.randint(0, height - h + 1, (1,)).item())
+                left = int(torch.randint(0, width - w + 1, (1,)).item())
+                return top, left, h, w
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            w, h = width, int(round(width / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            h, w = height, int(round(height * self.ratio[1]))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, image: np.ndarray) -> torch.Tensor:
+        top, left, h, w = self.crop_box(*image.shape[:2])
+        crop = resize(image[top : top + h, left : left + w], self.size)
+        if torch.rand(1).item() < self.flip_p:
+            crop = crop[:, ::-1]
+        return normalize(crop)
+
+
+def train_transform(size: int) -> RandomResizedCropFlip:
+    """The training augmentation for ``size x size`` inputs (callable: uint8 RGB -> tensor)."""
+    return RandomResizedCropFlip(size)

@@ -1,0 +1,79 @@
+"""Evaluate a checkpoint on a dataset split: features into HDF5, metrics as its attributes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from dmlviewer.core.progress import CancelToken, Progress
+
+from .extract import feature_attrs, write_batches
+from .metrics import compute_metrics
+
+
+class _NoFile:
+    """Stands in for a ``FeatureWriter`` when no feature file is wanted (metrics only)."""
+
+    def open(self) -> None:
+        pass
+
+    def append(self, **arrays) -> None:
+        pass
+
+    def set_attrs(self, **attrs) -> None:
+        pass
+
+    close = abort = open
+
+
+def query_gallery(dataset, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Query and gallery masks over ``rows`` where the dataset divides its test images into
+    queries and a gallery (In-Shop); ``(None, None)``: every item against all the others."""
+    if dataset.roles is None:
+        return None, None
+    roles = dataset.roles[rows]
+    return roles == "query", roles == "gallery"
+
+
+def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, split: str = "test",
+             out: str | os.PathLike | None = None, batch_size: int = 64, device: str = "cpu",
+             format: str | None = None, ks: Sequence[int] = (1, 2, 4, 8), num_workers: int | None = None,
+             protocol: str = "default", cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Generator: load ``checkpoint``, embed ``split`` of the dataset at ``dataset_root`` into the
+    feature file ``out`` (skipped when ``None``), compute the metrics of DESIGN.md and store them
+    as the file's attributes (in the same atomic write). Result: the metrics dict."""
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.models import load_checkpoint, resolve_device
+
+    from .store import FeatureWriter
+
+    dev = resolve_device(device)
+    model, info = load_checkpoint(checkpoint, dev)
+    dataset = open_dataset(dataset_root, format, protocol).select_split(split)
+    if len(dataset) == 0:
+        raise ValueError(f"{dataset_root} has no images in split {split!r}")
+    yield Progress("log", message=f"evaluating {Path(checkpoint).name} on {len(dataset)} {split} images")
+
+    writer = FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"])) if out else _NoFile()
+    writer.open()
+    try:
+        result: dict = {}
+        for event in write_batches(writer, model, dataset, batch_size, dev, num_workers, cancel, collect=True):
+            if event.kind == "done":
+                result = event.data["result"]
+            else:
+                yield event
+        rows = result["rows"]
+        queries, gallery = query_gallery(dataset, rows)
+        metrics = compute_metrics(result["embeddings"], dataset.labels[rows], ks, dev,
+                                  queries=queries, gallery=gallery)
+        writer.set_attrs(**metrics)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    yield Progress("eval", 1, 1, data={"metrics": dict(metrics)})
+    yield Progress("done", 1, 1, data={"result": metrics})

@@ -1,0 +1,54 @@
+"""Activation decomposition of a model's embedding: ``E = sum_ij C_ij + B`` (seed 000 Sec. 4).
+
+:func:`decompose` uses the head's exact rule (``model.linearize``: GAP, GMP, GeM, flatten, BN,
+FC+ReLU, grouping and attention heads with their masks/gates/attention frozen) and falls back
+to the generic Jacobian decomposition of :mod:`.jacobian` for a head that has none, logging a
+warning once per head type. :func:`head_function` exposes the head as a function of the last
+feature map (other inputs, such as the multi-layer head's intermediate maps, held at their
+values from the forward pass), which the fallback and Grad-CAM differentiate.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from dmlviewer.core.explain.gradcam import HeadFn
+from dmlviewer.core.explain.jacobian import jacobian_decomposition
+from dmlviewer.core.models import EmbeddingModel, Linearization, ModelOutput
+
+log = logging.getLogger(__name__)
+
+_warned: set[str] = set()
+
+
+def head_function(model: EmbeddingModel, out: ModelOutput, index: int = 0) -> HeadFn:
+    """``A (1 x C x h x w) -> embedding_raw (1 x D)`` for image ``index`` of ``out``'s batch."""
+    others = {name: m[index : index + 1].detach() for name, m in out.intermediates.items()}
+
+    def run(feature_map: torch.Tensor) -> torch.Tensor:
+        return model.head({**others, "last": feature_map}).embedding_raw
+
+    return run
+
+
+def decompose(model: EmbeddingModel, out: ModelOutput) -> Linearization:
+    """Contributions (B x (h*w) x D) and bias (B x D) of every image in ``out`` (Eq. 3)."""
+    try:
+        with torch.no_grad():
+            return model.linearize(out)
+    except NotImplementedError:
+        name = type(model.head).__name__
+        if name not in _warned:
+            _warned.add(name)
+            log.warning(
+                "head %s has no exact decomposition rule: using the Jacobian decomposition "
+                "(exact only for piecewise-linear heads)", name
+            )
+    parts, biases = [], []
+    for i in range(out.feature_map.shape[0]):
+        c, b = jacobian_decomposition(head_function(model, out, i), out.feature_map[i : i + 1])
+        parts.append(c)
+        biases.append(b)
+    return Linearization(torch.stack(parts), torch.stack(biases), tuple(out.feature_map.shape[-2:]))

@@ -1,0 +1,118 @@
+"""The hover path: partial activation map at a point, upsampled and colour-mapped (seed 000 Sec. 3).
+
+Everything the GUI needs per mouse event is precomputed once per pair (a float32 C-contiguous
+``n_source x n_target`` matrix whose rows are the point-to-point tensor seen from the hovered
+side) and every output buffer is preallocated, so one event is a handful of numpy/OpenCV calls
+on small arrays: the 4-row bilinear blend (grid alignment of :mod:`.grid`), an affine scaling to
+colour indices on the grid (exact, since bilinear weights sum to 1), ``cv2.resize``, a clip, a
+cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event.
+
+The returned arrays are views of internal buffers, overwritten by the next call: copy them if
+they must outlive the event.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from dmlviewer.core.explain.grid import bilinear_weights
+
+_COLORMAPS = {
+    "jet": cv2.COLORMAP_JET,
+    "inferno": cv2.COLORMAP_INFERNO,
+    "viridis": cv2.COLORMAP_VIRIDIS,
+    "turbo": cv2.COLORMAP_TURBO,
+    "twilight_shifted": cv2.COLORMAP_TWILIGHT_SHIFTED,  # diverging, for signed maps
+}
+
+
+def colormap_lut(name: str = "jet", alpha: int = 255) -> np.ndarray:
+    """A 256 x 4 uint8 RGBA look-up table from one of OpenCV's colour maps."""
+    if name not in _COLORMAPS:
+        raise ValueError(f"unknown colour map {name!r}; choose one of {', '.join(sorted(_COLORMAPS))}")
+    ramp = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    bgr = cv2.applyColorMap(ramp, _COLORMAPS[name]).reshape(256, 3)
+    lut = np.empty((256, 4), dtype=np.uint8)
+    lut[:, :3] = bgr[:, ::-1]
+    lut[:, 3] = alpha
+    return lut
+
+
+class HoverRenderer:
+    """Partial maps of one hovered side, rendered into preallocated buffers.
+
+    ``rows``: ``n_source x n_target`` (row ``k`` = the other image's grid map for hovered cell
+    ``k``). ``source_shape``/``source_grid``: the hovered image's ``(H, W)`` and grid;
+    ``target_shape``/``target_grid``: the output size and the other image's grid.
+    ``signed``: colour the range ``[-s, s]`` (diverging) instead of ``[0, s]`` (negative values
+    clip to the first colour). ``scale``: the fixed ``s``; ``None`` normalizes each map to its own
+    maximum (absolute maximum when signed).
+    """
+
+    def __init__(
+        self,
+        rows: np.ndarray,
+        source_shape: tuple[int, int],
+        source_grid: tuple[int, int],
+        target_shape: tuple[int, int],
+        target_grid: tuple[int, int],
+        lut: np.ndarray | None = None,
+        signed: bool = False,
+        scale: float | None = None,
+    ) -> None:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        if rows.shape != (source_grid[0] * source_grid[1], target_grid[0] * target_grid[1]):
+            raise ValueError(f"rows of shape {rows.shape} do not match grids {source_grid} -> {target_grid}")
+        self.rows = rows
+        self.source_shape = (int(source_shape[0]), int(source_shape[1]))
+        self.source_grid = (int(source_grid[0]), int(source_grid[1]))
+        self.target_shape = (int(target_shape[0]), int(target_shape[1]))
+        self.target_grid = (int(target_grid[0]), int(target_grid[1]))
+        self.signed = signed
+        self.scale = scale
+        lut = colormap_lut() if lut is None else np.ascontiguousarray(lut, dtype=np.uint8)
+        if lut.shape != (256, 4):
+            raise ValueError(f"colour look-up table must be 256 x 4 uint8, got {lut.shape}")
+        self._lut32 = lut.view(np.uint32).reshape(256)
+        h, w = self.target_grid
+        height, width = self.target_shape
+        self._grid = np.empty(h * w, dtype=np.float32)
+        self._tmp = np.empty(h * w, dtype=np.float32)
+        self._scaled = np.empty((h, w), dtype=np.float32)
+        self._up = np.empty((height, width), dtype=np.float32)
+        self._index = np.empty((height, width), dtype=np.uint8)
+        self._rgba = np.empty((height, width, 4), dtype=np.uint8)
+        self._rgba32 = self._rgba.view(np.uint32).reshape(height, width)
+
+    def grid_map(self, x: float, y: float) -> np.ndarray:
+        """The other image's ``h x w`` grid map for hovered point ``(x, y)`` (bilinear blend of
+        the 4 neighbouring rows). Raises ``ValueError`` for a point outside the hovered image."""
+        idx, wts = bilinear_weights(x, y, self.source_shape, self.source_grid)
+        rows, out, tmp = self.rows, self._grid, self._tmp
+        np.multiply(rows[idx[0]], wts[0], out=out)
+        for k in (1, 2, 3):
+            if wts[k]:
+                np.multiply(rows[idx[k]], wts[k], out=tmp)
+                np.add(out, tmp, out=out)
+        return out.reshape(self.target_grid)
+
+    def render(self, x: float, y: float) -> np.ndarray:
+        """``H x W x 4`` uint8 RGBA image of the partial map at ``(x, y)`` (internal buffer)."""
+        grid = self.grid_map(x, y)
+        s = self.scale
+        if s is None:
+            s = float(np.abs(grid).max()) if self.signed else float(grid.max())
+        if not s > 0:
+            s = 1.0
+        if self.signed:
+            np.multiply(grid, 127.5 / s, out=self._scaled)
+            np.add(self._scaled, 127.5, out=self._scaled)
+        else:
+            np.multiply(grid, 255.0 / s, out=self._scaled)
+        height, width = self.target_shape
+        cv2.resize(self._scaled, (width, height), dst=self._up, interpolation=cv2.INTER_LINEAR)
+        np.clip(self._up, 0.0, 255.0, out=self._up)
+        np.copyto(self._index, self._up, casting="unsafe")
+        np.take(self._lut32, self._index, out=self._rgba32, mode="clip")
+        return self._rgba

@@ -1,0 +1,67 @@
+"""Top point-to-point matches between two images, for drawing lines between them (seed 000 Sec. 5.3).
+
+A match is a peak of the point-to-point tensor: the largest remaining entry ``P[a, b]`` gives
+query cell ``a`` and reference cell ``b`` (so ``b`` is the peak of ``a``'s partial map); then
+every query cell within ``radius`` cells of ``a`` (Chebyshev distance) and every reference cell
+within ``radius`` of ``b`` is suppressed, so matches are spread over both images. Only
+positive entries are matches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dmlviewer.core.explain.grid import grid_to_pixel
+
+
+def _neighbours(index: int, grid: tuple[int, int], radius: int) -> np.ndarray:
+    h, w = grid
+    i, j = divmod(index, w)
+    rows = np.arange(max(i - radius, 0), min(i + radius, h - 1) + 1)
+    cols = np.arange(max(j - radius, 0), min(j + radius, w - 1) + 1)
+    return (rows[:, None] * w + cols[None, :]).ravel()
+
+
+def top_matches(
+    point_to_point: np.ndarray,
+    grid_query: tuple[int, int],
+    grid_reference: tuple[int, int],
+    shape_query: tuple[int, int],
+    shape_reference: tuple[int, int],
+    n: int = 10,
+    radius: int = 1,
+) -> list[dict]:
+    """Up to ``n`` matches, strongest first: dicts with ``query_xy`` and ``reference_xy`` (pixel
+    centres of the matched cells in the original images), ``query_cell`` and
+    ``reference_cell`` (``(i, j)`` on each grid) and ``score`` (the entry of the tensor, a share
+    of the cosine similarity)."""
+    if n < 0 or radius < 0:
+        raise ValueError("n and radius must be non-negative")
+    work = np.array(point_to_point, dtype=np.float64, copy=True)
+    nr = work.shape[1]
+    found = []
+    for _ in range(n):
+        flat = int(np.argmax(work))
+        score = work.flat[flat]
+        if not score > 0:
+            break
+        a, b = divmod(flat, nr)
+        (qi, qj), (ri, rj) = divmod(a, grid_query[1]), divmod(b, grid_reference[1])
+        found.append(
+            {
+                "query_xy": (
+                    grid_to_pixel(qj, shape_query[1], grid_query[1]),
+                    grid_to_pixel(qi, shape_query[0], grid_query[0]),
+                ),
+                "reference_xy": (
+                    grid_to_pixel(rj, shape_reference[1], grid_reference[1]),
+                    grid_to_pixel(ri, shape_reference[0], grid_reference[0]),
+                ),
+                "query_cell": (qi, qj),
+                "reference_cell": (ri, rj),
+                "score": float(score),
+            }
+        )
+        work[_neighbours(a, grid_query, radius), :] = -np.inf
+        work[:, _neighbours(b, grid_reference, radius)] = -np.inf
+    return found

@@ -1,0 +1,326 @@
+"""One pair's explanation: everything the viewer shows for a query and a reference image.
+
+:func:`explain_pair` runs both forward passes (one batch when the inputs have the same size),
+decomposes both embeddings (:func:`.decompose`), forms the point-to-point tensor as one matrix
+product and the bias terms of seed 000 Eq. 3 (:mod:`.pairwise`), and precomputes what hovering
+needs (the tensor and its transpose, float32 C-contiguous) and the "Decomposition" and
+"Decomposition+Bias" overall maps at both original image sizes. Grad-CAM, RGrad-CAM,
+grad-transfer maps, group tensors and attention maps are computed on request and cached.
+
+Coordinates: ``side`` is ``"query"`` or ``"reference"``; points are ``(x, y)`` pixels of that
+side's original image with the alignment convention of :mod:`.grid` (cell centres; a point
+outside the image raises ``ValueError``). Each image is resized to the network input
+(``size x size``, a stretch, as :func:`dmlviewer.core.data.to_tensor` does), so the feature grid
+is laid over the whole original image.
+
+Maps are signed float32 (positive: supports the similarity; negative: counts against it);
+``overall(..., sign="positive" | "negative")`` gives either part. Returned cached arrays are
+read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dmlviewer.core.explain.attention import attention_maps
+from dmlviewer.core.explain.decomposition import decompose, head_function
+from dmlviewer.core.explain.grad_transfer import GradWeightBank
+from dmlviewer.core.explain.gradcam import GRADCAM_METHODS, gradcam_maps, transferred_map
+from dmlviewer.core.explain.grid import bilinear_weights, upsample
+from dmlviewer.core.explain.hover import HoverRenderer
+from dmlviewer.core.explain.matches import top_matches
+from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
+from dmlviewer.core.models import ModelOutput
+
+SIDES = ("query", "reference")
+METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
+SIGNS = ("signed", "positive", "negative")
+
+ImageLike = np.ndarray | str | Path
+
+
+def as_rgb(image: ImageLike) -> np.ndarray:
+    """uint8 H x W x 3 RGB from an image file (via :func:`dmlviewer.core.data.load_image`) or an
+    in-memory array already in RGB order: grayscale (H x W, H x W x 1) is repeated, gray+alpha
+    and RGBA are composited on white as the loader does."""
+    from dmlviewer.core.data import load_image
+
+    if isinstance(image, (str, Path)):
+        return load_image(image)
+    a = np.asarray(image)
+    if a.dtype != np.uint8:
+        raise ValueError(f"images must be uint8 arrays, got {a.dtype}")
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or min(a.shape[:2]) < 1:
+        raise ValueError(f"not an image array: shape {a.shape}")
+    if a.shape[2] in (2, 4):
+        alpha = a[..., -1:].astype(np.uint16)
+        colour = a[..., :-1].astype(np.uint16)
+        a = ((colour * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
+    if a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    return np.ascontiguousarray(a)
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """Eval mode (frozen BatchNorm statistics, as the decomposition assumes) for the block."""
+    if not model.training:  # the common case; toggling walks every module
+        yield model
+        return
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train()
+
+
+@dataclass
+class _Side:
+    image_shape: tuple[int, int]
+    grid: tuple[int, int]
+    contributions: torch.Tensor  # n x D float32, on the model's device
+    bias: torch.Tensor  # D
+    out: ModelOutput  # the batch this image was in
+    index: int  # its position in that batch
+
+    @property
+    def embedding_raw(self) -> torch.Tensor:
+        return self.contributions.sum(0) + self.bias
+
+
+class PairExplanation:
+    """A query/reference pair explained (built by :func:`explain_pair`; see module docstring).
+
+    Attributes: ``similarity`` (cosine), ``point_to_point`` (``nq x nr`` float32, divided by
+    ``|Eq||Er|``), ``bias_query``, ``bias_reference``, ``bias_both`` (Eq. 3, see
+    :mod:`.pairwise`), ``grid_query``, ``grid_reference``, ``image_shape_query``,
+    ``image_shape_reference``, ``num_groups``.
+    """
+
+    def __init__(self, model: torch.nn.Module, query: _Side, reference: _Side, grad_bank: GradWeightBank | None = None):
+        self._model = model
+        self._sides = {"query": query, "reference": reference}
+        self.grad_bank = grad_bank
+        terms = pair_terms(query.contributions, query.bias, reference.contributions, reference.bias)
+        self._norm = terms.norm
+        self.similarity = terms.similarity
+        self.bias_query = terms.bias_query
+        self.bias_reference = terms.bias_reference
+        self.bias_both = terms.bias_both
+        self.point_to_point = _frozen(terms.point_to_point.cpu().numpy())
+        self._rows = {"query": self.point_to_point, "reference": _frozen(self.point_to_point.T)}
+        self.grid_query, self.grid_reference = query.grid, reference.grid
+        self.image_shape_query, self.image_shape_reference = query.image_shape, reference.image_shape
+        self._grid_maps: dict[tuple[str, str], np.ndarray] = {
+            ("decomposition", "query"): terms.overall_query.cpu().numpy(),
+            ("decomposition", "reference"): terms.overall_reference.cpu().numpy(),
+            ("decomposition_bias", "query"): terms.overall_bias_query.cpu().numpy(),
+            ("decomposition_bias", "reference"): terms.overall_bias_reference.cpu().numpy(),
+        }
+        for key, value in self._grid_maps.items():
+            self._grid_maps[key] = _frozen(value.reshape(self._sides[key[1]].grid))
+        self._image_maps: dict[tuple[str, str], np.ndarray] = {}
+        for method in ("decomposition", "decomposition_bias"):
+            for side in SIDES:
+                self.overall(method, side)
+        self._groups: list[np.ndarray] | None = None
+        self._attention: dict[str, dict[str, np.ndarray]] = {}
+
+    # ------------------------------------------------------------------ checks
+    def _side(self, side: str) -> _Side:
+        if side not in self._sides:
+            raise ValueError(f"side must be 'query' or 'reference', got {side!r}")
+        return self._sides[side]
+
+    @staticmethod
+    def _other(side: str) -> str:
+        return "reference" if side == "query" else "query"
+
+    # ------------------------------------------------------------------ overall maps
+    def overall_grid(self, method: str, side: str) -> np.ndarray:
+        """Signed overall map of ``method`` on ``side``'s feature grid (``h x w``)."""
+        s = self._side(side)
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        key = (method, side)
+        if key not in self._grid_maps:
+            if method in GRADCAM_METHODS:
+                other = self._sides[self._other(side)]
+                with eval_mode(self._model):
+                    maps = gradcam_maps(head_function(self._model, s.out, s.index),
+                                        s.out.feature_map[s.index : s.index + 1], other.embedding_raw)
+                for name in GRADCAM_METHODS:
+                    self._grid_maps[(name, side)] = _frozen(maps[name].cpu().numpy())
+            else:  # grad_transfer
+                if self.grad_bank is None:
+                    raise ValueError("grad_transfer needs Grad-CAM weights of labelled images: pass a "
+                                     "GradWeightBank (grad_bank=...) built from a feature file's grad_weights")
+                emb = s.out.embedding[s.index].detach().float().cpu().numpy()
+                weights = torch.from_numpy(self.grad_bank.weights_for(emb))
+                fmap = s.out.feature_map[s.index : s.index + 1]
+                self._grid_maps[key] = _frozen(transferred_map(weights, fmap).cpu().numpy())
+        return self._grid_maps[key]
+
+    def overall(self, method: str, side: str, sign: str = "signed") -> np.ndarray:
+        """Overall map of ``method`` at ``side``'s original image size (``H x W`` float32):
+        the grid map upsampled bilinearly, then split by ``sign``."""
+        if sign not in SIGNS:
+            raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")
+        key = (method, side)
+        if key not in self._image_maps:
+            grid = self.overall_grid(method, side)
+            self._image_maps[key] = _frozen(upsample(grid, self._side(side).image_shape))
+        full = self._image_maps[key]
+        if sign == "positive":
+            return np.maximum(full, 0.0)
+        if sign == "negative":
+            return np.maximum(-full, 0.0)
+        return full
+
+    # ------------------------------------------------------------------ partial maps
+    def partial_map(self, side: str, x: float, y: float) -> np.ndarray:
+        """The other image's grid map for point ``(x, y)`` of ``side``: the bilinear blend of the
+        point-to-point rows (``side == "query"``) or columns of the 4 cells around the point."""
+        s = self._side(side)
+        idx, wts = bilinear_weights(x, y, s.image_shape, s.grid)
+        rows = self._rows[side]
+        out = np.zeros(rows.shape[1], dtype=np.float32)
+        for i, w in zip(idx, wts):
+            if w:
+                out += np.float32(w) * rows[i]
+        return out.reshape(self._sides[self._other(side)].grid)
+
+    def partial_map_image(self, side: str, x: float, y: float, shape: tuple[int, int] | None = None) -> np.ndarray:
+        """:meth:`partial_map` upsampled to ``shape`` (default: the other image's size)."""
+        target = self._sides[self._other(side)].image_shape if shape is None else shape
+        return upsample(self.partial_map(side, x, y), target)
+
+    def share(self, side: str, x: float, y: float) -> float:
+        """The hovered point's share of the similarity: the sum of its partial map (its
+        point-to-point terms) divided by the cosine similarity (NaN when the similarity is 0).
+        Summed over all cell centres of one side the shares give ``sum(P) / similarity``."""
+        total = float(self.partial_map(side, x, y).sum(dtype=np.float64))
+        return total / self.similarity if self.similarity != 0 else float("nan")
+
+    def hover_renderer(self, side: str, shape: tuple[int, int] | None = None, lut: np.ndarray | None = None,
+                       signed: bool = False, scale: float | None = None) -> HoverRenderer:
+        """An allocation-free renderer of ``side``'s partial maps as RGBA images of the other
+        image (``shape``: default the other image's size); see :class:`.HoverRenderer`."""
+        s, o = self._side(side), self._sides[self._other(side)]
+        return HoverRenderer(self._rows[side], s.image_shape, s.grid,
+                             o.image_shape if shape is None else shape, o.grid, lut=lut,
+                             signed=signed, scale=scale)
+
+    def correspondences(self, n: int = 10, radius: int = 1) -> list[dict]:
+        """Top ``n`` matched position pairs (see :func:`.top_matches`)."""
+        return top_matches(self.point_to_point, self.grid_query, self.grid_reference,
+                           self.image_shape_query, self.image_shape_reference, n, radius)
+
+    # ------------------------------------------------------------------ groups, attention
+    @property
+    def num_groups(self) -> int:
+        return len(self._model.group_slices)
+
+    def group_point_to_point(self, p: int) -> np.ndarray:
+        """Group ``p``'s ``nq x nr`` tensor (divided by the global ``|Eq||Er|``: the groups'
+        tensors sum to :attr:`point_to_point`)."""
+        if not 0 <= p < self.num_groups:
+            raise ValueError(f"group {p} out of range: the model has {self.num_groups} group(s)")
+        if self._groups is None:
+            q, r = self._sides["query"], self._sides["reference"]
+            mats = group_point_to_point(q.contributions, r.contributions, self._model.group_slices, self._norm)
+            self._groups = [_frozen(m.cpu().numpy()) for m in mats]
+        return self._groups[p]
+
+    def attention_maps(self, side: str) -> dict[str, np.ndarray]:
+        """``name -> P x H x W`` attention maps of ``side`` (see :mod:`.attention`)."""
+        s = self._side(side)
+        if side not in self._attention:
+            self._attention[side] = attention_maps(self._model, s.out, s.image_shape, s.index)
+        return self._attention[side]
+
+    def point_to_point_4d(self) -> np.ndarray:
+        """The tensor as ``hq x wq x hr x wr`` (the explanation npz layout)."""
+        return self.point_to_point.reshape(*self.grid_query, *self.grid_reference)
+
+    def embedding(self, side: str) -> np.ndarray:
+        """``side``'s L2-normalized embedding (D)."""
+        s = self._side(side)
+        return s.out.embedding[s.index].detach().float().cpu().numpy()
+
+
+def as_device(device: str | torch.device) -> torch.device:
+    """A ``torch.device`` from a spec (``auto cpu cuda cuda:N mps`` or a device)."""
+    from dmlviewer.core.models import resolve_device
+
+    return device if isinstance(device, torch.device) else resolve_device(str(device))
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    a.flags.writeable = False
+    return a
+
+
+def _input_sizes(model: torch.nn.Module, size) -> tuple[int, int]:
+    if size is None:
+        s = int(model.config["image_size"])
+        return s, s
+    if isinstance(size, (tuple, list)):
+        if len(size) != 2:
+            raise ValueError(f"size must be an int or a (query, reference) pair, got {size!r}")
+        return int(size[0]), int(size[1])
+    return int(size), int(size)
+
+
+def explain_pair(
+    model: torch.nn.Module,
+    image_q: ImageLike,
+    image_r: ImageLike,
+    device: str | torch.device = "cpu",
+    size: int | tuple[int, int] | None = None,
+    grad_bank: GradWeightBank | None = None,
+) -> PairExplanation:
+    """Explain the similarity of two images (see module docstring).
+
+    ``image_q``/``image_r``: uint8 arrays of any size (RGB, grayscale or RGBA) or image paths.
+    ``size``: network input side for both images (``None``: the model's ``image_size``), or a
+    ``(query, reference)`` pair for cross-view inputs of different sizes. The model runs in eval
+    mode (its mode is restored afterwards); ``device`` is where it runs (the model is expected
+    to be there already).
+    """
+    from dmlviewer.core.data import to_tensor
+
+    rgb_q, rgb_r = as_rgb(image_q), as_rgb(image_r)
+    size_q, size_r = _input_sizes(model, size)
+    dev = as_device(device)
+    x_q = to_tensor(rgb_q, size_q).to(dev)
+    x_r = to_tensor(rgb_r, size_r).to(dev)
+    with eval_mode(model), torch.no_grad():
+        if x_q.shape == x_r.shape:
+            out = model(torch.stack([x_q, x_r]))
+            outs, indices = (out, out), (0, 1)
+            lin = decompose(model, out)
+            lins = ((lin, 0), (lin, 1))
+        else:
+            outs = (model(x_q[None]), model(x_r[None]))
+            indices = (0, 0)
+            lins = ((decompose(model, outs[0]), 0), (decompose(model, outs[1]), 0))
+    sides = []
+    for rgb, out, index, (lin, li) in zip((rgb_q, rgb_r), outs, indices, lins):
+        sides.append(_Side(
+            image_shape=rgb.shape[:2],
+            grid=tuple(lin.grid),
+            contributions=lin.contributions[li].detach().float(),
+            bias=lin.bias[li].detach().float(),
+            out=out,
+            index=index,
+        ))
+    return PairExplanation(model, sides[0], sides[1], grad_bank)

@@ -1,0 +1,137 @@
+"""Checkpoints: one ``torch.save`` file of tensors and plain values (DESIGN.md "Checkpoint").
+
+``{"format": "dmlviewer-checkpoint", "version": 1, "config": {...}, "state_dict": {...},
+"epoch": int, "metrics": {...}, "extra": {...}}`` where ``extra`` holds optional tensors and
+plain values (e.g. optimizer state for resuming). Written atomically (temporary file in the same
+folder, fsync, ``os.replace``); read only with ``torch.load(weights_only=True)``, so a file with
+arbitrary pickled objects is refused before anything in it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .backbones import CHECKPOINT_FORMAT, format_keys, read_weights_file
+from .device import resolve_device
+from .errors import CheckpointError
+from .model import EmbeddingModel, build_model
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+_PLAIN = (type(None), bool, int, float, str, torch.Tensor)
+
+
+def _check_plain(value, where: str) -> None:
+    """Refuse anything ``torch.load(weights_only=True)`` could not read back."""
+    if isinstance(value, _PLAIN):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"checkpoint {where} has a key of type {type(key).__name__}")
+            _check_plain(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(f"checkpoint {where} holds a {type(value).__name__}: only tensors and plain values are allowed")
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, epoch: int = 0,
+                    metrics: dict | None = None, extra: dict | None = None) -> Path:
+    """Write ``model`` (config + state dict), ``epoch``, ``metrics`` and ``extra`` atomically."""
+    path = Path(path)
+    json.dumps(model.config)  # the config must stay JSON-serializable
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "config": dict(model.config),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "epoch": int(epoch),
+        "metrics": dict(metrics or {}),
+        "extra": dict(extra or {}),
+    }
+    _check_plain(payload["metrics"], "metrics")
+    _check_plain(payload["extra"], "extra")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable (POSIX)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+    log.info("saved checkpoint %s (epoch %d)", path, epoch)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
+                    ) -> tuple[EmbeddingModel, dict]:
+    """Rebuild the model from the checkpoint's config and load its state dict (eval mode).
+
+    Returns ``(model, info)``: ``info`` is the checkpoint without ``state_dict`` (``format``,
+    ``version``, ``config``, ``epoch``, ``metrics``, ``extra``) plus ``sha256`` of the file and
+    ``path``. Raises ``FileNotFoundError`` for a missing file and ``CheckpointError`` for an
+    unsafe, malformed or mismatching one.
+    """
+    path = Path(path)
+    data = read_weights_file(path)  # torch.load(weights_only=True) on CPU
+    if data.get("format") != CHECKPOINT_FORMAT:
+        if data and all(isinstance(v, torch.Tensor) for v in data.values()):
+            raise CheckpointError(f"{path} is a bare state dict, not a dmlviewer checkpoint: "
+                                  "use it as backbone weights (pretrained FILE)")
+        raise CheckpointError(f"{path} is not a dmlviewer checkpoint (no format {CHECKPOINT_FORMAT!r})")
+    if data.get("version") != CHECKPOINT_VERSION:
+        raise CheckpointError(f"{path} is checkpoint version {data.get('version')!r}; "
+                              f"this dmlviewer reads version {CHECKPOINT_VERSION}")
+    for key, kind in (("config", dict), ("state_dict", dict)):
+        if not isinstance(data.get(key), kind):
+            raise CheckpointError(f"{path} has no valid {key!r}")
+    try:
+        model = build_model(data["config"], "cpu", load_pretrained=False)
+    except (ValueError, ImportError) as exc:
+        raise CheckpointError(f"{path}: cannot build its model: {exc}") from None
+    state = data["state_dict"]
+    expected = model.state_dict().keys()
+    missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
+    if missing or unexpected:
+        raise CheckpointError(f"{path} does not match its architecture: missing keys "
+                              f"[{format_keys(missing)}]; unexpected keys [{format_keys(unexpected)}]")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path} does not match its architecture: {' '.join(str(exc).split())}") from None
+    model = model.to(resolve_device(device)).eval()
+    info = {k: v for k, v in data.items() if k != "state_dict"}
+    info.setdefault("metrics", {})
+    info.setdefault("extra", {})
+    info.update(path=str(path), sha256=file_sha256(path))
+    return model, info

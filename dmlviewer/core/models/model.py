@@ -1,0 +1,147 @@
+"""The embedding model: a backbone plus a head, built from a JSON-serializable config."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from torch import nn
+
+from .backbones import BACKBONES, Backbone
+from .device import resolve_device
+from .heads import (AttentionGroupingHead, ChannelGate, GatedGroupingHead, Head, PooledHead,
+                    SpatialChannelGate)
+from .multilayer import MultiLayerHead
+from .output import Linearization, ModelOutput
+from .pooling import POOLINGS, Pooling
+from .projection import Projection
+
+log = logging.getLogger(__name__)
+
+GROUPINGS = ("none", "m", "g", "c", "a")
+
+_DEFAULTS = {
+    "backbone": "resnet50",
+    "pretrained": None,      # None | "imagenet" | path to a weights file
+    "pooling": "gap",        # gap gmp gem flatten
+    "gem_p": 3.0,            # initial (or fixed) GeM exponent
+    "gem_learnable": True,
+    "bn": False,             # BatchNorm1d on the pooled feature
+    "hidden": 0,             # width of an FC+ReLU layer before the embedding (0: none)
+    "grouping": "none",      # none m g c a
+    "groups": 4,             # P (ignored when grouping is none)
+    "dim": 512,              # D
+    "multilayer": [],        # intermediate map names for the seed-003 head
+    "image_size": 224,
+}
+
+
+def default_config(**overrides) -> dict:
+    """A complete config (every key, JSON-serializable) with ``overrides`` applied."""
+    config = copy.deepcopy(_DEFAULTS)
+    unknown = set(overrides) - set(config)
+    if unknown:
+        raise ValueError(f"unknown model config key(s): {', '.join(sorted(unknown))}")
+    config.update(copy.deepcopy(overrides))
+    return config
+
+
+def check_config(config: dict) -> dict:
+    """Fill missing keys with defaults and validate; returns the complete config or raises ValueError."""
+    config = default_config(**config)
+    if config["backbone"] not in BACKBONES:
+        raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)}")
+    if config["pooling"] not in POOLINGS:
+        raise ValueError(f"unknown pooling {config['pooling']!r}; choose from {', '.join(POOLINGS)}")
+    if config["grouping"] not in GROUPINGS:
+        raise ValueError(f"unknown grouping {config['grouping']!r}; choose from {', '.join(GROUPINGS)}")
+    for key in ("dim", "groups", "image_size"):
+        if not isinstance(config[key], int) or config[key] < 1:
+            raise ValueError(f"model config {key} must be a positive integer, got {config[key]!r}")
+    if not isinstance(config["hidden"], int) or config["hidden"] < 0:
+        raise ValueError(f"model config hidden must be 0 or a positive integer, got {config['hidden']!r}")
+    if config["grouping"] != "none" and config["dim"] % config["groups"]:
+        raise ValueError(f"dim {config['dim']} is not divisible by groups {config['groups']}: "
+                         "every group needs dim // groups dimensions")
+    pretrained = config["pretrained"]
+    if pretrained is not None:
+        pretrained = str(pretrained)
+        config["pretrained"] = None if pretrained.lower() == "none" else (
+            "imagenet" if pretrained.lower() == "imagenet" else pretrained)
+    layers = config["multilayer"] = list(config["multilayer"] or [])
+    if layers:
+        if config["grouping"] != "none":
+            raise ValueError("the multi-layer head (multilayer) works with grouping none only")
+        if config["pooling"] == "flatten":
+            raise ValueError("the multi-layer head needs gap, gmp or gem pooling for its vector u")
+        names = BACKBONES[config["backbone"]].channels_of
+        bad = [n for n in layers if n not in names]
+        if bad:
+            raise ValueError(f"backbone {config['backbone']} has no map(s) {', '.join(bad)}; "
+                             f"choose from {', '.join(names)}")
+    if config["grouping"] == "a" and config["pooling"] != "gap":
+        log.info("A-grouping pools by attention: pooling %r is not used", config["pooling"])
+    return config
+
+
+def _build_head(config: dict, backbone: Backbone) -> Head:
+    channels, dim, num = backbone.channels, config["dim"], config["groups"]
+    bn, hidden, grouping = bool(config["bn"]), config["hidden"], config["grouping"]
+    if grouping == "a":
+        return AttentionGroupingHead(channels, num, dim // num, bn, hidden)
+    grid = backbone.grid(config["image_size"]) if config["pooling"] == "flatten" else None
+    pooling = Pooling(config["pooling"], channels, grid, config["gem_p"], config["gem_learnable"])
+    if config["multilayer"]:
+        layers = {n: backbone.channels_of[n] for n in config["multilayer"]}
+        width = pooling.out_dim + sum(layers.values())
+        return MultiLayerHead(layers, pooling, Projection(width, dim, bn, hidden))
+    if grouping in ("none", "m"):
+        return PooledHead(pooling, Projection(pooling.out_dim, dim, bn, hidden),
+                          groups=num if grouping == "m" else None)
+    gate = SpatialChannelGate(channels, num) if grouping == "g" else ChannelGate(channels, num)
+    projections = [Projection(pooling.out_dim, dim // num, bn, hidden) for _ in range(num)]
+    return GatedGroupingHead(gate, pooling, projections)
+
+
+class EmbeddingModel(nn.Module):
+    """Backbone + head; ``forward(x) -> ModelOutput``, ``linearize(out) -> Linearization``."""
+
+    def __init__(self, config: dict, backbone: Backbone, head: Head) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = backbone
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        return self.head(self.backbone(x))
+
+    def linearize(self, out: ModelOutput) -> Linearization:
+        """Exact affine form of the head at this input (seed 000 Sec. 4): masks, gates and
+        attention frozen as computed by the forward pass that produced ``out``;
+        ``contributions.sum(1) + bias == embedding_raw``. Needs eval mode when the head has
+        BatchNorm."""
+        return self.head.linearize(out)
+
+    @property
+    def group_slices(self) -> list[slice]:
+        """Slices of ``embedding_raw`` owned by each group (one slice without grouping)."""
+        return self.head.group_slices
+
+    @property
+    def dim(self) -> int:
+        return self.head.dim
+
+
+def build_model(config: dict, device: str | torch.device = "cpu", *,
+                load_pretrained: bool = True) -> EmbeddingModel:
+    """Build the model ``config`` describes (see ``default_config``) on ``device``.
+
+    ``load_pretrained=False`` ignores ``config["pretrained"]`` (used when a checkpoint's
+    state dict supplies every weight).
+    """
+    config = check_config(config)
+    pretrained = config["pretrained"] if load_pretrained else None
+    backbone = Backbone(config["backbone"], pretrained, config["image_size"])
+    model = EmbeddingModel(config, backbone, _build_head(config, backbone))
+    return model.to(resolve_device(device))

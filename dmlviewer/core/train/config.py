@@ -1,0 +1,206 @@
+"""The training configuration: every option of ``dmlviewer train`` in one dataclass.
+
+``validate(config)`` lists what is wrong with a combination of options, one sentence each, so
+the command line can stop before any work and the GUI dialog can explain invalid combinations
+inline. The configuration is saved with the run as ``RUN/config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .adversarial import ADVERSARIAL_MODES
+from .losses import BINOMIAL_PRESETS, METRIC_LOSSES, MINERS
+
+BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "googlenet", "inception_v3",
+             "mobilenet_v3_large", "efficientnet_b0", "efficientnet_lite0", "small_cnn")
+POOLINGS = ("gap", "gmp", "gem")
+GROUPINGS = ("none", "m", "g", "c", "a")
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULERS = ("constant", "cosine")
+AMP_MODES = ("auto", "on", "off")
+CHECKPOINT_NAME = "checkpoint.pt"
+CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """Options of one training run (names follow the ``train`` command's options)."""
+
+    dataset: str = ""
+    out: str = ""
+    format: str | None = None
+    protocol: str = "default"
+    # model
+    backbone: str = "small_cnn"
+    pretrained: str = "none"  # none | imagenet | FILE
+    pooling: str = "gap"
+    grouping: str = "none"
+    groups: int = 4
+    dim: int = 128
+    image_size: int = 128
+    # objective (seed 001 Eq. 14, seed 003 Eq. 21-23, seed 004 Eq. 4-6)
+    loss: str = "margin"
+    miner: str = "auto"
+    binomial: str = "deml"  # preset of the binomial deviance loss (see losses.py)
+    diversity: float = 0.0  # lambda_1 of seed 001 Eq. 14
+    adversarial: str = "none"  # seed 003: none | smooth | adaptive
+    adversarial_weight: float = 0.5  # lambda (smooth, Eq. 21) or lambda_0 (adaptive, Eq. 25)
+    deml_adversary: float = 0.0  # lambda_0 of seed 004 Eq. 4
+    activation_decay: float = 0.0  # lambda_1 of seed 004 Eq. 6
+    non_trivial: float = 0.25  # lambda_2 of seed 004 Eq. 6 (with activation decay only)
+    # optimization
+    epochs: int = 10
+    steps_per_epoch: int = 0  # 0: about one pass over the training images
+    classes_per_batch: int = 8
+    images_per_class: int = 4
+    lr: float = 1e-4
+    head_lr_mult: float = 10.0
+    weight_decay: float = 2e-4  # lambda_2 |W|^2 of seed 001 Eq. 14 (seed 004's value)
+    optimizer: str = "adam"
+    scheduler: str = "cosine"
+    # machinery
+    device: str = "auto"
+    amp: str = "auto"  # mixed precision: auto (on for CUDA) | on | off
+    deterministic: bool = False
+    num_workers: int = 2
+    eval_every: int = 1  # epochs between evaluations (0: only after the last epoch)
+    eval_batch_size: int = 64
+    log_every: int = 10  # steps between lines in metrics.jsonl
+    seed: int = 0
+    resume: bool = False
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+
+    #: options that may differ between a run and its resumption
+    RESUMABLE_CHANGES = ("epochs", "resume", "device", "amp", "num_workers", "eval_every",
+                         "eval_batch_size", "log_every", "deterministic", "out", "dataset")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        """Build from a dict; unknown keys are an error (a typo must not be ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown training option(s): {', '.join(unknown)}")
+        return cls(**data)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / CHECKPOINT_NAME
+
+    @property
+    def batch_size(self) -> int:
+        return self.classes_per_batch * self.images_per_class
+
+    def model_config(self) -> dict[str, Any]:
+        """The ``build_model`` configuration of this run."""
+        from dmlviewer.core.models import default_config
+
+        return default_config(
+            backbone=self.backbone,
+            pretrained=None if self.pretrained == "none" else self.pretrained,
+            pooling=self.pooling,
+            grouping=self.grouping,
+            groups=self.groups,
+            dim=self.dim,
+            image_size=self.image_size,
+        )
+
+    def differences(self, other: "TrainConfig") -> list[str]:
+        """Options that differ from ``other`` and may not change on resumption."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [k for k in mine if k not in self.RESUMABLE_CHANGES and mine[k] != theirs[k]]
+
+
+def _choice(errors: list[str], name: str, value: Any, choices) -> None:
+    if value not in choices:
+        errors.append(f"--{name.replace('_', '-')} must be one of {', '.join(map(str, choices))} (got {value!r})")
+
+
+def validate(config: TrainConfig) -> list[str]:
+    """Everything wrong with ``config``, one clear sentence each (empty when it is valid)."""
+    errors: list[str] = []
+    c = config
+    if not c.dataset:
+        errors.append("--dataset is required")
+    elif not Path(c.dataset).is_dir():
+        errors.append(f"dataset folder not found: {c.dataset}")
+    if not c.out:
+        errors.append("--out is required")
+    _choice(errors, "backbone", c.backbone, BACKBONES)
+    _choice(errors, "pooling", c.pooling, POOLINGS)
+    _choice(errors, "grouping", c.grouping, GROUPINGS)
+    _choice(errors, "loss", c.loss, METRIC_LOSSES)
+    _choice(errors, "miner", c.miner, MINERS)
+    _choice(errors, "binomial", c.binomial, tuple(BINOMIAL_PRESETS))
+    _choice(errors, "adversarial", c.adversarial, ADVERSARIAL_MODES)
+    _choice(errors, "optimizer", c.optimizer, OPTIMIZERS)
+    _choice(errors, "scheduler", c.scheduler, SCHEDULERS)
+    _choice(errors, "amp", c.amp, AMP_MODES)
+    if c.pretrained not in ("none", "imagenet") and not Path(c.pretrained).is_file():
+        errors.append(f"--pretrained file not found: {c.pretrained}")
+
+    grouped = c.grouping != "none"
+    if grouped and c.groups < 2:
+        errors.append(f"--grouping {c.grouping} needs --groups of at least 2 (got {c.groups})")
+    if c.dim < 1:
+        errors.append(f"--dim must be positive (got {c.dim})")
+    elif grouped and c.groups >= 1 and c.dim % c.groups:
+        errors.append(f"--dim {c.dim} must be divisible by --groups {c.groups} (equal group sizes)")
+    if c.diversity < 0 or c.deml_adversary < 0 or c.activation_decay < 0 or c.non_trivial < 0:
+        errors.append("loss weights (--diversity, --deml-adversary, --activation-decay, --non-trivial) "
+                      "cannot be negative")
+    if c.diversity > 0 and not grouped:
+        errors.append("--diversity needs a grouping head (--grouping m, g, c or a): it acts between "
+                      "the groups of one image")
+    if c.deml_adversary > 0 and c.grouping != "c":
+        errors.append("--deml-adversary needs --grouping c: DeML's adversary acts between "
+                      "channel-attention learners")
+    if c.adversarial != "none" and c.adversarial_weight <= 0:
+        errors.append(f"--adversarial {c.adversarial} needs a positive --adversarial-weight")
+
+    if c.images_per_class < 2:
+        errors.append(f"--images-per-class must be at least 2 to form positive pairs (got {c.images_per_class})")
+    if c.classes_per_batch < 2:
+        errors.append(f"--classes-per-batch must be at least 2 to form negative pairs (got {c.classes_per_batch})")
+    if c.epochs < 1:
+        errors.append(f"--epochs must be at least 1 (got {c.epochs})")
+    if c.steps_per_epoch < 0:
+        errors.append(f"--steps-per-epoch cannot be negative (got {c.steps_per_epoch})")
+    if c.lr <= 0 or c.head_lr_mult <= 0:
+        errors.append("--lr and --head-lr-mult must be positive")
+    if c.weight_decay < 0:
+        errors.append(f"--weight-decay cannot be negative (got {c.weight_decay})")
+    if c.image_size < 32:
+        errors.append(f"--image-size must be at least 32 (got {c.image_size})")
+    if c.num_workers < 0 or c.eval_batch_size < 1 or c.log_every < 1 or c.eval_every < 0:
+        errors.append("--num-workers, --eval-every must be >= 0 and --eval-batch-size, --log-every >= 1")
+    if not c.ks or min(c.ks) < 1:
+        errors.append("recall K values must be positive integers")
+
+    try:
+        from dmlviewer.core.models import resolve_device
+
+        device = resolve_device(c.device)
+        if c.amp == "on" and device.type != "cuda":
+            errors.append(f"--amp on needs a CUDA device (device is {device})")
+    except ValueError as exc:
+        errors.append(str(exc))
+    checkpoint = Path(c.out) / CHECKPOINT_NAME if c.out else None
+    if checkpoint is not None and c.resume and not checkpoint.is_file():
+        errors.append(f"--resume but no checkpoint to resume from: {checkpoint}")
+    if checkpoint is not None and not c.resume and checkpoint.is_file():
+        errors.append(f"{c.out} already holds a run ({checkpoint}): pass --resume to continue it "
+                      "or choose another --out")
+    return errors

@@ -1,0 +1,229 @@
+"""Starting the app: QApplication, logging to a rotating file, the demo, screenshots.
+
+``run_gui`` opens the window on what it is given (dataset, checkpoint, features), on the demo,
+or on the last session. With ``screenshot`` it waits until everything asked for is on screen
+(dataset listed, model loaded, first pair prepared, visible thumbnails decoded, features
+for the neighbours extracted when that was started, group attention computed when that tab
+is shown) or a timeout, saves ``window.grab()`` as PNG and
+returns 0 (1 when the timeout struck first; the image is saved anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication
+
+from dmlviewer.gui import errors, settings
+
+log = logging.getLogger(__name__)
+
+#: Seconds a screenshot waits for the window to be fully loaded.
+SCREENSHOT_TIMEOUT_S = 120.0
+#: The demo dataset's generation parameters (the demo checkpoint was trained on these).
+DEMO_DATA = {"classes": 20, "per_class": 40, "size": 128, "seed": 0}
+
+
+def create_app(argv: list[str] | None = None) -> QApplication:
+    """The QApplication (created once): names for QSettings/QStandardPaths, Fusion dark
+    palette and the app's style sheet."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv if argv is not None else sys.argv[:1])
+    app.setOrganizationName(settings.ORGANIZATION)
+    app.setApplicationName(settings.APPLICATION)
+    app.setApplicationDisplayName("dmlviewer")
+    apply_style(app)
+    return app
+
+
+def apply_style(app: QApplication) -> None:
+    app.setStyle("Fusion")
+    p = QPalette()
+    dark, base, text = QColor(45, 45, 48), QColor(30, 30, 30), QColor(225, 225, 225)
+    for role, color in ((QPalette.Window, dark), (QPalette.WindowText, text), (QPalette.Base, base),
+                        (QPalette.AlternateBase, QColor(55, 55, 60)), (QPalette.ToolTipBase, QColor(60, 60, 64)),
+                        (QPalette.ToolTipText, text), (QPalette.Text, text), (QPalette.Button, dark),
+                        (QPalette.ButtonText, text), (QPalette.BrightText, QColor(255, 80, 80)),
+                        (QPalette.Highlight, QColor(47, 128, 237)), (QPalette.HighlightedText, QColor(255, 255, 255)),
+                        (QPalette.Link, QColor(90, 160, 255)), (QPalette.PlaceholderText, QColor(140, 140, 140))):
+        p.setColor(role, color)
+    p.setColor(QPalette.Disabled, QPalette.Text, QColor(120, 120, 120))
+    p.setColor(QPalette.Disabled, QPalette.ButtonText, QColor(120, 120, 120))
+    app.setPalette(p)
+    from dmlviewer.resources import resource_path
+
+    qss = resource_path("style.qss")
+    if qss.exists():
+        app.setStyleSheet(qss.read_text())
+
+
+def setup_logging(level: int = logging.INFO) -> Path:
+    """Add a rotating log file under the user's data folder (``logs/dmlviewer.log``)."""
+    path = settings.log_dir() / "dmlviewer.log"
+    root = logging.getLogger()
+    if not any(isinstance(h, logging.handlers.RotatingFileHandler) and Path(h.baseFilename) == path
+               for h in root.handlers):
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setLevel(level)
+        root.addHandler(handler)
+        if root.level == logging.NOTSET or root.level > level:
+            root.setLevel(level)
+    return path
+
+
+def demo_checkpoint() -> Path | None:
+    """The shipped demo checkpoint, or None when this build has none."""
+    from dmlviewer.resources import resource_path
+
+    path = resource_path("demo_checkpoint.pt")
+    return path if path.exists() else None
+
+
+def demo_paths() -> tuple[Path, Path | None]:
+    """(demo dataset folder, demo checkpoint or None). The dataset is generated with
+    ``core.data.make_demo_data`` into the user cache on first use (into a temporary folder
+    renamed into place, so an interrupted generation is never taken for a dataset)."""
+    from dmlviewer.core.data import make_demo_data
+
+    root = settings.cache_dir() / "demo-data"
+    if not (root / "images.txt").exists():
+        log.info("generating the demo dataset in %s", root)
+        tmp = Path(tempfile.mkdtemp(prefix="demo-data-", dir=root.parent))
+        try:
+            make_demo_data(tmp, **DEMO_DATA)
+            if root.exists():
+                shutil.rmtree(root)
+            tmp.rename(root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return root, demo_checkpoint()
+
+
+def last_session() -> dict:
+    """The dataset/format/checkpoint/features of the last session (empty strings when unset)."""
+    s = settings.app_settings()
+    return {key: str(s.value(f"session/{key}", "") or "") for key in ("dataset", "format", "checkpoint", "features")}
+
+
+def run_gui(dataset: str | None = None, checkpoint: str | None = None, features: str | None = None,
+            screenshot: str | None = None, demo: bool = False, fmt: str | None = None,
+            last: bool = False, pin: bool = False, tab: str | None = None) -> int:
+    """Open the window and run the event loop (see the module docstring).
+
+    ``last``: use the last session's files when none are given (the first time: the demo).
+    ``pin``: pin the centre of the query (screenshots of the hover read-out). ``tab``:
+    ``"groups"`` shows the group attention tab.
+    """
+    app = create_app()
+    log_path = setup_logging()
+    errors.install_excepthook()
+    from dmlviewer.gui.main_window import MainWindow
+
+    notice = None
+    if last and not (dataset or checkpoint or features):
+        session = last_session()
+        if session["dataset"] and Path(session["dataset"]).exists():
+            dataset, fmt = session["dataset"], session["format"] or None
+            checkpoint = session["checkpoint"] if Path(session["checkpoint"] or "/nonexistent").exists() else None
+            features = session["features"] if Path(session["features"] or "/nonexistent").exists() else None
+        else:
+            demo = True
+    if demo:
+        dataset, demo_ckpt = demo_paths()
+        dataset = str(dataset)
+        checkpoint = checkpoint or (str(demo_ckpt) if demo_ckpt else None)
+        if demo_ckpt is None:
+            notice = "No demo checkpoint in this build (resources/demo_checkpoint.pt): open a checkpoint."
+
+    window = MainWindow()
+    if tab == "groups":
+        window.tabs.setCurrentWidget(window.group_tabs)
+    window.show()
+    log.info("dmlviewer started; log file %s", log_path)
+    if checkpoint:
+        window.open_checkpoint(checkpoint)
+    if dataset:
+        window.open_dataset(dataset, fmt)
+    if features:
+        window.open_features(features)
+    if notice:
+        window.statusBar().showMessage(notice)
+    if screenshot:
+        shooter = _Screenshot(window, Path(screenshot), pin=pin)
+        shooter.start()
+        app.exec()
+        window.shutdown()
+        return shooter.status
+    status = app.exec()
+    return int(status)
+
+
+class _Screenshot:
+    """Polls until the window shows everything asked for, then saves it and quits."""
+
+    def __init__(self, window, path: Path, pin: bool = False, timeout_s: float = SCREENSHOT_TIMEOUT_S) -> None:
+        self.window = window
+        self.path = path
+        self.pin = pin
+        self.deadline = time.monotonic() + timeout_s
+        self.status = 1
+        self._pinned = False
+        self._timer = QTimer(interval=100)
+        self._timer.timeout.connect(self._poll)
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def ready(self) -> bool:
+        w = self.window
+        if w.dataset is not None and w.pair_view.images is None:
+            return False
+        if w.model is not None and w.pair_view.images is not None and w.pair_view.state == "preparing":
+            return False
+        if w.loader.busy or w._extract_job is not None:  # thumbnails, neighbours' features
+            return False
+        if w.tabs.currentWidget() is w.group_tabs and w.group_tabs.active \
+                and w.pair_view.state == "ready" and w.group_tabs._data is None:
+            return False
+        return True
+
+    def _poll(self) -> None:
+        timed_out = time.monotonic() > self.deadline
+        if not (self.ready() or timed_out):
+            return
+        if self.pin and not self._pinned and self.window.pair_view.state == "ready":
+            self._pin_centre()
+            self._pinned = True
+            return  # one more poll so the pinned overlay is painted
+        self._timer.stop()
+        self.window.repaint()
+        ok = self.window.grab().save(str(self.path))
+        if timed_out:
+            sys.stderr.write(f"dmlviewer: the window was not fully loaded after the timeout; saved {self.path}\n")
+        if not ok:
+            sys.stderr.write(f"dmlviewer: could not write {self.path}\n")
+        self.status = 0 if ok and not timed_out else 1
+        # exit(), not quit(): quit() closes the window, whose close asks about running jobs.
+        QApplication.instance().exit(self.status)
+
+    def _pin_centre(self) -> None:
+        w = self.window
+        view = w.group_tabs if w.tabs.currentWidget() is w.group_tabs else w.pair_view
+        pane = view.panes[0]
+        if pane.shape is None:
+            return
+        h, w_ = pane.shape
+        view.link.pin(0, (w_ - 1) / 2.0, (h - 1) / 2.0)
+        if view is w.pair_view:
+            view.matches_box.setChecked(True)

@@ -1,0 +1,233 @@
+"""A 2-D map of an HDF5 features file: PCA always, t-SNE on request, coloured by class.
+
+The projection is computed in the :class:`JobRunner` (t-SNE from scikit-learn can take
+minutes); the GUI only draws it as one ``ScatterPlotItem``. Hovering a point shows its image
+(decoded off the GUI thread by a :class:`ThumbnailLoader`) with its path and class; clicking a
+point emits ``query_selected(row, path)`` so the main window can make that image the query.
+
+PCA: the embeddings are centred and projected on their first two right singular vectors (the
+directions of largest variance). t-SNE: scikit-learn's ``TSNE`` (cosine metric, PCA
+initialisation, perplexity min(30, (n - 1) / 3)) on at most ``max_points`` rows drawn at
+random (seeded), since its cost grows quadratically.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from dmlviewer.core.progress import CancelToken, Progress
+from dmlviewer.gui.training_dialog import PathEdit
+from dmlviewer.gui.worker import Job, JobRunner
+
+log = logging.getLogger(__name__)
+
+METHODS = ("pca", "tsne")
+
+
+def pca_2d(x: np.ndarray) -> np.ndarray:
+    """N x 2 coordinates on the two directions of largest variance."""
+    x = np.asarray(x, dtype=np.float64)
+    centred = x - x.mean(axis=0, keepdims=True)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return (centred @ vt[:2].T).astype(np.float32) if vt.shape[0] >= 2 else np.zeros((len(x), 2), np.float32)
+
+
+def projection_job(features_path: str, method: str = "pca", max_points: int = 5000, seed: int = 0,
+                   cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Read a features file and project its embeddings to 2-D. Result: ``rows`` (the file's
+    rows that were projected), ``xy`` (len(rows) x 2), ``labels``, ``paths``, ``root``."""
+    from dmlviewer.core.evaluate import read_features
+
+    if method not in METHODS:
+        raise ValueError(f"unknown projection {method!r}; choose from {', '.join(METHODS)}")
+    features = read_features(features_path, include_raw=False, include_groups=False)
+    n = len(features)
+    rows = np.arange(n)
+    if method == "tsne" and n > max_points:
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=max_points, replace=False))
+    x = features.embeddings[rows]
+    yield Progress("log", 0, 1, f"{method.upper()} of {len(rows)} embeddings of size {x.shape[1]}")
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    if method == "pca" or len(rows) < 5:
+        xy = pca_2d(x)
+    else:
+        from sklearn.manifold import TSNE
+
+        perplexity = float(min(30.0, (len(rows) - 1) / 3.0))
+        xy = TSNE(n_components=2, perplexity=perplexity, metric="cosine", init="pca",
+                  random_state=seed).fit_transform(x).astype(np.float32)
+    yield Progress("done", 1, 1, data={"result": {
+        "rows": rows, "xy": xy, "labels": features.labels[rows],
+        "paths": [features.paths[i] for i in rows],
+        "root": str(features.attrs.get("dataset_root", "")), "method": method,
+    }})
+
+
+def class_brushes(labels: np.ndarray) -> list:
+    """One brush per point, a distinct hue per class (hues repeat beyond 24 classes)."""
+    classes = np.unique(labels)
+    hues = max(min(len(classes), 24), 1)
+    palette = {c: pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k, c in enumerate(classes)}
+    return [palette[c] for c in labels]
+
+
+class EmbeddingView(QWidget):
+    """The 2-D projection of a features file (see the module docstring)."""
+
+    query_selected = Signal(int, str)  # row in the features file, its path (relative to the dataset root)
+
+    THUMB = 128
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from dmlviewer.gui.thumbnails import ThumbnailLoader
+
+        self.setWindowTitle("Embedding projection")
+        self.runner = runner
+        self.job: Job | None = None
+        self.projection: dict | None = None
+        self.hovered: int | None = None
+        self.features = PathEdit("open", "Choose a features file", "HDF5 features (*.h5)")
+        self.method = QComboBox()
+        self.method.addItem("PCA", "pca")
+        self.method.addItem("t-SNE", "tsne")
+        self.max_points = QSpinBox()
+        self.max_points.setRange(100, 200_000)
+        self.max_points.setValue(5000)
+        self.max_points.setToolTip("t-SNE uses at most this many points (a seeded random sample)")
+        self.run_button = QPushButton("Project")
+        self.status = QLabel("Choose a features file (Evaluation writes one).")
+        self.plot = pg.PlotWidget()
+        self.plot.setBackground("w")
+        self.plot.setAspectLocked(True)
+        self.plot.hideAxis("left")
+        self.plot.hideAxis("bottom")
+        self.scatter = pg.ScatterPlotItem(size=8, pen=None, hoverable=True, hoverSize=13,
+                                          hoverPen=pg.mkPen("k", width=1.5), tip=None)
+        self.plot.addItem(self.scatter)
+        self.preview = QLabel(self.plot)
+        self.preview.setFrameShape(QFrame.Box)
+        self.preview.setStyleSheet("background: white; padding: 3px;")
+        self.preview.setAlignment(Qt.AlignCenter)
+        self.preview.hide()
+        self.loader = ThumbnailLoader(size=self.THUMB, capacity=500, threads=1, parent=self)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Features"))
+        row.addWidget(self.features, 1)
+        row.addWidget(self.method)
+        row.addWidget(QLabel("t-SNE points"))
+        row.addWidget(self.max_points)
+        row.addWidget(self.run_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.status)
+        self.resize(900, 760)
+
+        self.run_button.clicked.connect(self._on_run_clicked)
+        self.scatter.sigHovered.connect(self._on_hovered)
+        self.scatter.sigClicked.connect(self._on_clicked)
+        self.loader.ready.connect(self._on_thumbnail)
+        runner.job_finished.connect(self._on_finished)
+        runner.job_failed.connect(self._on_failed)
+
+    def set_features(self, path: str) -> None:
+        self.features.setText(str(path))
+
+    def _on_run_clicked(self) -> None:  # no lambda holding self: see evaluation_view
+        self.project()
+
+    def project(self, method: str | None = None) -> Job | None:
+        path = self.features.text()
+        if not Path(path).is_file():
+            self.status.setText(f"features file not found: {path or '(none chosen)'}")
+            return None
+        method = method or self.method.currentData()
+        self.method.setCurrentIndex(self.method.findData(method))
+        self.job = self.runner.submit(f"{method.upper()} of {Path(path).name}",
+                                      (projection_job, (path, method, self.max_points.value()), {}))
+        self.status.setText(f"Computing {self.method.currentText()}...")
+        return self.job
+
+    def _on_finished(self, job: Job, result: Any) -> None:
+        if job is self.job:
+            self.show_projection(result)
+
+    def _on_failed(self, job: Job, text: str) -> None:
+        if job is self.job:
+            self.status.setText(f"Projection failed: {text.strip().splitlines()[0] if text.strip() else ''}")
+            self.status.setToolTip(text)
+
+    def show_projection(self, projection: dict) -> None:
+        """Draw a ``projection_job`` result."""
+        self.projection = projection
+        xy, labels = projection["xy"], projection["labels"]
+        self.scatter.setData(x=xy[:, 0], y=xy[:, 1], data=np.arange(len(xy)), brush=class_brushes(labels))
+        self.plot.autoRange()
+        self.loader.set_paths(projection["root"], list(projection["paths"]))
+        self.hovered = None
+        self.preview.hide()
+        self.status.setText(f"{projection['method'].upper()}: {len(xy)} images, {len(np.unique(labels))} classes. "
+                            "Hover a point to see its image; click to make it the query.")
+
+    # -- interaction
+    def _on_hovered(self, item, points, event) -> None:
+        if points is None or len(points) == 0:
+            self.hovered = None
+            self.preview.hide()
+            return
+        k = int(points[0].data())
+        if k != self.hovered:
+            self.hovered = k
+            self._show_preview(k)
+        pos = self.plot.mapFromScene(event.scenePos()) if event is not None and hasattr(event, "scenePos") else None
+        if pos is not None:
+            self._place_preview(QPoint(int(pos.x()), int(pos.y())))
+
+    def _show_preview(self, k: int) -> None:
+        p = self.projection
+        self.loader.set_visible("embedding", [k])  # drops decodes of points hovered earlier
+        pix = self.loader.thumbnail(k)
+        text = f"{p['paths'][k]}\nclass {int(p['labels'][k])}"
+        if pix is not None:
+            self.preview.setPixmap(pix)
+            self.preview.setToolTip(text)
+        else:
+            self.preview.setText(text)
+        self.preview.adjustSize()
+        self.preview.show()
+        self.preview.raise_()
+        self.plot.setToolTip(text)
+
+    def _place_preview(self, at: QPoint) -> None:
+        x = at.x() + 16
+        y = at.y() + 16
+        if x + self.preview.width() > self.plot.width():
+            x = at.x() - 16 - self.preview.width()
+        if y + self.preview.height() > self.plot.height():
+            y = at.y() - 16 - self.preview.height()
+        self.preview.move(max(0, x), max(0, y))
+
+    def _on_thumbnail(self, index: int) -> None:
+        if index == self.hovered:
+            self._show_preview(index)
+
+    def _on_clicked(self, item, points, event) -> None:
+        if points is None or len(points) == 0 or self.projection is None:
+            return
+        self.select(int(points[0].data()))
+
+    def select(self, k: int) -> None:
+        """Make point ``k`` the query: emits ``query_selected(row, path)``."""
+        p = self.projection
+        self.query_selected.emit(int(p["rows"][k]), str(p["paths"][k]))

@@ -1,0 +1,66 @@
+"""Every error reaches the user as a dialog with details; the window stays usable.
+
+:func:`show_error` is the one place dialogs are made (tests replace it to record calls).
+The dialog is opened without blocking (``QMessageBox.open``) so that an error raised inside
+an event handler never nests event loops, and the same message is not stacked twice while
+its dialog is still open. :func:`install_excepthook` routes uncaught exceptions of the GUI
+thread (Qt calls ``sys.excepthook`` for exceptions escaping slots) to that dialog instead of
+letting them end the app. Everything is also written to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from types import TracebackType
+
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+
+log = logging.getLogger(__name__)
+
+#: Open dialogs by message (keeps parentless boxes alive; suppresses storms of one error).
+_open_boxes: dict[str, QMessageBox] = {}
+
+
+def show_error(parent: QWidget | None, title: str, message: str, details: str | None = None) -> None:
+    """Show ``message`` in a warning dialog; ``details`` (a traceback) behind "Show Details"."""
+    log.error("%s: %s%s", title, message, f"\n{details}" if details else "")
+    if QApplication.instance() is None or message in _open_boxes:
+        return
+    box = QMessageBox(parent)
+    box.setIcon(QMessageBox.Warning)
+    box.setWindowTitle(title)
+    box.setText(message)
+    if details:
+        box.setDetailedText(details)
+    box.setStandardButtons(QMessageBox.Ok)
+    _open_boxes[message] = box
+    box.finished.connect(lambda _=0, m=message: _open_boxes.pop(m, None))
+    box.open()
+
+
+def report_exception(parent: QWidget | None, title: str, exc: BaseException) -> None:
+    """Dialog for a caught exception: its one-line message, the traceback as details."""
+    details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    show_error(parent, title, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, details)
+
+
+def split_failure(text: str) -> tuple[str, str]:
+    """A worker failure text (``"Type: message\\n\\ntraceback"``) as (first line, whole text)."""
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    return first, text
+
+
+def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """``sys.excepthook`` of the app: log, then show the error dialog; never exit."""
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc, tb)
+        return
+    details = "".join(traceback.format_exception(exc_type, exc, tb))
+    parent = QApplication.activeWindow() if QApplication.instance() is not None else None
+    show_error(parent, "Unexpected error", f"{exc_type.__name__}: {exc}", details)
+
+
+def install_excepthook() -> None:
+    sys.excepthook = excepthook

@@ -1,0 +1,305 @@
+"""Group attention: one tab per embedding group of a grouping head (seed 001, seed 003, seed 004).
+
+For a grouping head the embedding is the concatenation of P group embeddings. Each tab shows,
+on both images of the current pair, the attention map of that group that the head computed
+(A-grouping: the softmax attention of the group's query over positions, seed 001 Eq. 9-10;
+G-/C-grouping: the strongest channel of the group; the multi-layer head of seed 003: its
+per-layer attention; DeML: the object attention of seed 004 Eq. 2-3 — whatever
+``PairExplanation.attention_maps`` returns, chosen in the "Map" box), the group's share of the
+similarity, and group-wise point-to-point hover: hovering one image shows the partial map of
+that point restricted to the group's embedding slice (``group_point_to_point(p)``, which sums
+over groups to the whole tensor because it uses the global normalization).
+
+A head without groups has nothing to split: the area then says so instead of staying empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QSplitter, QStackedWidget,
+                               QTabBar, QVBoxLayout, QWidget)
+
+from dmlviewer.gui import errors
+from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
+from dmlviewer.gui.image_pane import ImagePane
+from dmlviewer.gui.pair_view import PairImages, overlay_shape
+from dmlviewer.gui.worker import LatestRunner
+
+log = logging.getLogger(__name__)
+
+NO_MODEL_TEXT = "Open a checkpoint: grouping heads get one tab per group here."
+NO_GROUPS_TEXT = (
+    "<b>This model has no groups.</b><br><br>Its head (grouping: <i>{grouping}</i>) produces one "
+    "embedding vector, so there are no per-group attention maps to show. Models trained with a "
+    "grouping head (<tt>--grouping a</tt> for attentive grouping, or <tt>m</tt>, <tt>g</tt>, "
+    "<tt>c</tt>) get one tab per group here, with the group's attention on both images, its share "
+    "of the similarity and group-wise point-to-point hover.")
+
+
+def model_groups(model) -> int:
+    """Number of embedding groups of ``model`` (1 for a head without groups, 0 for no model)."""
+    return 0 if model is None else len(model.group_slices)
+
+
+def model_layers(model) -> list[str]:
+    """Intermediate maps the seed-003 multi-layer head attends over (empty for other heads)."""
+    return [] if model is None else list(model.config.get("multilayer") or [])
+
+
+class GroupTabs(QWidget):
+    """Tab bar of groups, attention-map choice, share read-out and two hoverable panes."""
+
+    status_message = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
+        super().__init__(parent)
+        self.model = None
+        self.model_lock = model_lock or threading.RLock()
+        self.explanation = None
+        self.images: PairImages | None = None
+        self._data: dict | None = None  # attention maps, group tensors, shares of the pair
+        self._renderers: dict[int, object] = {}
+
+        self.tabs = QTabBar()
+        self.tabs.setExpanding(False)
+        self.tabs.setDocumentMode(True)
+        self.kind_combo = QComboBox()
+        self.kind_combo.setToolTip("Which attention map of the head to show")
+        self.kind_combo.setMinimumContentsLength(16)
+        self.kind_combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.share_label = QLabel("")
+        self.share_label.setObjectName("groupShare")
+        self.panes = (ImagePane("Query"), ImagePane("Reference"))
+        splitter = QSplitter(Qt.Horizontal)
+        for pane in self.panes:
+            splitter.addWidget(pane)
+            splitter.setStretchFactor(splitter.count() - 1, 1)
+        header = QHBoxLayout()
+        header.addWidget(self.tabs, 1)
+        header.addWidget(QLabel("Map"))
+        header.addWidget(self.kind_combo)
+        content = QWidget()
+        content_layout = QVBoxLayout(content)
+        content_layout.setContentsMargins(0, 0, 0, 0)
+        content_layout.addLayout(header)
+        content_layout.addWidget(self.share_label)
+        content_layout.addWidget(splitter, 1)
+
+        self.explain_label = QLabel(NO_MODEL_TEXT)
+        self.explain_label.setObjectName("emptyExplanation")
+        self.explain_label.setWordWrap(True)
+        self.explain_label.setAlignment(Qt.AlignCenter)
+        self.explain_label.setMargin(40)
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.explain_label)
+        self.stack.addWidget(content)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.stack)
+
+        self.link = HoverLink(self.panes, self._render_partial, self._show_attention, parent=self)
+        self.link.point_changed.connect(self._on_point)
+        self.runner = LatestRunner(self)
+        self.runner.result_ready.connect(self._on_data)
+        self.runner.request_failed.connect(self._on_failed)
+        self.tabs.currentChanged.connect(self._on_group)
+        self.kind_combo.currentIndexChanged.connect(self._show_attention)
+        lut = overlay_lut("inferno")
+        for pane in self.panes:
+            pane.set_lut(lut)
+
+    # -- state
+    @property
+    def group_count(self) -> int:
+        return self.tabs.count()
+
+    @property
+    def group(self) -> int:
+        return max(0, self.tabs.currentIndex())
+
+    def set_model(self, model) -> None:
+        self.model = model
+        self.explanation = None
+        self._data = None
+        while self.tabs.count():
+            self.tabs.removeTab(0)
+        n = model_groups(model)
+        layers = model_layers(model)
+        if model is None:
+            self.explain_label.setText(NO_MODEL_TEXT)
+            self.stack.setCurrentIndex(0)
+        elif n <= 1 and not layers:
+            self.explain_label.setText(NO_GROUPS_TEXT.format(grouping=model.config.get("grouping", "none")))
+            self.stack.setCurrentIndex(0)
+        else:
+            # A multi-layer head has one embedding (one tab) whose per-layer attention maps
+            # are chosen in the "Map" box.
+            self.tabs.blockSignals(True)
+            for p in range(n):
+                self.tabs.addTab(f"Group {p + 1}" if n > 1 else "Whole embedding")
+            self.tabs.blockSignals(False)
+            self.stack.setCurrentIndex(1)
+        self._clear_panes("waiting for a pair…" if self.active else None)
+
+    @property
+    def active(self) -> bool:
+        """Whether this model has anything to show here (groups or per-layer attention)."""
+        return self.stack.currentIndex() == 1
+
+    def set_pair(self, images: PairImages | None) -> None:
+        """New photographs (the pair view prepares the explanation; :meth:`set_explanation`
+        follows)."""
+        self.images = images
+        self.explanation = None
+        self._data = None
+        self.link.reset()
+        for pane, image, title in zip(self.panes, (images.query, images.reference) if images else (None, None),
+                                      (images.query_title, images.reference_title) if images else ("", "")):
+            pane.set_image(image)
+            pane.set_title(title)
+        self._clear_panes("preparing…" if images is not None and self.active else None)
+
+    def set_explanation(self, explanation) -> None:
+        """The pair's explanation is ready: compute attention maps and group tensors."""
+        self.explanation = explanation
+        if explanation is None or not self.active:
+            return
+        slices, lock = list(self.model.group_slices), self.model_lock
+
+        def job(cancel):
+            with lock:
+                cancel.raise_if_cancelled()
+                return explanation, _group_data(explanation, slices)
+
+        self.runner.submit(job, cancel_aware=True)
+
+    # -- results
+    def _on_data(self, _request: int, value: object) -> None:
+        explanation, data = value
+        if explanation is not self.explanation:
+            return
+        self._data = data
+        current = self.kind_combo.currentText()
+        self.kind_combo.blockSignals(True)
+        self.kind_combo.clear()
+        self.kind_combo.addItems(sorted(data["attention"][QUERY]))
+        if current:
+            self.kind_combo.setCurrentText(current)
+        self.kind_combo.blockSignals(False)
+        self._on_group()
+
+    def _on_failed(self, _request: int, text: str) -> None:
+        first, details = errors.split_failure(text)
+        self._clear_panes("group attention unavailable")
+        errors.show_error(self, "Group attention failed", first, details)
+
+    def _on_group(self, *_args) -> None:
+        self.link.reset()
+        self._build_renderers()
+        self._show_attention()
+        self._show_share()
+
+    def _show_attention(self, *_args) -> None:
+        data, p, kind = self._data, self.group, self.kind_combo.currentText()
+        if data is None:
+            return
+        for side, pane in enumerate(self.panes):
+            maps = data["attention"][side].get(kind)
+            pane.show_message(None)
+            if maps is None or len(maps) == 0:
+                pane.clear_overlay()
+                pane.show_message(f"no '{kind}' map")
+                continue
+            # One map for the whole head (object attention, per-layer attention) is the same
+            # on every tab; per-group maps have one entry per group.
+            values = np.asarray(maps[p] if len(maps) > 1 else maps[0], dtype=np.float32)
+            # Levels span the map's own range: attention is often nearly uniform and its
+            # structure would vanish on a 0..max scale.
+            lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+            levels = (lo, hi if hi > lo else lo + 1.0)
+            pane.set_map(values, levels)
+            pane.set_colorbar("inferno", False, levels, f"{kind} attention")
+
+    def _show_share(self) -> None:
+        data, p = self._data, self.group
+        if data is None:
+            self.share_label.setText("")
+            return
+        share, total = data["shares"][p], data["similarity"]
+        if self.group_count <= 1:
+            self.share_label.setText(f"One embedding (no groups), similarity {total:+.4f}. Per-layer and "
+                                     "object attention in the Map box; hover for the partial map.")
+            return
+        part = f" ({100.0 * share / total:.1f}% of it)" if abs(total) > 1e-12 else ""
+        self.share_label.setText(
+            f"Group {p + 1} of {self.group_count}: contributes {share:+.4f} to the similarity "
+            f"{total:+.4f}{part}; its point-to-point terms sum to {data['p2p_sums'][p]:+.4f}.   "
+            "Hover a point for its group-wise partial map.")
+
+    # -- group-wise hover
+    def _build_renderers(self) -> None:
+        from dmlviewer.core.explain.hover import HoverRenderer  # the core's hover path, on group rows
+
+        self._renderers = {}
+        data, e = self._data, self.explanation
+        if data is None or e is None:
+            return
+        p2p = data["tensors"][self.group]
+        shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
+        grids = (tuple(e.grid_query), tuple(e.grid_reference))
+        lut = overlay_lut("jet")
+        for side in (QUERY, REFERENCE):
+            other = 1 - side
+            self._renderers[side] = HoverRenderer(
+                p2p if side == QUERY else p2p.T, shapes[side], grids[side],
+                overlay_shape(shapes[other]), grids[other], lut=lut)
+
+    def _render_partial(self, side: int, x: float, y: float):
+        renderer = self._renderers.get(side)
+        if renderer is None:
+            return None
+        try:
+            return renderer.render(x, y)
+        except ValueError:
+            return None
+
+    def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
+        self.panes[1 - side].set_colorbar("jet", False, (0.0, 1.0), f"group {self.group + 1} partial map")
+        self.status_message.emit(f"group {self.group + 1}, {SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
+                                 + ("   [pinned, Esc to release]" if pinned else ""))
+
+    def unpin(self) -> None:
+        self.link.unpin()
+
+    def _clear_panes(self, message: str | None) -> None:
+        self._renderers = {}
+        self.share_label.setText("")
+        for pane in self.panes:
+            pane.clear_overlay()
+            pane.show_message(message)
+
+    def shutdown(self) -> None:
+        self.runner.stop(1.0)
+
+
+def _group_data(explanation, slices: list[slice]) -> dict:
+    """Attention maps of both images, the P group tensors and each group's share (worker).
+
+    A group's share of the cosine is its term ``Eq_p . Er_p / (|Eq||Er|)``, the dot product of
+    the group's slices of the two L2-normalized embeddings (the terms sum over groups to the
+    similarity, bias included); ``p2p_sums`` is the part of it its point-to-point tensor holds.
+    """
+    tensors = [explanation.group_point_to_point(p) for p in range(len(slices))]
+    eq, er = explanation.embedding("query"), explanation.embedding("reference")
+    return {
+        "attention": [explanation.attention_maps(side) for side in SIDE_NAMES],
+        "tensors": tensors,
+        "shares": [float(np.dot(eq[sl], er[sl])) for sl in slices],
+        "p2p_sums": [float(t.sum(dtype=np.float64)) for t in tensors],
+        "similarity": float(explanation.similarity),
+    }

@@ -1,0 +1,131 @@
+"""Hover and pin coordination between two image panes (the point-to-point interaction).
+
+Hovering a point of one pane draws a crosshair there and, on the other pane, the partial map
+of that point; a click pins the point (the partial map stays while the mouse moves on);
+:meth:`HoverLink.unpin` (Escape) releases it. Mouse moves are coalesced: the first move after a
+quiet period is drawn at once, later ones at most every ``interval_ms`` (the newest wins), so
+hovering never queues work. Each drawn event is one call of ``render(side, x, y)``, which the
+owner implements with the core's precomputed hover renderer (a small array operation).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from dmlviewer.gui.image_pane import ImagePane
+
+QUERY, REFERENCE = 0, 1
+SIDE_NAMES = ("query", "reference")
+
+#: render(side, x, y) -> H x W x 4 uint8 overlay for the other pane, or None when nothing is ready.
+RenderFn = Callable[[int, float, float], object]
+
+
+class HoverLink(QObject):
+    """Links two panes; ``point_changed(side, x, y, pinned)`` / ``point_cleared()`` report the
+    point whose partial map is on screen."""
+
+    point_changed = Signal(int, float, float, bool)
+    point_cleared = Signal()
+
+    def __init__(self, panes: tuple[ImagePane, ImagePane], render: RenderFn,
+                 restore: Callable[[], None], interval_ms: float = 8.0, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.panes = panes
+        self.render = render
+        self.restore = restore
+        self.interval_s = interval_ms / 1000.0
+        self.enabled = True
+        self.pinned: tuple[int, float, float] | None = None
+        self.hover: tuple[int, float, float] | None = None
+        self._pending: tuple[int, float, float] | None = None
+        self._last = 0.0
+        self._timer = QTimer(self, singleShot=True)
+        self._timer.timeout.connect(self.flush)
+        for side, pane in enumerate(panes):
+            pane.hovered.connect(lambda x, y, s=side: self._moved(s, x, y))
+            pane.left.connect(lambda s=side: self._left(s))
+            pane.clicked.connect(lambda x, y, s=side: self.pin(s, x, y))
+
+    # -- pin
+    def pin(self, side: int, x: float, y: float) -> None:
+        self.pinned = (side, x, y)
+        self.panes[side].set_pin((x, y))
+        self.panes[1 - side].set_pin(None)
+        self._show(side, x, y, pinned=True)
+
+    def unpin(self) -> None:
+        if self.pinned is None:
+            return
+        self.pinned = None
+        for pane in self.panes:
+            pane.set_pin(None)
+        if self.hover is not None:
+            self._show(*self.hover, pinned=False)
+        else:
+            self._clear()
+
+    def reset(self) -> None:
+        """Forget pin and hover (new pair): marks off, nothing pending."""
+        self._timer.stop()
+        self._pending = None
+        self.pinned = None
+        self.hover = None
+        for pane in self.panes:
+            pane.set_pin(None)
+            pane.set_crosshair(None)
+
+    def refresh(self) -> None:
+        """Redraw the point on screen (after a change of colours or data)."""
+        point = self.pinned or self.hover
+        if point is not None:
+            self._show(*point, pinned=self.pinned is not None)
+
+    # -- hover
+    def flush(self) -> None:
+        """Draw the newest pending move now (the coalescing timer calls this too)."""
+        self._timer.stop()
+        if self._pending is None:
+            return
+        side, x, y = self._pending
+        self._pending = None
+        self._last = time.perf_counter()
+        self.hover = (side, x, y)
+        self.panes[side].set_crosshair((x, y))
+        self.panes[1 - side].set_crosshair(None)
+        if self.pinned is None:
+            self._show(side, x, y, pinned=False)
+
+    def _moved(self, side: int, x: float, y: float) -> None:
+        if not self.enabled:
+            return
+        self._pending = (side, x, y)
+        wait = self.interval_s - (time.perf_counter() - self._last)
+        if wait <= 0:
+            self.flush()
+        elif not self._timer.isActive():
+            self._timer.start(max(1, int(wait * 1000)))
+
+    def _left(self, side: int) -> None:
+        self._timer.stop()
+        self._pending = None
+        self.panes[side].set_crosshair(None)
+        if self.hover is not None and self.hover[0] == side:
+            self.hover = None
+            if self.pinned is None:
+                self._clear()
+
+    def _show(self, side: int, x: float, y: float, pinned: bool) -> None:
+        rgba = self.render(side, x, y) if self.enabled else None
+        if rgba is None:
+            self.panes[1 - side].clear_overlay()
+            return
+        self.panes[1 - side].set_rgba(rgba)
+        self.point_changed.emit(side, x, y, pinned)
+
+    def _clear(self) -> None:
+        self.restore()
+        self.point_cleared.emit()

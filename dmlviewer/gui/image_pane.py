@@ -1,0 +1,331 @@
+"""One image with a heat-map overlay, crosshair, pin, markers and a colour bar.
+
+Coordinates: the photograph is an ``ImageItem`` (row-major) spanning ``[0, W] x [0, H]`` in
+view coordinates, y down, aspect locked. View coordinates are pixel *edges*; the core's pixel
+coordinates put pixel ``k``'s centre at ``k`` (``dmlviewer.core.explain.grid``), so a point
+``(x, y)`` of the core sits at view ``(x + 0.5, y + 0.5)``. Signals carry core coordinates.
+
+Overlays are a second ``ImageItem`` stretched over the image (any resolution): either a float
+map drawn with fixed levels and a 256-entry RGBA look-up table (:meth:`ImagePane.set_map`) or
+an RGBA image already colour-mapped by the core's hover renderer
+(:meth:`ImagePane.set_rgba`). Neither path computes levels from the data.
+
+Mouse: plain moves over the viewport are handled by an event filter (``hovered(x, y)``,
+``left()``) and consumed, which spares pyqtgraph's per-move hover search; a left click is
+``clicked(x, y)``; a left drag with Shift, or any left drag while :attr:`region_mode` is on,
+draws a rectangle and emits ``region_selected((y0, x0, y1, x1))`` in pixel-edge coordinates
+(the core's region convention); other drags pan and the wheel zooms.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from dmlviewer.gui.colormaps import colorbar_map, overlay_lut
+
+#: Distinct colours for numbered markers (correspondences).
+MARKER_COLORS = [
+    "#e6194b", "#3cb44b", "#ffe119", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6",
+    "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3",
+]
+
+
+class PaneViewBox(pg.ViewBox):
+    """A ViewBox whose left drag draws a region with Shift or in region mode."""
+
+    region_drawn = Signal(object)  # QRectF in view coordinates
+
+    def __init__(self) -> None:
+        super().__init__(lockAspect=True, invertY=True, enableMenu=True, defaultPadding=0.01)
+        self.region_mode = False
+        self.press_modifiers = Qt.NoModifier  # set by the pane at each press: Shift+drag = region
+        self.region_item = QGraphicsRectItem()
+        self.region_item.setPen(pg.mkPen("#00e5ff", width=2, style=Qt.DashLine, cosmetic=True))
+        self.region_item.setBrush(QBrush(QColor(0, 229, 255, 40)))
+        self.region_item.setZValue(30)
+        self.region_item.hide()
+        self.addItem(self.region_item, ignoreBounds=True)
+
+    def mouseDragEvent(self, ev, axis=None) -> None:  # noqa: N802 - pyqtgraph API
+        shift = (ev.modifiers() | self.press_modifiers) & Qt.ShiftModifier
+        if ev.button() == Qt.LeftButton and (self.region_mode or shift):
+            ev.accept()
+            a = self.mapSceneToView(ev.buttonDownScenePos())
+            b = self.mapSceneToView(ev.scenePos())
+            rect = QRectF(a, b).normalized()
+            self.region_item.setRect(rect)
+            self.region_item.show()
+            if ev.isFinish():
+                self.region_drawn.emit(rect)
+            return
+        super().mouseDragEvent(ev, axis)
+
+
+class ImagePane(QWidget):
+    """Title line above a pyqtgraph view holding image, overlay, crosshair, pin and markers."""
+
+    hovered = Signal(float, float)
+    left = Signal()
+    clicked = Signal(float, float)
+    region_selected = Signal(tuple)
+
+    def __init__(self, title: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = QLabel(title)
+        self.title.setObjectName("paneTitle")
+        self.title.setTextFormat(Qt.RichText)
+        # A long caption must not widen the pane (the two panes share the width equally).
+        self.title.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("#1e1e1e")
+        self.graphics.ci.setContentsMargins(2, 2, 2, 2)
+        self.view = PaneViewBox()
+        self.graphics.addItem(self.view, row=0, col=0)
+        self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), width=14, interactive=False,
+                                        colorMap=colorbar_map("jet"), colorMapMenu=False)
+        self.graphics.addItem(self.colorbar, row=0, col=1)
+
+        self.image_item = pg.ImageItem(axisOrder="row-major")
+        self.image_item.setAutoDownsample(False)
+        # The photograph only changes with the pair or the zoom: keep it rendered at screen
+        # resolution so that a hover repaints the overlay, not the scaled photograph.
+        self.image_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.overlay_item = pg.ImageItem(axisOrder="row-major")
+        self.overlay_item.setAutoDownsample(False)
+        self.overlay_item.setZValue(10)
+        self.overlay_item.setOpacity(0.6)
+        self.view.addItem(self.image_item)
+        self.view.addItem(self.overlay_item, ignoreBounds=True)
+
+        pen = pg.mkPen("#ffffff", width=1, style=Qt.DashLine, cosmetic=True)
+        self.vline = pg.InfiniteLine(angle=90, pen=pen, movable=False)
+        self.hline = pg.InfiniteLine(angle=0, pen=pen, movable=False)
+        self.pin_item = pg.ScatterPlotItem(size=16, symbol="star", pen=pg.mkPen("k", width=1),
+                                           brush=pg.mkBrush("#ffeb3b"))
+        self.marker_item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=1))
+        for z, item in ((20, self.vline), (20, self.hline), (25, self.pin_item), (22, self.marker_item)):
+            item.setZValue(z)
+            item.hide()
+            self.view.addItem(item, ignoreBounds=True)
+        self._marker_labels: list[pg.TextItem] = []
+
+        self.message = QLabel(self.graphics)
+        self.message.setObjectName("paneMessage")
+        self.message.setAlignment(Qt.AlignCenter)
+        self.message.hide()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.title)
+        layout.addWidget(self.graphics, 1)
+
+        self.shape: tuple[int, int] | None = None  # (H, W) of the photograph
+        self._overlay_shape: tuple[int, int] | None = None
+        self._lut: np.ndarray | None = None
+        self._colorbar_key: tuple | None = None
+        self._inside = False
+        self.view.region_drawn.connect(self._on_region)
+        self.graphics.scene().sigMouseClicked.connect(self._on_click)
+        self.graphics.viewport().installEventFilter(self)
+        self.graphics.viewport().setMouseTracking(True)
+
+    # -- content
+    def set_image(self, image: np.ndarray | None) -> None:
+        """Show an H x W x 3 uint8 photograph (None: empty); clears overlay and marks."""
+        self.clear_overlay()
+        self.set_crosshair(None)
+        self.set_pin(None)
+        self.set_markers([])
+        self.view.region_item.hide()
+        if image is None:
+            self.image_item.clear()
+            self.shape = None
+            return
+        image = np.ascontiguousarray(image, dtype=np.uint8)
+        self.shape = (int(image.shape[0]), int(image.shape[1]))
+        self.image_item.setImage(image, autoLevels=False, levels=None)
+        self.image_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
+        self.fit()
+
+    def fit(self) -> None:
+        """Show the whole photograph and keep fitting it as the pane resizes (until the user
+        pans or zooms)."""
+        self.view.enableAutoRange()
+
+    def set_lut(self, lut: np.ndarray) -> None:
+        """The 256 x 4 table used by :meth:`set_map` overlays."""
+        self._lut = lut
+        self.overlay_item.setLookupTable(lut)
+
+    def set_map(self, values: np.ndarray, levels: tuple[float, float]) -> None:
+        """Overlay a float map (any resolution, stretched over the image) with fixed levels."""
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if self._lut is None:
+            self.set_lut(overlay_lut("jet"))
+        elif self.overlay_item.lut is None:
+            self.overlay_item.setLookupTable(self._lut)
+        self.overlay_item.setImage(values, autoLevels=False, levels=levels)
+        self._fit_overlay(values.shape[:2])
+
+    def set_rgba(self, rgba: np.ndarray) -> None:
+        """Overlay an H x W x 4 uint8 image that is already colour-mapped (no levels, no LUT)."""
+        if self.overlay_item.lut is not None:
+            self.overlay_item.setLookupTable(None, update=False)
+        self.overlay_item.setImage(rgba, autoLevels=False, levels=None)
+        self._fit_overlay(rgba.shape[:2])
+
+    def overlay_image(self) -> np.ndarray | None:
+        """The array the overlay item currently shows (None when hidden)."""
+        return self.overlay_item.image if self.overlay_item.isVisible() else None
+
+    def clear_overlay(self) -> None:
+        """No overlay (and no colour bar, which would describe nothing)."""
+        self.overlay_item.hide()
+        self.colorbar.hide()
+
+    def set_opacity(self, opacity: float) -> None:
+        self.overlay_item.setOpacity(opacity)
+
+    def set_colorbar(self, name: str, signed: bool, levels: tuple[float, float], label: str = "") -> None:
+        """Colour bar for the overlay; a no-op when nothing changed (hover calls it per event)."""
+        key = (name, signed, float(levels[0]), float(levels[1]), label)
+        if key == self._colorbar_key:
+            return
+        if key[:2] != (self._colorbar_key or (None, None))[:2]:
+            self.colorbar.setColorMap(colorbar_map(name, signed))
+        self.colorbar.setLevels(levels)
+        if label != (self._colorbar_key or ("",) * 5)[4]:
+            self.colorbar.axis.setLabel(label)
+        self._colorbar_key = key
+
+    def set_title(self, html: str) -> None:
+        self.title.setText(html)
+
+    def show_message(self, text: str | None) -> None:
+        """A centred notice over the view (e.g. "preparing…"); None hides it."""
+        if not text:
+            self.message.hide()
+            return
+        self.message.setText(text)
+        self.message.adjustSize()
+        self._place_message()
+        self.message.show()
+        self.message.raise_()
+
+    # -- marks
+    def set_crosshair(self, point: tuple[float, float] | None) -> None:
+        if point is None:
+            self.vline.hide()
+            self.hline.hide()
+            return
+        self.vline.setPos(point[0] + 0.5)
+        self.hline.setPos(point[1] + 0.5)
+        self.vline.show()
+        self.hline.show()
+
+    def set_pin(self, point: tuple[float, float] | None) -> None:
+        if point is None:
+            self.pin_item.hide()
+            return
+        self.pin_item.setData([point[0] + 0.5], [point[1] + 0.5])
+        self.pin_item.show()
+
+    def set_markers(self, points: list[tuple[float, float]]) -> None:
+        """Numbered markers (1, 2, ...) at core coordinates, coloured by MARKER_COLORS."""
+        for label in self._marker_labels:
+            self.view.removeItem(label)
+        self._marker_labels = []
+        if not points:
+            self.marker_item.hide()
+            return
+        xs = [p[0] + 0.5 for p in points]
+        ys = [p[1] + 0.5 for p in points]
+        brushes = [pg.mkBrush(MARKER_COLORS[k % len(MARKER_COLORS)]) for k in range(len(points))]
+        self.marker_item.setData(xs, ys, brush=brushes)
+        self.marker_item.show()
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            label = pg.TextItem(str(k + 1), color="w", anchor=(-0.2, 1.1), fill=pg.mkBrush(0, 0, 0, 150))
+            label.setPos(x, y)
+            label.setZValue(23)
+            self.view.addItem(label, ignoreBounds=True)
+            self._marker_labels.append(label)
+
+    def map_to_widget(self, x: float, y: float) -> QPointF:
+        """Core image coordinates -> this pane's widget coordinates (for cross-pane lines)."""
+        scene = self.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+        view_pt = self.graphics.mapFromScene(scene)
+        return QPointF(self.graphics.mapTo(self, view_pt))
+
+    def map_from_viewport(self, pos: QPointF) -> tuple[float, float] | None:
+        """Viewport position -> core image coordinates, None outside the photograph."""
+        if self.shape is None:
+            return None
+        v = self.view.mapSceneToView(self.graphics.mapToScene(pos.toPoint()))
+        vx, vy = v.x(), v.y()
+        h, w = self.shape
+        if not (0.0 <= vx <= w and 0.0 <= vy <= h):
+            return None
+        return vx - 0.5, vy - 0.5
+
+    # -- events
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        kind = event.type()
+        if kind == QEvent.MouseMove and event.buttons() == Qt.NoButton:
+            point = self.map_from_viewport(event.position())
+            if point is None:
+                if self._inside:
+                    self._inside = False
+                    self.left.emit()
+            else:
+                self._inside = True
+                self.hovered.emit(point[0], point[1])
+            return True
+        if kind == QEvent.MouseButtonPress:
+            self.view.press_modifiers = event.modifiers()
+        if kind == QEvent.Leave and self._inside:
+            self._inside = False
+            self.left.emit()
+        return False
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._place_message()
+
+    def _place_message(self) -> None:
+        m = self.message
+        g = self.graphics
+        m.move(max(0, (g.width() - m.width()) // 2), max(0, (g.height() - m.height()) // 2))
+
+    def _fit_overlay(self, shape: tuple[int, int]) -> None:
+        if self.shape is not None and self._overlay_shape != (shape, self.shape):
+            self.overlay_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
+            self._overlay_shape = (shape, self.shape)
+        self.overlay_item.show()
+        self.colorbar.show()
+
+    def _on_click(self, ev) -> None:
+        if ev.button() != Qt.LeftButton or ev.double() or self.view.region_mode:
+            return
+        if ev.modifiers() & Qt.ShiftModifier:
+            return
+        pos = self.graphics.mapFromScene(ev.scenePos())
+        point = self.map_from_viewport(QPointF(pos))
+        if point is not None:
+            ev.accept()
+            self.clicked.emit(point[0], point[1])
+
+    def _on_region(self, rect: QRectF) -> None:
+        if self.shape is None:
+            return
+        h, w = self.shape
+        y0, x0 = max(0.0, rect.top()), max(0.0, rect.left())
+        y1, x1 = min(float(h), rect.bottom()), min(float(w), rect.right())
+        if y1 - y0 < 1 or x1 - x0 < 1:
+            self.view.region_item.hide()
+            return
+        self.region_selected.emit((y0, x0, y1, x1))

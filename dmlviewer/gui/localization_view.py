@@ -1,0 +1,352 @@
+"""Weakly supervised localization and part correspondence, run from the GUI and plotted.
+
+Localization (seed 000 Sec. 5.1 / Table 4, seed 002 Fig. 1): ``core.explain.localize`` turns
+each method's overall map into a box at every threshold and counts IoU > 0.5 hits; the view
+plots accuracy against threshold, one curve per method, with each curve's best threshold
+marked, and lists the best values in a table. Part correspondence (seed 000 Sec. 5.3):
+``core.explain.correspond`` compares the peak of the partial (point-to-point) map with the peak
+of the overall map; the view shows both accuracies as bars.
+
+Both run through the :class:`JobRunner`; the job functions only open the checkpoint and the
+dataset and delegate to the core.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget,
+    QListWidgetItem, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
+    QVBoxLayout, QWidget,
+)
+
+from dmlviewer.core.progress import CancelToken, Progress
+from dmlviewer.gui.evaluation_view import EvaluationInputs
+from dmlviewer.gui.training_dialog import PALETTE, format_eta, no_si_prefix
+from dmlviewer.gui.worker import Job, JobRunner
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METHODS = ("decomposition", "decomposition_bias", "gradcam", "rgradcam")
+
+
+def _open(checkpoint: str, dataset_root: str, dataset_format: str | None, device: str):
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.models import load_checkpoint, resolve_device
+
+    dev = resolve_device(device)
+    model, _ = load_checkpoint(checkpoint, dev)
+    return model, open_dataset(dataset_root, dataset_format), dev
+
+
+def localization_job(checkpoint: str, dataset_root: str, dataset_format: str | None, methods: Sequence[str],
+                     thresholds: Sequence[float], pairing: str, split: str | None, device: str,
+                     limit: int | None, cancel: CancelToken) -> Iterator[Progress]:
+    """``core.explain.localize`` on a checkpoint file and a dataset folder."""
+    from dmlviewer.core.explain import localize
+
+    model, dataset, dev = _open(checkpoint, dataset_root, dataset_format, device)
+    yield Progress("log", message=f"localization of {len(methods)} method(s) on {dataset.root.name}")
+    yield from localize(model, dataset, methods=methods, thresholds=thresholds, pairing=pairing,
+                        split=split, device=dev, limit=limit, cancel=cancel)
+
+
+def correspondence_job(checkpoint: str, dataset_root: str, dataset_format: str | None, split: str | None,
+                       device: str, max_pairs: int, cancel: CancelToken) -> Iterator[Progress]:
+    """``core.explain.correspond`` on a checkpoint file and a dataset folder."""
+    from dmlviewer.core.explain import correspond
+
+    model, dataset, dev = _open(checkpoint, dataset_root, dataset_format, device)
+    yield from correspond(model, dataset, split=split, max_pairs=max_pairs, device=dev, cancel=cancel)
+
+
+class LocalizationView(QWidget):
+    """Run localization / correspondence and plot the results (see the module docstring).
+
+    ``localization_computed(checkpoint, method, best_accuracy)`` is emitted per method when a
+    localization run ends (the evaluation view adds it as a row).
+    """
+
+    localization_computed = Signal(str, str, float)
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from dmlviewer.core.explain import DEFAULT_THRESHOLDS, METHODS, PAIRINGS
+
+        self.setWindowTitle("Localization and correspondence")
+        self.runner = runner
+        self.job: Job | None = None
+        self._job_kind: dict[int, tuple[str, str]] = {}  # job id -> (kind, checkpoint)
+        self.results: list[dict] = []
+        self.correspondence: dict | None = None
+
+        self.inputs = EvaluationInputs()
+        self.methods = QListWidget()
+        for method in METHODS:
+            item = QListWidgetItem(method)
+            item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+            item.setCheckState(Qt.Checked if method in DEFAULT_METHODS else Qt.Unchecked)
+            self.methods.addItem(item)
+        self.methods.setMaximumHeight(self.methods.sizeHintForRow(0) * (len(METHODS) + 1) + 6)
+        self.pairing = QComboBox()
+        self.pairing.addItems(list(PAIRINGS))
+        t = DEFAULT_THRESHOLDS
+        step = round(t[1] - t[0], 6) if len(t) > 1 else 0.05
+        self.thresholds = QLineEdit(f"{t[0]:g}:{t[-1]:g}:{step:g}")
+        self.thresholds.setToolTip("start:stop:step (stop included) or a comma-separated list")
+        self.limit = QSpinBox()
+        self.limit.setRange(0, 1_000_000)
+        self.limit.setSpecialValueText("all")
+        self.limit.setToolTip("images evaluated (0: every image with a box)")
+        self.max_pairs = QSpinBox()
+        self.max_pairs.setRange(1, 1_000_000)
+        self.max_pairs.setValue(200)
+        self.inputs.form.addRow("Methods", self.methods)
+        self.inputs.form.addRow("Reference", self.pairing)
+        self.inputs.form.addRow("Thresholds", self.thresholds)
+        self.inputs.form.addRow("Images", self.limit)
+        self.inputs.form.addRow("Correspondence pairs", self.max_pairs)
+
+        self.localize_button = QPushButton("Run localization")
+        self.correspond_button = QPushButton("Run correspondence")
+        self.cancel_button = QPushButton("Cancel")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+
+        self.plot = pg.PlotWidget(title="Localization accuracy (IoU > 0.5) against threshold")
+        self.plot.setBackground("w")
+        self.plot.setLabel("bottom", "threshold (fraction of the map's maximum)")
+        self.plot.setLabel("left", "accuracy")
+        self.plot.showGrid(x=True, y=True, alpha=0.2)
+        self.plot.addLegend(offset=(-10, 10))
+        no_si_prefix(self.plot)
+        self.best_table = QTableWidget(0, 4)
+        self.best_table.setHorizontalHeaderLabels(["method", "best threshold", "best accuracy", "images"])
+        self.best_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        header = self.best_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        self.best_table.verticalHeader().setVisible(False)
+        self.bar_plot = pg.PlotWidget(title="Part correspondence accuracy")
+        self.bar_plot.setBackground("w")
+        self.bar_plot.setYRange(0, 1)
+        self.bar_plot.getAxis("bottom").setTicks([[(0, "partial map"), (1, "overall map")]])
+        self.bar_plot.setMouseEnabled(False, False)
+        no_si_prefix(self.bar_plot)
+        self.correspond_label = QLabel()
+
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.addWidget(self.inputs)
+        buttons = QHBoxLayout()
+        for b in (self.localize_button, self.correspond_button, self.cancel_button):
+            buttons.addWidget(b)
+        left_layout.addLayout(buttons)
+        left_layout.addWidget(self.progress)
+        left_layout.addWidget(self.status)
+        left_layout.addWidget(self.best_table, 1)
+        right = QSplitter(Qt.Vertical)
+        right.addWidget(self.plot)
+        bars = QWidget()
+        bars_layout = QVBoxLayout(bars)
+        bars_layout.setContentsMargins(0, 0, 0, 0)
+        bars_layout.addWidget(self.bar_plot, 1)
+        bars_layout.addWidget(self.correspond_label)
+        right.addWidget(bars)
+        right.setSizes([520, 260])
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+        self.resize(1250, 800)
+
+        self.inputs.changed.connect(self._update_buttons)
+        self.thresholds.textChanged.connect(self._update_buttons)
+        self.methods.itemChanged.connect(self._update_buttons)
+        self.localize_button.clicked.connect(self.run_localization)
+        self.correspond_button.clicked.connect(self.run_correspondence)
+        self.cancel_button.clicked.connect(self.cancel)
+        runner.job_progress.connect(self._on_progress)
+        runner.job_finished.connect(self._on_finished)
+        runner.job_failed.connect(self._on_failed)
+        runner.job_cancelled.connect(self._on_cancelled)
+        self._update_buttons()
+
+    # -- inputs
+    def set_sources(self, checkpoint: str | None = None, dataset: str | None = None,
+                    dataset_format: str | None = None) -> None:
+        if checkpoint:
+            self.inputs.checkpoint.setText(str(checkpoint))
+        if dataset:
+            self.inputs.dataset.setText(str(dataset))
+            self.inputs.dataset_format = dataset_format
+
+    def checked_methods(self) -> list[str]:
+        return [self.methods.item(i).text() for i in range(self.methods.count())
+                if self.methods.item(i).checkState() == Qt.Checked]
+
+    def set_methods(self, methods: Sequence[str]) -> None:
+        for i in range(self.methods.count()):
+            item = self.methods.item(i)
+            item.setCheckState(Qt.Checked if item.text() in methods else Qt.Unchecked)
+
+    def threshold_values(self) -> list[float]:
+        from dmlviewer.core.explain import parse_thresholds
+
+        text = self.thresholds.text().strip()
+        if ":" in text:
+            return parse_thresholds(text)
+        return [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
+
+    def problems(self, localization: bool = True) -> list[str]:
+        out = self.inputs.problems()
+        if localization:
+            if not self.checked_methods():
+                out.append("check at least one method")
+            try:
+                if not self.threshold_values():
+                    out.append("give at least one threshold")
+            except ValueError as exc:
+                out.append(f"thresholds: {exc}")
+        return out
+
+    def _update_buttons(self, *_: Any) -> None:
+        running = self.job is not None and not self.job.ended
+        for button, localization in ((self.localize_button, True), (self.correspond_button, False)):
+            problems = self.problems(localization)
+            button.setEnabled(not running and not problems)
+            button.setToolTip("\n".join(problems))
+        self.cancel_button.setEnabled(running)
+
+    def _split(self) -> str | None:
+        split = self.inputs.split.currentText()
+        return None if split == "all" else split
+
+    # -- running
+    def run_localization(self) -> Job | None:
+        if self.problems(True) or (self.job is not None and not self.job.ended):
+            return None
+        checkpoint = self.inputs.checkpoint.text()
+        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
+                self.threshold_values(), self.pairing.currentText(), self._split(),
+                self.inputs.device.currentText(), self.limit.value() or None)
+        return self._submit("localization", checkpoint, (localization_job, args, {}))
+
+    def run_correspondence(self) -> Job | None:
+        if self.problems(False) or (self.job is not None and not self.job.ended):
+            return None
+        checkpoint = self.inputs.checkpoint.text()
+        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self._split(),
+                self.inputs.device.currentText(), self.max_pairs.value())
+        return self._submit("correspondence", checkpoint, (correspondence_job, args, {}))
+
+    def _submit(self, kind: str, checkpoint: str, factory: tuple) -> Job:
+        self.job = self.runner.submit(f"{kind.capitalize()} {Path(checkpoint).name}", factory)
+        self._job_kind[self.job.id] = (kind, checkpoint)
+        self.progress.setValue(0)
+        self.status.setText("Running...")
+        self._update_buttons()
+        return self.job
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.runner.cancel(self.job)
+
+    def _on_progress(self, job: Job, event: Progress) -> None:
+        if job.id not in self._job_kind:
+            return
+        if event.total:
+            self.progress.setValue(int(round(1000 * event.fraction)))
+        text = f"{event.message or event.kind} {event.current}/{event.total}" if event.total else event.message
+        if event.eta_s is not None:
+            text += f"  (ETA {format_eta(event.eta_s)})"
+        self.status.setText(text)
+
+    def _on_finished(self, job: Job, result: Any) -> None:
+        if job.id not in self._job_kind:
+            return
+        kind, checkpoint = self._job_kind.pop(job.id)
+        self.progress.setValue(1000)
+        if kind == "localization":
+            self.show_localization(result)
+            self.status.setText(f"Localization done on {result[0]['num_images'] if result else 0} images.")
+            for row in result:
+                self.localization_computed.emit(checkpoint, row["method"], float(row["best_accuracy"]))
+        else:
+            self.show_correspondence(result)
+            self.status.setText("Correspondence done.")
+        self._update_buttons()
+
+    def _on_failed(self, job: Job, text: str) -> None:
+        if self._job_kind.pop(job.id, None) is None:
+            return
+        first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+        self.status.setText(f"<span style='color:#b00020'>Failed: {first}</span>")
+        self.status.setToolTip(text)
+        self._update_buttons()
+
+    def _on_cancelled(self, job: Job) -> None:
+        if self._job_kind.pop(job.id, None) is None:
+            return
+        self.status.setText("Cancelled.")
+        self._update_buttons()
+
+    # -- results
+    def show_localization(self, results: list[dict]) -> None:
+        """Plot accuracy against threshold per method, best thresholds marked (the ``localize``
+        result: ``method pairing thresholds accuracy best_threshold best_accuracy num_images``)."""
+        self.results = list(results)
+        self.plot.clear()  # also empties the legend
+        self.best_table.setRowCount(len(results))
+        top = 0.0
+        for i, row in enumerate(results):
+            color = PALETTE[i % len(PALETTE)]
+            self.plot.plot(row["thresholds"], row["accuracy"], pen=pg.mkPen(color, width=2), symbol="o",
+                           symbolSize=5, symbolBrush=color, symbolPen=None,
+                           name=f"{row['method']} (best {row['best_accuracy']:.3f})")
+            best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,
+                                      brush=pg.mkBrush(color), pen=pg.mkPen("k", width=1))
+            best.setToolTip(f"{row['method']}: {row['best_accuracy']:.3f} at threshold {row['best_threshold']:g}")
+            self.plot.addItem(best)
+            label = pg.TextItem(f"{row['best_accuracy']:.2f} @ {row['best_threshold']:g}", color=color,
+                                anchor=(0.5, 1.3))
+            label.setPos(row["best_threshold"], row["best_accuracy"])
+            self.plot.addItem(label)
+            top = max(top, max(row["accuracy"], default=0.0))
+            cells = [row["method"], f"{row['best_threshold']:g}", f"{row['best_accuracy']:.4f}",
+                     str(row["num_images"])]
+            for j, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if j == 0:
+                    item.setForeground(pg.mkColor(color))
+                self.best_table.setItem(i, j, item)
+        self.plot.setYRange(0, max(0.1, min(1.0, top * 1.15 + 0.02)))
+        if results:
+            pairing = results[0].get("pairing")
+            self.plot.setTitle(f"Localization accuracy (IoU > 0.5) against threshold, reference: {pairing}, "
+                               f"{results[0]['num_images']} images")
+
+    def show_correspondence(self, result: dict) -> None:
+        """Bars of partial-map vs overall-map part-correspondence accuracy."""
+        self.correspondence = dict(result)
+        self.bar_plot.clear()
+        values = [result["partial_map_accuracy"], result["overall_map_accuracy"]]
+        self.bar_plot.addItem(pg.BarGraphItem(x=[0, 1], height=values, width=0.6,
+                                              brushes=[pg.mkBrush(PALETTE[0]), pg.mkBrush(PALETTE[1])]))
+        for x, v in enumerate(values):
+            text = pg.TextItem(f"{v:.3f}", color="k", anchor=(0.5, 1.1))
+            text.setPos(x, v)
+            self.bar_plot.addItem(text)
+        self.bar_plot.setXRange(-0.6, 1.6)
+        self.correspond_label.setText(
+            f"partial map {values[0]:.4f}, overall map {values[1]:.4f} over {result['num_parts']} parts "
+            f"in {result['num_pairs']} same-class pairs")

@@ -1,0 +1,524 @@
+"""The pair view: query and reference side by side with overall maps and live point-to-point maps.
+
+A pair is prepared once in the background (``core.explain.explain_pair`` in a
+:class:`~dmlviewer.gui.worker.LatestRunner`: forward passes, contributions, the point-to-point
+tensor). Until it is ready the panes show the photographs, no overlay and "preparing…", so
+nothing stale is ever drawn. Then each pane shows the overall map of the chosen method
+(Decomposition and Decomposition+Bias come with the pair; the Grad-CAM family and grad-weight
+transfer are computed on request, again in the background), and hovering one pane shows the
+partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one call of the
+core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
+
+Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
+where it is opposed, "signed" both on a diverging map), *scale* ("each map" normalizes every
+map to its own maximum and the colour bar reads 0..1 of it; "whole pair" uses one fixed
+scale, the largest absolute point-to-point entry, for all partial maps of the pair, so maps of
+different points compare), colour map and opacity. "Matches" draws the top-N point-to-point
+correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlider, QSpinBox,
+                               QSplitter, QToolButton, QVBoxLayout, QWidget)
+
+from dmlviewer.gui import errors
+from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
+from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
+from dmlviewer.gui.image_pane import MARKER_COLORS, ImagePane
+from dmlviewer.gui.worker import LatestRunner
+
+log = logging.getLogger(__name__)
+
+#: (method id of core.explain, label)
+METHODS = [
+    ("decomposition", "Decomposition"),
+    ("decomposition_bias", "Decomposition+Bias"),
+    ("gradcam", "Grad-CAM"),
+    ("gradcam_nonorm", "Grad-CAM (no norm)"),
+    ("rgradcam", "RGrad-CAM"),
+    ("grad_transfer", "Grad-weight transfer"),
+]
+SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
+SCALES = [("map", "Each map"), ("pair", "Whole pair")]
+
+#: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
+MAX_OVERLAY_SIDE = 640
+
+
+@dataclass
+class PairImages:
+    """What the pair view shows: two photographs and their captions."""
+
+    query: np.ndarray
+    reference: np.ndarray
+    query_title: str = "Query"
+    reference_title: str = "Reference"
+
+
+def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tuple[int, int]:
+    """``shape`` scaled down (aspect kept) so that its longer side is at most ``limit``."""
+    h, w = int(shape[0]), int(shape[1])
+    s = min(1.0, limit / max(h, w, 1))
+    return max(1, round(h * s)), max(1, round(w * s))
+
+
+def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
+    """Fixed levels for drawing a map split by ``sign`` (set once per map, never per hover):
+    ``(0, max)`` for one sign, ``(-m, m)`` with ``m = max |value|`` for signed maps."""
+    m = float(np.nanmax(np.abs(values))) if values.size else 0.0
+    m = m if m > 0 else 1.0
+    return (-m, m) if sign == "signed" else (0.0, m)
+
+
+class _MatchLines(QWidget):
+    """Transparent layer over both panes that joins matched points with coloured lines."""
+
+    def __init__(self, panes: tuple[ImagePane, ImagePane], parent: QWidget) -> None:
+        super().__init__(parent)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.setAttribute(Qt.WA_NoSystemBackground)
+        self.panes = panes
+        self.matches: list[dict] = []
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if not self.matches:
+            return
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.Antialiasing)
+        q, r = self.panes
+        for k, m in enumerate(self.matches):
+            # The layer covers its parent (the panes' container) exactly: parent coordinates.
+            a = q.mapTo(self.parentWidget(), q.map_to_widget(*m["query_xy"]).toPoint())
+            b = r.mapTo(self.parentWidget(), r.map_to_widget(*m["reference_xy"]).toPoint())
+            painter.setPen(QPen(QColor(MARKER_COLORS[k % len(MARKER_COLORS)]), 2))
+            painter.drawLine(QPointF(a), QPointF(b))
+        painter.end()
+
+
+class PairView(QWidget):
+    """Two panes, their toolbar and the background preparation of the pair."""
+
+    pair_ready = Signal(object)  # the PairExplanation
+    pair_cleared = Signal()
+    status_message = Signal(str)  # hover/pin read-out for the status bar
+    similarity_changed = Signal(object)  # float, or None while preparing
+    region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
+
+    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
+        super().__init__(parent)
+        self.model = None
+        self.device = "cpu"
+        self.model_lock = model_lock or threading.RLock()
+        self.images: PairImages | None = None
+        self.explanation = None
+        self.state = "empty"  # empty | preparing | ready | failed
+        self._overall: dict[str, bool | str] = {}  # method -> computed, or why it is unavailable
+        self._renderers: dict[int, Any] = {}
+        self._pair_token = 0
+        self._overall_pending = ""
+
+        self.panes = (ImagePane("Query"), ImagePane("Reference"))
+        self._build_toolbar()
+        self.splitter = QSplitter(Qt.Horizontal)
+        for pane in self.panes:
+            self.splitter.addWidget(pane)
+            self.splitter.setStretchFactor(self.splitter.count() - 1, 1)
+        self.splitter.setChildrenCollapsible(False)
+        self.body = QWidget()
+        body_layout = QVBoxLayout(self.body)
+        body_layout.setContentsMargins(0, 0, 0, 0)
+        body_layout.addWidget(self.splitter)
+        self.lines = _MatchLines(self.panes, self.body)
+        self.lines.hide()
+        self.info = QLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
+        self.info.setObjectName("pairInfo")
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(4)
+        layout.addLayout(self.toolbar)
+        layout.addWidget(self.body, 1)
+        layout.addWidget(self.info)
+
+        self.link = HoverLink(self.panes, self._render_partial, self._show_overall, parent=self)
+        self.link.point_changed.connect(self._on_point)
+        self.link.point_cleared.connect(lambda: self.status_message.emit(""))
+        self.escape = QShortcut(QKeySequence(Qt.Key_Escape), self, context=Qt.WindowShortcut)
+        self.escape.activated.connect(self.link.unpin)
+
+        self.prepare_runner = LatestRunner(self)
+        self.prepare_runner.result_ready.connect(self._on_prepared)
+        self.prepare_runner.request_failed.connect(self._on_prepare_failed)
+        self.overall_runner = LatestRunner(self)
+        self.overall_runner.result_ready.connect(self._on_overall)
+        self.overall_runner.request_failed.connect(self._on_overall_failed)
+
+        self.panes[QUERY].region_selected.connect(self.region_query)
+        for pane in self.panes:
+            pane.view.sigRangeChanged.connect(self._update_lines)
+        self.splitter.splitterMoved.connect(self._update_lines)
+        self._apply_colors()
+
+    # -- toolbar
+    def _build_toolbar(self) -> None:
+        self.method_combo = QComboBox()
+        for key, label in METHODS:
+            self.method_combo.addItem(label, key)
+        self.method_combo.setToolTip("Overall map of each image")
+        self.sign_combo = QComboBox()
+        for key, label in SIGNS:
+            self.sign_combo.addItem(label, key)
+        self.sign_combo.setToolTip("Positive: supports the similarity; negative: opposes it; signed: both")
+        self.scale_combo = QComboBox()
+        for key, label in SCALES:
+            self.scale_combo.addItem(label, key)
+        self.scale_combo.setToolTip("Partial maps: normalize each map to its maximum, or one scale for the pair")
+        self.cmap_combo = QComboBox()
+        for name in SEQUENTIAL:
+            self.cmap_combo.addItem(name, name)
+        self.cmap_combo.setToolTip("Colour map (signed display uses a diverging map)")
+        self.opacity = QSlider(Qt.Horizontal)
+        self.opacity.setRange(0, 100)
+        self.opacity.setValue(60)
+        self.opacity.setFixedWidth(110)
+        self.opacity.setToolTip("Overlay opacity")
+        self.matches_box = QCheckBox("Matches")
+        self.matches_box.setToolTip("Draw the strongest point-to-point correspondences")
+        self.matches_n = QSpinBox()
+        self.matches_n.setRange(1, 50)
+        self.matches_n.setValue(8)
+        self.matches_n.setToolTip("Number of correspondences")
+        self.region_button = QToolButton()
+        self.region_button.setText("Region")
+        self.region_button.setCheckable(True)
+        self.region_button.setToolTip("Drag a rectangle on the query to retrieve by that region "
+                                      "(Shift+drag works at any time)")
+        self.swap_button = QToolButton()
+        self.swap_button.setText("Swap")
+        self.swap_button.setToolTip("Exchange query and reference")
+        self.fit_button = QToolButton()
+        self.fit_button.setText("Fit")
+        self.fit_button.setToolTip("Show the whole images")
+
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
+                              ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
+                              ("Opacity", self.opacity)):
+            bar.addWidget(QLabel(label))
+            bar.addWidget(widget)
+        bar.addSpacing(8)
+        bar.addWidget(self.matches_box)
+        bar.addWidget(self.matches_n)
+        bar.addWidget(self.region_button)
+        bar.addStretch(1)
+        bar.addWidget(self.swap_button)
+        bar.addWidget(self.fit_button)
+        self.toolbar = bar
+
+        self.method_combo.currentIndexChanged.connect(self._on_method)
+        for combo in (self.sign_combo, self.scale_combo, self.cmap_combo):
+            combo.currentIndexChanged.connect(self._apply_colors)
+        self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.panes])
+        self.matches_box.toggled.connect(self._update_matches)
+        self.matches_n.valueChanged.connect(self._update_matches)
+        self.region_button.toggled.connect(self._on_region_mode)
+        self.swap_button.clicked.connect(self.swap)
+        self.fit_button.clicked.connect(lambda: [p.fit() for p in self.panes])
+
+    # -- public API
+    @property
+    def method(self) -> str:
+        return self.method_combo.currentData()
+
+    @property
+    def sign(self) -> str:
+        return self.sign_combo.currentData()
+
+    def set_method(self, method: str) -> None:
+        self.method_combo.setCurrentIndex(self.method_combo.findData(method))
+
+    def set_model(self, model, device: str = "cpu") -> None:
+        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair)."""
+        self.model = model
+        self.device = str(device)
+        if self.images is not None:
+            self._prepare()
+
+    def set_pair(self, images: PairImages | None) -> None:
+        """Show two photographs and prepare their explanation in the background."""
+        self.images = images
+        self.link.reset()
+        self.region_button.setChecked(False)
+        if images is None:
+            for pane in self.panes:
+                pane.set_image(None)
+                pane.show_message(None)
+            self._set_state("empty")
+            return
+        self.panes[QUERY].set_image(images.query)
+        self.panes[REFERENCE].set_image(images.reference)
+        self.panes[QUERY].set_title(images.query_title)
+        self.panes[REFERENCE].set_title(images.reference_title)
+        self._prepare()
+
+    def swap(self) -> None:
+        if self.images is not None:
+            i = self.images
+            self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
+
+    def hover_point(self) -> tuple[int, float, float] | None:
+        """The point whose partial map is on screen: the pin, else the hovered point."""
+        return self.link.pinned or self.link.hover
+
+    # -- preparation
+    def _set_state(self, state: str, message: str | None = None) -> None:
+        self.state = state
+        busy = state == "preparing"
+        for pane in self.panes:
+            pane.show_message(message if message else ("preparing…" if busy else None))
+        if state != "ready":
+            self.similarity_changed.emit(None)
+        if state == "empty":
+            self.info.setText("Choose a query (click) and a reference (Ctrl+click) in the browser.")
+        elif busy:
+            self.info.setText("Preparing the pair (forward passes, contributions)…")
+
+    def _prepare(self) -> None:
+        self.explanation = None
+        self._overall = {}
+        self._renderers = {}
+        self._pair_token += 1
+        self.overall_runner.cancel()
+        for pane in self.panes:
+            pane.clear_overlay()
+            pane.set_markers([])
+        self.lines.matches = []
+        self.lines.update()
+        self.pair_cleared.emit()
+        if self.model is None:
+            self.prepare_runner.cancel()
+            self._set_state("empty", "no model loaded")
+            self.info.setText("Open a checkpoint to explain the pair.")
+            return
+        self._set_state("preparing")
+        model, device, lock, imgs, token = self.model, self.device, self.model_lock, self.images, self._pair_token
+
+        def job(cancel):
+            from dmlviewer.core.explain.pair import explain_pair
+
+            with lock:
+                cancel.raise_if_cancelled()
+                return token, explain_pair(model, imgs.query, imgs.reference, device=device)
+
+        self.prepare_runner.submit(job, cancel_aware=True)
+
+    def _on_prepared(self, _request: int, value: object) -> None:
+        token, expl = value
+        if token != self._pair_token:
+            return
+        self.explanation = expl
+        # These two come with the pair; the Grad-CAM family is computed on request.
+        self._overall = {"decomposition": True, "decomposition_bias": True}
+        self._set_state("ready")
+        self.similarity_changed.emit(float(expl.similarity))
+        self._show_similarity_info()
+        self._build_renderers()
+        self._show_overall()
+        self._update_matches()
+        self.link.refresh()
+        self.pair_ready.emit(expl)
+
+    def _on_prepare_failed(self, _request: int, text: str) -> None:
+        first, details = errors.split_failure(text)
+        self._set_state("failed", "could not explain this pair")
+        self.info.setText(f"Explanation failed: {first}")
+        errors.show_error(self, "Explanation failed", first, details)
+
+    def _show_similarity_info(self) -> None:
+        e = self.explanation
+        p2p_sum = float(np.asarray(e.point_to_point).sum())
+        self.info.setText(
+            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} + bias terms "
+            f"{e.bias_query:+.4f} / {e.bias_reference:+.4f} / {e.bias_both:+.4f}   ·   "
+            f"grids {tuple(e.grid_query)} × {tuple(e.grid_reference)}   ·   "
+            "hover a point, click to pin, Esc to release")
+
+    # -- overall maps
+    def _on_method(self) -> None:
+        if self.state != "ready":
+            return
+        method = self.method
+        if method in self._overall:
+            self._show_overall()
+            return
+        for pane in self.panes:
+            pane.clear_overlay()
+            pane.show_message(f"computing {self.method_combo.currentText()}…")
+        expl, lock, token = self.explanation, self.model_lock, self._pair_token
+        self._overall_pending = method
+
+        def job(cancel):
+            with lock:
+                cancel.raise_if_cancelled()
+                return token, method, _overall_maps(expl, method)
+
+        self.overall_runner.submit(job, cancel_aware=True)
+
+    def _on_overall(self, _request: int, value: object) -> None:
+        token, method, maps = value
+        if token != self._pair_token:
+            return
+        self._overall[method] = maps
+        for pane in self.panes:
+            pane.show_message(None)
+        if method == self.method:
+            self._show_overall()
+            self.link.refresh()
+
+    def _on_overall_failed(self, _request: int, text: str) -> None:
+        first, _ = errors.split_failure(text)
+        self._overall[self._overall_pending] = first
+        log.warning("overall map %s failed: %s", self._overall_pending, text)
+        self._show_overall()
+
+    def _show_overall(self) -> None:
+        """Put the current method's overall maps on both panes (also the 'restore' of hover)."""
+        if self.state != "ready":
+            return
+        maps = self._overall.get(self.method)
+        if maps is None:
+            self._on_method()
+            return
+        if isinstance(maps, str):
+            for pane in self.panes:
+                pane.clear_overlay()
+                pane.show_message(f"{self.method_combo.currentText()} unavailable:\n{maps}")
+            return
+        unit = "similarity share per cell" if self.method.startswith("decomposition") else "map value"
+        for pane, side in zip(self.panes, SIDE_NAMES):
+            pane.show_message(None)
+            shown = self.explanation.overall(self.method, side, self.sign)
+            levels = display_levels(shown, self.sign)
+            pane.set_map(shown, levels)
+            if not np.any(shown):
+                pane.show_message(f"this map has no {self.sign} part")
+            pane.set_colorbar(self.cmap_combo.currentData(), self.sign == "signed", levels, unit)
+
+    # -- hover
+    def _build_renderers(self) -> None:
+        """One hover renderer per hovered side, for the current colours (cheap: no copies of
+        the photographs, a few small buffers)."""
+        self._renderers = {}
+        e = self.explanation
+        if e is None:
+            return
+        sign, scale_mode = self.sign, self.scale_combo.currentData()
+        scale = float(np.abs(e.point_to_point).max()) if scale_mode == "pair" else None
+        lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
+        shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
+        grids = (tuple(e.grid_query), tuple(e.grid_reference))
+        for side in (QUERY, REFERENCE):
+            target = overlay_shape(shapes[1 - side])
+            if sign == "negative":
+                # The renderer colours [0, s]; the opposing part is the positive part of -P.
+                from dmlviewer.core.explain.hover import HoverRenderer
+
+                rows = -(e.point_to_point if side == QUERY else e.point_to_point.T)
+                self._renderers[side] = HoverRenderer(rows, shapes[side], grids[side], target,
+                                                      grids[1 - side], lut=lut, scale=scale)
+            else:
+                self._renderers[side] = e.hover_renderer(SIDE_NAMES[side], target, lut=lut,
+                                                         signed=sign == "signed", scale=scale)
+        self._partial_scale = scale
+
+    def _render_partial(self, side: int, x: float, y: float) -> np.ndarray | None:
+        renderer = self._renderers.get(side)
+        if renderer is None or self.state != "ready":
+            return None
+        try:
+            return renderer.render(x, y)
+        except ValueError:  # a point on the very border, outside the core's image extent
+            return None
+
+    def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
+        other = self.panes[1 - side]
+        signed = self.sign == "signed"
+        scale = getattr(self, "_partial_scale", None)
+        if scale is None:
+            levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of map maximum"
+        else:
+            levels, label = ((-scale, scale) if signed else (0.0, scale)), "share of similarity"
+        if self.sign == "negative":
+            label = "− " + label
+        other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
+        share = None
+        try:
+            share = float(self.explanation.share(SIDE_NAMES[side], x, y))
+        except Exception:  # noqa: BLE001 - a read-out must never break hovering
+            log.debug("share unavailable", exc_info=True)
+        text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
+        if share is not None:
+            text += f": this position explains {100.0 * share:+.2f}% of the similarity"
+        if pinned:
+            text += "   [pinned, Esc to release]"
+        self.status_message.emit(text)
+
+    # -- display options
+    def _apply_colors(self) -> None:
+        lut = overlay_lut(self.cmap_combo.currentData(), self.sign == "signed")
+        for pane in self.panes:
+            pane.set_lut(lut)
+        if self.state == "ready":
+            self._build_renderers()
+            self._show_overall()
+            self.link.refresh()
+
+    def _on_region_mode(self, on: bool) -> None:
+        self.panes[QUERY].view.region_mode = on
+        self.panes[QUERY].graphics.setCursor(Qt.CrossCursor if on else Qt.ArrowCursor)
+
+    # -- matches
+    def _update_matches(self) -> None:
+        matches = []
+        if self.matches_box.isChecked() and self.state == "ready":
+            try:
+                matches = list(self.explanation.correspondences(self.matches_n.value()))
+            except Exception as exc:  # noqa: BLE001
+                errors.report_exception(self, "Correspondences failed", exc)
+        self.panes[QUERY].set_markers([m["query_xy"] for m in matches])
+        self.panes[REFERENCE].set_markers([m["reference_xy"] for m in matches])
+        self.lines.matches = matches
+        self.lines.setVisible(bool(matches))
+        self._update_lines()
+
+    def _update_lines(self, *_args) -> None:
+        if self.lines.isVisible():
+            self.lines.setGeometry(self.body.rect())
+            self.lines.raise_()
+            self.lines.update()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self._update_lines)
+
+    def shutdown(self) -> None:
+        self.prepare_runner.stop(1.0)
+        self.overall_runner.stop(1.0)
+
+
+def _overall_maps(expl, method: str) -> bool:
+    """Compute (and cache in ``expl``) both overall maps of ``method``; runs in the worker
+    because the Grad-CAM family needs backward passes."""
+    for side in SIDE_NAMES:
+        expl.overall(method, side)
+    return True

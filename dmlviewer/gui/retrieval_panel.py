@@ -1,0 +1,271 @@
+"""Retrieval: the query's top-K neighbours, and interactive retrieval by a region of the query.
+
+Neighbours come from the loaded HDF5 feature file (``core.evaluate.retrieve``), matched to the
+open dataset by relative path. Without a feature file the panel asks the main window to
+extract features of the current dataset with the current model (a background job whose HDF5
+file is then opened), automatically for small datasets and on a button press for large ones.
+Each result is framed green when its class equals the query's, red otherwise; clicking one
+makes it the reference.
+
+Interactive retrieval (seed 000 Sec. 5.4): a rectangle drawn on the query pane gives the
+partial feature of that region (``core.explain.region_feature``, the sum of the region's
+contributions ``W_ij A_ij``), which is matched against the stored embeddings instead of the
+query's whole embedding.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
+                               QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
+
+from dmlviewer.gui import errors
+from dmlviewer.gui.thumbnails import ThumbnailLoader
+from dmlviewer.gui.worker import LatestRunner
+
+log = logging.getLogger(__name__)
+
+CORRECT = QColor("#27ae60")
+WRONG = QColor("#eb5757")
+
+#: Datasets up to this size get their features extracted without asking.
+AUTO_EXTRACT_MAX = 5000
+
+_INDEX = Qt.UserRole + 1  # dataset index (or -1 when not in the open dataset)
+_CORRECT = Qt.UserRole + 2  # True / False
+_TEXT = Qt.UserRole + 3
+
+
+class _ResultDelegate(QStyledItemDelegate):
+    def __init__(self, loader: ThumbnailLoader, parent=None) -> None:
+        super().__init__(parent)
+        self.loader = loader
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: N802 - Qt API
+        return QSize(self.loader.size + 12, self.loader.size + 40)
+
+    def paint(self, painter: QPainter, option, index: QModelIndex) -> None:
+        painter.save()
+        rect = option.rect.adjusted(3, 3, -3, -3)
+        if option.state & QStyle.State_MouseOver:
+            painter.fillRect(rect, option.palette.alternateBase())
+        size = self.loader.size
+        img = QRect(rect.x() + (rect.width() - size) // 2, rect.y() + 3, size, size)
+        ds_index = index.data(_INDEX)
+        pix = self.loader.thumbnail(ds_index) if ds_index is not None and ds_index >= 0 else None
+        if pix is not None:
+            painter.drawPixmap(img.x() + (size - pix.width()) // 2, img.y() + (size - pix.height()) // 2, pix)
+        else:
+            painter.fillRect(img.adjusted(6, 6, -6, -6), QColor(70, 70, 70))
+        painter.setPen(QPen(CORRECT if index.data(_CORRECT) else WRONG, 4))
+        painter.drawRect(img.adjusted(1, 1, -1, -1))
+        painter.setPen(option.palette.text().color())
+        text_rect = QRect(rect.x(), img.bottom() + 3, rect.width(), rect.bottom() - img.bottom() - 3)
+        lines = str(index.data(_TEXT) or "").split("\n")
+        fm = option.fontMetrics
+        painter.drawText(text_rect, Qt.AlignHCenter | Qt.AlignTop,
+                         "\n".join(fm.elidedText(line, Qt.ElideRight, text_rect.width() - 2) for line in lines))
+        painter.restore()
+
+
+class RetrievalPanel(QWidget):
+    """Top-K neighbours of the query (or of a query region); click one to make it the reference."""
+
+    reference_chosen = Signal(int)
+    extract_requested = Signal()
+
+    def __init__(self, loader: ThumbnailLoader, parent=None, model_lock: threading.RLock | None = None) -> None:
+        super().__init__(parent)
+        self.loader = loader
+        self.model_lock = model_lock or threading.RLock()
+        self.dataset = None
+        self.features = None
+        self.model = None
+        self.device = "cpu"
+        self.query_index: int | None = None
+        self.region: tuple | None = None
+        self.results: list[dict] = []
+        self._row_of_path: dict[str, int] = {}
+        self._feature_rows: dict[str, int] = {}
+        self._auto_requested = False
+
+        self.header = QLabel("Neighbours")
+        self.header.setObjectName("panelHeader")
+        self.header.setWordWrap(True)
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, 100)
+        self.k_spin.setValue(12)
+        self.k_spin.setPrefix("top ")
+        self.source = QLabel("No features loaded")
+        self.source.setWordWrap(True)
+        self.extract_button = QPushButton("Compute features")
+        self.extract_button.setToolTip("Embed the open dataset with the current model (background job, "
+                                       "saved as HDF5 in the cache) and retrieve from it")
+        self.whole_button = QPushButton("Whole image")
+        self.whole_button.setToolTip("Back to retrieval by the whole query")
+        self.whole_button.hide()
+        self.list = QListWidget()
+        self.list.setViewMode(QListWidget.IconMode)
+        self.list.setResizeMode(QListWidget.Adjust)
+        self.list.setMovement(QListWidget.Static)
+        self.list.setUniformItemSizes(True)
+        self.list.setSpacing(2)
+        self.list.setMouseTracking(True)
+        self.list.setItemDelegate(_ResultDelegate(loader, self.list))
+        self.list.itemClicked.connect(self._on_item)
+        self.runner = LatestRunner(self)
+        self.runner.result_ready.connect(self._on_results)
+        self.runner.request_failed.connect(self._on_failed)
+        loader.ready.connect(lambda _i: self.list.viewport().update())
+        self.k_spin.valueChanged.connect(self.refresh)
+        self.extract_button.clicked.connect(self.extract_requested)
+        self.whole_button.clicked.connect(lambda: self.set_query(self.query_index))
+
+        top = QHBoxLayout()
+        top.addWidget(self.header, 1)
+        top.addWidget(self.k_spin)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.source)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.extract_button)
+        buttons.addWidget(self.whole_button)
+        buttons.addStretch(1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.list, 1)
+
+    # -- inputs
+    def set_dataset(self, dataset) -> None:
+        self.dataset = dataset
+        self._row_of_path = {} if dataset is None else {p: i for i, p in enumerate(dataset.paths)}
+        self._auto_requested = False
+        self.query_index = None
+        self._show([])
+        self._update_source()
+
+    def set_model(self, model, device: str = "cpu") -> None:
+        self.model = model
+        self.device = str(device)
+        self._auto_requested = False
+        self._update_source()
+
+    def set_features(self, features) -> None:
+        self.features = features
+        self._feature_rows = {} if features is None else {str(p): i for i, p in enumerate(features.paths)}
+        self._update_source()
+        self.refresh()
+
+    def set_query(self, index: int | None) -> None:
+        """Neighbours of dataset image ``index`` by its whole embedding."""
+        self.query_index = index
+        self.region = None
+        self.whole_button.hide()
+        self.refresh()
+
+    def region_search(self, image: np.ndarray, region: tuple) -> None:
+        """Neighbours of the partial feature of ``region = (y0, x0, y1, x1)`` of the query."""
+        if self.model is None or self.features is None:
+            errors.show_error(self, "Region retrieval", "Region retrieval needs a checkpoint and "
+                              "features (open an HDF5 feature file or compute features first).")
+            return
+        self.region = tuple(float(v) for v in region)
+        self.whole_button.show()
+        y0, x0, y1, x1 = self.region
+        self.header.setText(f"Neighbours of the query region x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f}")
+        model, device, lock, features, k = self.model, self.device, self.model_lock, self.features, self.k_spin.value()
+
+        region = self.region
+
+        def job(cancel):
+            from dmlviewer.core.explain.region import region_query
+
+            with lock:
+                cancel.raise_if_cancelled()
+                return region_query(model, image, region, features, k=k, device=device)
+
+        self.runner.submit(job, cancel_aware=True)
+
+    def refresh(self) -> None:
+        if self.region is not None:
+            return
+        index, ds = self.query_index, self.dataset
+        if index is None or ds is None:
+            self.header.setText("Neighbours: choose a query")
+            self._show([])
+            return
+        self.header.setText(f"Neighbours of the query ({ds.paths[index].rsplit('/', 1)[-1]})")
+        if self.features is None:
+            self._show([])
+            if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX):
+                self._auto_requested = True
+                self.extract_requested.emit()
+            return
+        row = self._feature_rows.get(ds.paths[index])
+        if row is None:
+            self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
+            self._show([])
+            return
+        self._update_source()
+        features, k = self.features, self.k_spin.value()
+
+        def job(cancel):
+            from dmlviewer.core.evaluate import retrieve
+
+            return retrieve(features, row, k)
+
+        self.runner.submit(job, cancel_aware=True)
+
+    # -- outputs
+    def _on_results(self, _request: int, results: object) -> None:
+        self._show(list(results))
+
+    def _on_failed(self, _request: int, text: str) -> None:
+        first, details = errors.split_failure(text)
+        errors.show_error(self, "Retrieval failed", first, details)
+
+    def _show(self, results: list[dict]) -> None:
+        self.results = results
+        self.list.clear()
+        ds = self.dataset
+        query_label = None
+        if ds is not None and self.query_index is not None:
+            query_label = int(ds.labels[self.query_index])
+        shown = []
+        for rank, r in enumerate(results, 1):
+            index = self._row_of_path.get(str(r["path"]), -1)
+            label = int(r["label"])
+            name = ds.class_names[label] if ds is not None and 0 <= label < ds.num_classes else str(label)
+            item = QListWidgetItem()
+            item.setData(_INDEX, index)
+            item.setData(_CORRECT, query_label is not None and label == query_label)
+            item.setData(_TEXT, f"{rank}. {float(r['similarity']):.3f}\n{name}")
+            item.setToolTip(f"{r['path']}\nclass {name}\ncosine {float(r['similarity']):.4f}")
+            self.list.addItem(item)
+            if index >= 0:
+                shown.append(index)
+        self.loader.set_visible("retrieval", shown)
+
+    def _on_item(self, item: QListWidgetItem) -> None:
+        index = item.data(_INDEX)
+        if index is not None and index >= 0:
+            self.reference_chosen.emit(int(index))
+
+    def _features_text(self) -> str:
+        f = self.features
+        return "No features loaded" if f is None else f"Features: {len(f.paths):,} images"
+
+    def _update_source(self) -> None:
+        has = self.features is not None
+        self.source.setText(self._features_text() if has else
+                            "No features loaded: open an HDF5 feature file, or compute them.")
+        self.extract_button.setVisible(not has)
+        self.extract_button.setEnabled(self.model is not None and self.dataset is not None)
+
+    def shutdown(self) -> None:
+        self.runner.stop(1.0)

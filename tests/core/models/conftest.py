@@ -1,0 +1,43 @@
+"""Fixtures for the models tests: small inputs and models with non-trivial BatchNorm statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dmlviewer.core.models import build_model, default_config
+
+
+def randomize_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Give every BatchNorm non-trivial running statistics and affine parameters, so folding
+    them into the linear maps is actually exercised."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                n = m.num_features
+                m.running_mean.copy_(torch.randn(n, generator=gen) * 0.3)
+                m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
+                m.weight.copy_(torch.randn(n, generator=gen) * 0.5 + 1.0)
+                m.bias.copy_(torch.randn(n, generator=gen) * 0.2)
+    return model
+
+
+def small_model(seed: int = 0, **overrides) -> nn.Module:
+    """A small_cnn model at 64 px (4 x 4 grid), D = 32, in eval mode with random BN statistics."""
+    torch.manual_seed(seed)
+    config = default_config(backbone="small_cnn", image_size=64, dim=32, groups=4)
+    config.update(overrides)
+    return randomize_batchnorm(build_model(config), seed).eval()
+
+
+@pytest.fixture
+def images() -> torch.Tensor:
+    return torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture
+def make_model():
+    """Factory: ``make_model(seed=0, **config_overrides)`` -> small eval-mode model."""
+    return small_model

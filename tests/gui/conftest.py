@@ -1,0 +1,105 @@
+"""GUI test fixtures: small synthetic data and random-weight checkpoints, isolated settings.
+
+Everything is built on the fly (nothing downloaded): a 4-class synthetic parts dataset from
+``core.data.make_demo_data`` and small_cnn checkpoints with random weights saved by
+``core.models.save_checkpoint`` (one without groups, one with an A-grouping head). QSettings
+go to a per-test folder and QStandardPaths (logs, cache) to a per-session folder, so tests
+never touch the user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+_HOME = Path(tempfile.mkdtemp(prefix="dmlviewer-gui-tests-"))
+for _var, _sub in (("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config")):
+    os.environ[_var] = str(_HOME / _sub)
+
+GRID_CLASSES = 4
+PER_CLASS = 5
+IMAGE_SIZE = 64
+
+
+def _save_model(path: Path, **overrides) -> Path:
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(0)
+    config = default_config(backbone="small_cnn", dim=32, image_size=IMAGE_SIZE, **overrides)
+    save_checkpoint(path, build_model(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_root(tmp_path_factory) -> Path:
+    from dmlviewer.core.data import make_demo_data
+
+    root = tmp_path_factory.mktemp("demo") / "data"
+    make_demo_data(root, classes=GRID_CLASSES, per_class=PER_CLASS, size=IMAGE_SIZE, seed=0)
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_ckpt(tmp_path_factory) -> Path:
+    return _save_model(tmp_path_factory.mktemp("ckpt") / "small.pt")
+
+
+@pytest.fixture(scope="session")
+def agroup_ckpt(tmp_path_factory) -> Path:
+    return _save_model(tmp_path_factory.mktemp("ckpt") / "agroup.pt", grouping="a", groups=4)
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path, qapp):
+    """QSettings of this test live in its own folder."""
+    from PySide6.QtCore import QSettings
+
+    from dmlviewer.gui import settings
+
+    qapp.setOrganizationName(settings.ORGANIZATION)
+    qapp.setApplicationName(settings.APPLICATION)
+    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp_path / "settings"))
+    yield tmp_path / "settings"
+
+
+@pytest.fixture
+def dialogs(monkeypatch) -> list[tuple[str, str, str | None]]:
+    """Records every error dialog (title, message, details) instead of showing it."""
+    from dmlviewer.gui import errors
+
+    calls: list[tuple[str, str, str | None]] = []
+    monkeypatch.setattr(errors, "show_error", lambda parent, title, message, details=None:
+                        calls.append((title, message, details)))
+    return calls
+
+
+@pytest.fixture
+def window(qtbot, dialogs):
+    """A shown main window (1400 x 900) with recorded dialogs; background work stopped after."""
+    from dmlviewer.gui.main_window import MainWindow
+
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.resize(1400, 900)
+    win.show()
+    qtbot.waitExposed(win)
+    win.dialogs = dialogs
+    yield win
+    win.shutdown()
+
+
+@pytest.fixture
+def wait_ready(qtbot):
+    """``wait_ready(view)``: wait until a pair view has prepared its pair."""
+
+    def wait(view, timeout: int = 30000) -> None:
+        qtbot.waitUntil(lambda: view.state in ("ready", "failed"), timeout=timeout)
+        assert view.state == "ready"
+
+    return wait

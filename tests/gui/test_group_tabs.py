@@ -1,0 +1,60 @@
+"""Group attention tabs: one tab per group for a grouping head, an explanation otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+from PySide6.QtTest import QTest
+
+from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.group_tabs import NO_GROUPS_TEXT
+from dmlviewer.gui.pair_view import overlay_shape
+
+pytestmark = pytest.mark.gui
+
+
+def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt, wait_ready, qtbot):
+    assert window.open_checkpoint(agroup_ckpt) and window.open_dataset(demo_root)
+    window.tabs.setCurrentWidget(window.group_tabs)
+    tabs = window.group_tabs
+    assert tabs.active and tabs.group_count == 4
+    assert [tabs.tabs.tabText(i) for i in range(4)] == ["Group 1", "Group 2", "Group 3", "Group 4"]
+    wait_ready(window.pair_view)
+    qtbot.waitUntil(lambda: tabs._data is not None, timeout=20000)
+    expl = window.pair_view.explanation
+
+    # Shares: each group's term of the cosine; together they are the similarity.
+    assert sum(tabs._data["shares"]) == pytest.approx(expl.similarity, abs=1e-5)
+    assert sum(tabs._data["p2p_sums"]) == pytest.approx(float(expl.point_to_point.sum()), abs=1e-5)
+
+    # Each tab shows that group's A-grouping attention on both images.
+    tabs.kind_combo.setCurrentText("a_grouping")
+    for p in (0, 2):
+        tabs.tabs.setCurrentIndex(p)
+        for pane, side in zip(tabs.panes, ("query", "reference")):
+            np.testing.assert_array_equal(pane.overlay_image(), expl.attention_maps(side)["a_grouping"][p])
+        assert f"Group {p + 1} of 4" in tabs.share_label.text()
+
+    # Group-wise hover: the reference shows the partial map of the group's own tensor.
+    q, r = tabs.panes
+    scene = q.view.mapViewToScene(QPointF(20.5, 30.5))
+    QTest.mouseMove(q.graphics.viewport(), q.graphics.mapFromScene(scene))
+    tabs.link.flush()
+    side, x, y = tabs.link.hover
+    from dmlviewer.core.explain.hover import HoverRenderer
+
+    want = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
+                         overlay_shape(expl.image_shape_reference), expl.grid_reference,
+                         lut=overlay_lut("jet")).render(x, y)
+    np.testing.assert_array_equal(r.overlay_image(), want)
+
+
+def test_a_model_without_groups_explains_the_empty_area(window, demo_root, small_ckpt, wait_ready, qtbot):
+    tabs = window.group_tabs
+    assert "Open a checkpoint" in tabs.explain_label.text() and not tabs.active
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    assert tabs.group_count == 0 and not tabs.active
+    assert tabs.stack.currentWidget() is tabs.explain_label
+    assert tabs.explain_label.text() == NO_GROUPS_TEXT.format(grouping="none")

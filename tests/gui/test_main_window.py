@@ -1,0 +1,141 @@
+"""Main window: errors become dialogs (never crashes), settings persist, the command line works."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QAction, QImage
+
+from dmlviewer.gui import errors, settings
+
+pytestmark = pytest.mark.gui
+
+
+def test_corrupt_checkpoint_and_missing_dataset_give_dialogs_and_a_usable_window(window, tmp_path, demo_root,
+                                                                                small_ckpt, wait_ready):
+    bad = tmp_path / "corrupt.pt"
+    bad.write_bytes(b"this is not a torch file" * 10)
+    assert window.open_checkpoint(bad) is False
+    assert window.open_dataset(tmp_path / "no-such-folder") is False
+    assert [title for title, _, _ in window.dialogs] == ["Cannot open checkpoint", "Cannot open dataset"]
+    for _, message, details in window.dialogs:
+        assert message and details and "Traceback" in details
+    assert "corrupt.pt" in window.dialogs[0][1] or "corrupt.pt" in window.dialogs[0][2]
+    assert window.model is None and window.dataset is None
+    # Still usable: the right files open afterwards.
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    assert len(window.dialogs) == 2
+
+
+def test_unreadable_pair_image_is_a_problem_and_a_dialog(window, tmp_path, demo_root):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(demo_root, root)
+    assert window.open_dataset(root)
+    victim = window.dataset.abspath(3)
+    victim.write_bytes(b"\xff\xd8\xff not really a jpeg")
+    window.set_pair(3, 4)
+    assert window.dialogs and window.dialogs[-1][0] == "Cannot read image"
+    assert window.problems.problems()[-1][0] == str(victim)
+    assert window.query_index != 3
+
+
+def test_excepthook_shows_the_error_instead_of_exiting(window):
+    try:
+        raise RuntimeError("boom in a slot")
+    except RuntimeError:
+        errors.excepthook(*sys.exc_info())
+    title, message, details = window.dialogs[-1]
+    assert message == "RuntimeError: boom in a slot" and "Traceback" in details
+
+
+def test_show_error_opens_a_message_box_with_details(qtbot, qapp):
+    from PySide6.QtWidgets import QMessageBox
+
+    errors.show_error(None, "Title", "the message", "line 1\nline 2")
+    boxes = [w for w in qapp.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]
+    assert boxes and boxes[-1].text() == "the message" and boxes[-1].detailedText() == "line 1\nline 2"
+    errors.show_error(None, "Title", "the message")  # the same error is not stacked twice
+    assert len([w for w in qapp.topLevelWidgets() if isinstance(w, QMessageBox) and w.isVisible()]) == len(boxes)
+    for box in boxes:
+        box.done(0)
+
+
+def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, small_ckpt):
+    from dmlviewer.gui.main_window import MainWindow
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.show()
+    assert first.open_dataset(demo_root) and first.open_checkpoint(small_ckpt)
+    first.pair_view.set_method("gradcam")
+    first.pair_view.opacity.setValue(35)
+    first.retrieval_dock.hide()
+    first.close()
+    assert settings.recent("datasets") == [str(Path(demo_root).resolve())]
+    assert settings.recent("checkpoints") == [str(Path(small_ckpt).resolve())]
+
+    second = MainWindow()
+    qtbot.addWidget(second)
+    second.show()
+    assert second.pair_view.method == "gradcam" and second.pair_view.opacity.value() == 35
+    assert not second.retrieval_dock.isVisible()
+    from dmlviewer.gui.app import last_session
+
+    assert last_session()["dataset"] == str(demo_root) and last_session()["checkpoint"] == str(small_ckpt)
+    second.shutdown()
+
+
+def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_ready):
+    from dmlviewer.core.models import available_devices
+
+    action = QAction("Train…", window)
+    window.add_tool_action(action)
+    assert action in window.tools_menu.actions()
+    assert [window.device_combo.itemData(i) for i in range(window.device_combo.count())] == available_devices()
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    assert window.model_label.text() == "small_cnn · gap · 32-d"
+    assert window.dataset_label.text() == "data (cub): 20 images, 4 classes"
+    assert window.similarity_label.text() == f"similarity {window.pair_view.explanation.similarity:+.4f}"
+    assert window.device_label.text() == "device: cpu"
+
+
+def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
+    from dmlviewer.gui import app
+
+    monkeypatch.setattr(app, "DEMO_DATA", {"classes": 2, "per_class": 2, "size": 32, "seed": 0})
+    root, checkpoint = app.demo_paths()
+    assert root.parent == settings.cache_dir() and (root / "images.txt").exists()
+    stamp = (root / "images.txt").stat().st_mtime_ns
+    assert app.demo_paths()[0] == root and (root / "images.txt").stat().st_mtime_ns == stamp
+    from dmlviewer.resources import resource_path
+
+    assert checkpoint == (resource_path("demo_checkpoint.pt") if resource_path("demo_checkpoint.pt").exists() else None)
+
+
+@pytest.mark.slow
+def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_root, agroup_ckpt):
+    shot = tmp_path / "shot.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    done = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--dataset", str(demo_root),
+                           "--checkpoint", str(agroup_ckpt), "--screenshot", str(shot), "--pin",
+                           "--tab", "groups"], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    image = QImage(str(shot))
+    assert image.width() > 800 and image.height() > 500
+    logs = list((tmp_path / "data").rglob("logs/dmlviewer.log"))  # AppDataLocation/logs
+    assert logs and "dmlviewer started" in logs[0].read_text()
+
+    missing = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--checkpoint", str(tmp_path / "nope.pt")],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "nope.pt" in missing.stderr
+    assert np.prod([image.width(), image.height()]) > 0

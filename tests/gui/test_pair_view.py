@@ -1,0 +1,158 @@
+"""The pair view driven by real mouse events: live partial maps, pin/unpin, nothing stale.
+
+Expected overlays are computed independently from the core's explanation: the partial map
+(``PairExplanation.partial_map_image``) colour-mapped by a plain reference implementation
+(scale to 0..255 by the map's maximum on the grid, look up the same 256-entry table).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtTest import QTest
+
+from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair_view import overlay_shape
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def loaded(window, demo_root, small_ckpt, wait_ready):
+    assert window.open_checkpoint(small_ckpt)
+    assert window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    return window
+
+
+def viewport_pos(pane, x: float, y: float) -> QPoint:
+    """Viewport pixel where image point (x, y) (core coordinates) is drawn."""
+    from PySide6.QtCore import QPointF
+
+    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+    return pane.graphics.mapFromScene(scene)
+
+
+def hover(pane, link, x: float, y: float):
+    QTest.mouseMove(pane.graphics.viewport(), viewport_pos(pane, x, y))
+    link.flush()
+    return link.hover
+
+
+def expected_overlay(expl, side: str, x: float, y: float, lut: np.ndarray) -> np.ndarray:
+    """Reference colour mapping of the core's partial map (positive sign, "each map" scale:
+    the maximum of the map on its feature grid)."""
+    other_shape = expl.image_shape_reference if side == "query" else expl.image_shape_query
+    values = expl.partial_map_image(side, x, y, overlay_shape(other_shape))
+    peak = float(expl.partial_map(side, x, y).max())
+    scale = peak if peak > 0 else 1.0
+    index = np.clip(values * (255.0 / scale), 0, 255).astype(np.uint8)
+    return lut[index]
+
+
+def test_hover_draws_the_cores_partial_map_on_the_other_pane(loaded):
+    view = loaded.pair_view
+    q, r = view.panes
+    expl = view.explanation
+    lut = overlay_lut(view.cmap_combo.currentData())
+    overall = r.overlay_image().copy()
+
+    side, x, y = hover(q, view.link, 20.0, 41.0)
+    assert side == QUERY and abs(x - 20.0) <= 1 and abs(y - 41.0) <= 1
+    first = r.overlay_image().copy()
+    assert first.shape == (*overlay_shape(expl.image_shape_reference), 4)
+    assert overall.ndim == 2  # before: the overall map (float, drawn with levels and a table)
+    want = expected_overlay(expl, "query", x, y, lut)
+    # Identical up to one colour step where rounding puts a pixel into the neighbouring bin.
+    assert np.mean(np.all(first == want, axis=-1)) > 0.98
+    assert q.vline.isVisible() and not r.vline.isVisible()
+    assert "explains" in loaded.statusBar().currentMessage()
+
+    # A second point gives another map; the reverse direction works from the reference pane.
+    side, x2, y2 = hover(q, view.link, 50.0, 10.0)
+    second = r.overlay_image().copy()
+    assert not np.array_equal(first, second)
+    assert np.mean(np.all(second == expected_overlay(expl, "query", x2, y2, lut), axis=-1)) > 0.98
+
+    side, x3, y3 = hover(r, view.link, 30.0, 30.0)
+    assert side == REFERENCE
+    back = q.overlay_image()
+    assert np.mean(np.all(back == expected_overlay(expl, "reference", x3, y3, lut), axis=-1)) > 0.98
+
+
+def test_click_pins_and_escape_restores_the_overall_map(loaded, qtbot):
+    view = loaded.pair_view
+    q, r = view.panes
+    QTest.mouseClick(q.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(q, 12.0, 12.0))
+    qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
+    side, px, py = view.link.pinned
+    assert side == QUERY and abs(px - 12.0) <= 1 and abs(py - 12.0) <= 1
+    assert q.pin_item.isVisible()
+    pinned = r.overlay_image().copy()
+
+    hover(q, view.link, 45.0, 50.0)  # moving on does not replace the pinned map
+    assert np.array_equal(r.overlay_image(), pinned)
+
+    QTest.keyClick(view, Qt.Key_Escape)
+    assert view.link.pinned is None and not q.pin_item.isVisible()
+    # Back to live hover at the current mouse position...
+    side, hx, hy = view.link.hover
+    lut = overlay_lut(view.cmap_combo.currentData())
+    assert np.mean(np.all(r.overlay_image() == expected_overlay(view.explanation, "query", hx, hy, lut),
+                          axis=-1)) > 0.98
+    # ...and to the overall map once the mouse leaves the pane.
+    view.link._left(QUERY)
+    np.testing.assert_array_equal(r.overlay_image(), view.explanation.overall(view.method, "reference", "positive"))
+
+
+def test_nothing_stale_is_shown_while_a_pair_is_preparing(loaded, wait_ready):
+    view = loaded.pair_view
+    q, r = view.panes
+    with loaded.model_lock:  # holds the preparation job at its start
+        loaded.set_pair(loaded.query_index, loaded.query_index + 2)
+        assert view.state == "preparing"
+        assert r.overlay_image() is None and q.overlay_image() is None
+        hover(q, view.link, 30.0, 30.0)
+        assert r.overlay_image() is None
+        assert r.message.isVisible() and "preparing" in r.message.text()
+        assert loaded.similarity_label.text().endswith("preparing…")
+    wait_ready(view)
+    assert not r.message.isVisible()
+    hover(q, view.link, 31.0, 30.0)
+    assert r.overlay_image() is not None
+
+
+@pytest.mark.parametrize("method", ["decomposition_bias", "gradcam", "rgradcam"])
+def test_overall_maps_of_each_method_come_from_the_core(loaded, qtbot, method):
+    view = loaded.pair_view
+    view.set_method(method)
+    qtbot.waitUntil(lambda: view._overall.get(method) is True, timeout=20000)
+    for pane, side in zip(view.panes, ("query", "reference")):
+        np.testing.assert_array_equal(pane.overlay_image(), view.explanation.overall(method, side, "positive"))
+        lo, hi = pane.overlay_item.levels
+        peak = float(pane.overlay_image().max())
+        assert lo == 0.0 and hi == pytest.approx(peak if peak > 0 else 1.0)
+        assert pane.message.isVisible() == (peak == 0)  # the "no positive part" notice
+    view.sign_combo.setCurrentIndex(view.sign_combo.findData("signed"))
+    q = view.panes[QUERY]
+    signed = view.explanation.overall(method, "query", "signed")
+    np.testing.assert_array_equal(q.overlay_image(), signed)
+    m = float(np.abs(signed).max())
+    assert tuple(q.overlay_item.levels) == pytest.approx((-m, m))
+
+
+def test_matches_are_drawn_as_numbered_markers_on_both_panes(loaded):
+    view = loaded.pair_view
+    view.matches_n.setValue(3)
+    view.matches_box.setChecked(True)
+    matches = view.explanation.correspondences(3)
+    q, r = view.panes
+    xs, ys = q.marker_item.getData()
+    np.testing.assert_allclose(xs, [m["query_xy"][0] + 0.5 for m in matches])
+    np.testing.assert_allclose(ys, [m["query_xy"][1] + 0.5 for m in matches])
+    assert len(r.marker_item.getData()[0]) == len(matches) and view.lines.isVisible()
+    assert [label.textItem.toPlainText() for label in q._marker_labels] == [str(k + 1) for k in range(len(matches))]
+    view.matches_box.setChecked(False)
+    assert not view.lines.isVisible() and not q.marker_item.isVisible()

@@ -1,0 +1,161 @@
+"""The training dialog: inline validation, settings round trip, a real run through the
+widgets (plots receive the run's numbers, the checkpoint appears) and cancellation mid-epoch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PySide6.QtCore import Qt
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _fixtures_part2 as fx  # noqa: E402
+
+from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
+from dmlviewer.gui.training_dialog import TrainingDialog, read_run_settings  # noqa: E402
+from dmlviewer.gui.worker import JobRunner, JobState  # noqa: E402
+
+pytestmark = pytest.mark.gui
+RUN_TIMEOUT_MS = 180_000
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    return fx.make_small_demo(tmp_path_factory.mktemp("demo") / "data")
+
+
+@pytest.fixture
+def runner(qtbot):
+    r = JobRunner()
+    yield r
+    r.shutdown(30)
+
+
+@pytest.fixture
+def dialog(qtbot, runner):
+    opened: list[str] = []
+    d = TrainingDialog(runner, open_checkpoint=opened.append)
+    d.opened = opened
+    qtbot.addWidget(d)
+    return d
+
+
+def _type(qtbot, path_edit, text: str) -> None:
+    path_edit.edit.clear()
+    qtbot.keyClicks(path_edit.edit, text)
+
+
+def _fill_small_run(qtbot, dialog, data: Path, out: Path, **spins) -> None:
+    w = dialog.form.widgets
+    _type(qtbot, w["dataset"], str(data))
+    _type(qtbot, w["out"], str(out))
+    w["backbone"].setCurrentIndex(w["backbone"].findData("small_cnn"))
+    w["device"].setCurrentIndex(w["device"].findData("cpu"))
+    values = dict(epochs=2, classes_per_batch=3, images_per_class=3, image_size=64, dim=32, num_workers=0)
+    values.update(spins)
+    for name, value in values.items():
+        w[name].setValue(value)
+
+
+def test_invalid_combinations_are_explained_and_block_start(qtbot, dialog, demo, tmp_path):
+    _fill_small_run(qtbot, dialog, demo, tmp_path / "run")
+    assert dialog.start_button.isEnabled(), dialog.problems.text()
+    w = dialog.form.widgets
+    w["diversity"].setValue(0.5)  # diversity without groups
+    w["images_per_class"].setValue(1)  # no positive pairs
+    text = dialog.problems.text()
+    assert not dialog.start_button.isEnabled()
+    expected = validate(dialog.form.config())
+    assert len(expected) == 2
+    for problem in expected:  # the label lists exactly what core.train.validate says
+        assert problem.replace("<", "&lt;").replace(">", "&gt;") in text
+    w["grouping"].setCurrentIndex(w["grouping"].findData("a"))
+    w["groups"].setValue(4)
+    w["images_per_class"].setValue(3)
+    assert dialog.start_button.isEnabled(), dialog.problems.text()
+    w["dim"].setValue(30)  # not divisible by 4 groups
+    assert not dialog.start_button.isEnabled() and "divisible" in dialog.problems.text()
+
+
+def test_settings_load_from_run_folder_round_trip(qtbot, dialog, demo, tmp_path):
+    config = TrainConfig(dataset=str(demo), out=str(tmp_path / "old"), backbone="resnet18", pooling="gem",
+                         grouping="c", groups=4, dim=64, loss="binomial", binomial="dgml",
+                         deml_adversary=0.3, activation_decay=0.01, adversarial="adaptive",
+                         adversarial_weight=0.7, epochs=7, classes_per_batch=5, images_per_class=4,
+                         lr=3e-5, head_lr_mult=5.0, optimizer="sgd", scheduler="constant", device="cpu",
+                         seed=11, log_every=3, ks=[1, 5])
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config.to_dict()))
+    assert dialog.load_settings(str(tmp_path / "old"))
+    assert dialog.form.config() == config  # options without a widget survive too (log_every, ks)
+    assert read_run_settings(tmp_path / "old" / "config.json") == config
+    # the loss's own hyper-parameters shown are those of the module the core builds (dgml preset)
+    assert "scale_pos = 25" in dialog.form.loss_params.text()
+
+
+def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_path):
+    out = tmp_path / "run"
+    _fill_small_run(qtbot, dialog, demo, out)
+    events = []
+    runner.job_progress.connect(lambda job, ev: events.append(ev))
+    with qtbot.waitSignal(runner.job_finished, timeout=RUN_TIMEOUT_MS) as blocker:
+        qtbot.mouseClick(dialog.start_button, Qt.LeftButton)
+        assert dialog.job is not None and dialog.job.process
+        assert not dialog.start_button.isEnabled() and dialog.cancel_button.isEnabled()
+    job, result = blocker.args
+    assert job is dialog.job and job.state == JobState.FINISHED
+    checkpoint = out / "checkpoint.pt"
+    assert checkpoint.is_file() and Path(result["checkpoint"]) == checkpoint
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert saved["epoch"] == 2
+    assert read_run_settings(out) == dialog.form.config()  # the core saved the dialog's settings
+
+    # the plots hold exactly the run's numbers
+    steps = [ev for ev in events if ev.kind == "step"]
+    evals = [ev for ev in events if ev.kind == "eval"]
+    assert len(steps) >= 2 and len(evals) == 2
+    loss_x, loss_y = dialog.monitor.loss_series["loss"].curve.getData()
+    assert list(loss_x) == [ev.current for ev in steps]
+    assert list(loss_y) == pytest.approx([ev.data["loss"] for ev in steps])
+    r1_x, r1_y = dialog.monitor.metric_series["recall@1"].curve.getData()
+    jsonl = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [rec["metrics"] for rec in jsonl if rec["kind"] == "eval"]
+    assert list(r1_x) == [1, 2]
+    assert list(r1_y) == pytest.approx([m["recall@1"] for m in logged])
+    _, nmi_y = dialog.monitor.metric_series["nmi"].curve.getData()
+    assert list(nmi_y) == pytest.approx([m["nmi"] for m in logged])
+    assert saved["metrics"]["recall@1"] == pytest.approx(logged[-1]["recall@1"])
+    assert dialog.monitor.progress.value() == 1000
+
+    # offered to open the new checkpoint in the main window; the same folder is not reused
+    assert dialog.open_button.isEnabled() and not dialog.start_button.isEnabled()
+    assert "already holds a run" in dialog.problems.text()
+    dialog.form.widgets["resume"].setChecked(True)
+    assert dialog.start_button.isEnabled(), dialog.problems.text()
+    qtbot.mouseClick(dialog.open_button, Qt.LeftButton)
+    assert dialog.opened == [str(checkpoint)]
+
+
+def test_cancel_mid_epoch_stops_within_a_batch_and_saves(qtbot, dialog, runner, demo, tmp_path):
+    out = tmp_path / "run"
+    _fill_small_run(qtbot, dialog, demo, out, epochs=1, steps_per_epoch=500)
+    steps = []
+    runner.job_progress.connect(lambda job, ev: steps.append(ev.current) if ev.kind == "step" else None)
+    qtbot.mouseClick(dialog.start_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: len(steps) >= 3, timeout=RUN_TIMEOUT_MS)
+    with qtbot.waitSignal(runner.job_cancelled, timeout=60_000):
+        qtbot.mouseClick(dialog.cancel_button, Qt.LeftButton)
+        seen_at_cancel = steps[-1]
+    assert dialog.job.state == JobState.CANCELLED
+    saved = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True)
+    done = saved["extra"]["global_step"]
+    # the step being computed when Cancel was pressed, plus at most one already in the pipe
+    assert seen_at_cancel <= done <= seen_at_cancel + 2
+    assert steps[-1] == done < 500
+    assert saved["epoch"] == 0 and saved["extra"]["sampler"]["start"] == done  # a mid-epoch checkpoint
+    assert "Cancelled" in dialog.monitor.status.text()
+    assert dialog.checkpoint == str(out / "checkpoint.pt") and dialog.open_button.isEnabled()
+    assert not list(out.glob("*.tmp*")), "no half-written file left behind"
