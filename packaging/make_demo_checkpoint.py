@@ -29,7 +29,7 @@ log = logging.getLogger("make_demo_checkpoint")
 
 def main(argv: list[str] | None = None) -> int:
     from dmlviewer.core.data import make_demo_data
-    from dmlviewer.core.models import load_checkpoint, save_checkpoint
+    from dmlviewer.core.models import build_model, load_checkpoint, save_checkpoint
     from dmlviewer.core.train import TrainConfig, train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,17 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainConfig(
             dataset=str(data), out=str(Path(tmp) / "run"), backbone="small_cnn",
             pooling="gap", grouping="a", groups=4, dim=128, image_size=128,
-            loss="margin", diversity=0.01, epochs=args.epochs, classes_per_batch=8,
+            loss="ms", diversity=0.01, epochs=args.epochs, classes_per_batch=8,
             images_per_class=4, lr=1e-3, head_lr_mult=1.0, device="cpu", seed=args.seed,
             num_workers=0, eval_every=5,
         )
-        history = []
+        untrained = _test_metrics(build_model(config.model_config()), data)
+        log.info("untrained: %s", _short(untrained))
         for event in train(config):
             if event.kind == "eval":
-                history.append(event.data)
-                log.info("epoch %s: %s", event.data.get("epoch"),
-                         json.dumps({k: round(v, 4) for k, v in event.data.items()
-                                     if isinstance(v, float)}))
+                log.info("epoch %s: %s", event.data["epoch"], _short(event.data["metrics"]))
             elif event.kind == "done":
                 result = event.data["result"]
         model, info = load_checkpoint(result["checkpoint"])
@@ -66,6 +64,23 @@ def main(argv: list[str] | None = None) -> int:
                                "dataset": "make_demo_data(classes=20, per_class=40, size=128, seed=0)"})
     log.info("wrote %s (%.1f MB)", args.out, Path(args.out).stat().st_size / 1e6)
     return 0
+
+
+def _test_metrics(model, data: Path) -> dict:
+    """Metrics of ``model`` on the test split (the unseen classes)."""
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.evaluate import compute_metrics, embed_dataset
+    from dmlviewer.core.progress import run_to_end
+
+    model.eval()
+    test = open_dataset(data).select_split("test")
+    result = run_to_end(embed_dataset(model, test, batch_size=64, device="cpu", num_workers=0))
+    return compute_metrics(result["embeddings"], test.labels[result["rows"]])
+
+
+def _short(metrics: dict) -> str:
+    keys = ("recall@1", "recall@2", "nmi", "map@r")
+    return ", ".join(f"{k} {metrics[k]:.3f}" for k in keys if k in metrics)
 
 
 if __name__ == "__main__":

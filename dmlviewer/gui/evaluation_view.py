@@ -228,6 +228,7 @@ class EvaluationView(QWidget):
         self.runner = runner
         self.job: Job | None = None
         self._pending: dict[int, MetricsColumn] = {}
+        self._suggested: str | None = None  # the features path we proposed (replaced on change)
         self.inputs = EvaluationInputs()
         self.out = PathEdit("save", "Save features as", "HDF5 features (*.h5)")
         self.inputs.form.addRow("Features file", self.out)
@@ -290,7 +291,7 @@ class EvaluationView(QWidget):
 
     def _suggest_out(self) -> None:
         checkpoint = self.inputs.checkpoint.text()
-        if checkpoint and (not self.out.text() or self.out.text() == getattr(self, "_suggested", None)):
+        if checkpoint and (not self.out.text() or self.out.text() == self._suggested):
             self._suggested = default_features_path(checkpoint, self.inputs.split.currentText())
             self.out.setText(self._suggested)
 

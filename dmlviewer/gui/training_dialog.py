@@ -594,6 +594,7 @@ class TrainingDialog(QDialog):
         self.job: Job | None = None
         self.checkpoint: str | None = None
         self._config = None
+        self._suggested_out: str | None = None  # the run folder we proposed (replaced on change)
         self.form = TrainingForm()
         self.monitor = TrainingMonitor()
         self.problems = QLabel()
@@ -658,7 +659,7 @@ class TrainingDialog(QDialog):
 
     def _suggest_out(self) -> None:
         out = self.form.widgets["out"]
-        if not out.text() or getattr(self, "_suggested_out", None) == out.text():
+        if not out.text() or self._suggested_out == out.text():
             self._suggested_out = default_run_folder(self.form.widgets["dataset"].text())
             out.setText(self._suggested_out)
 
