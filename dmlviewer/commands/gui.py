@@ -25,9 +25,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _hidden(p: argparse.ArgumentParser) -> None:
-    # For screenshots of the interaction: pin the query's centre; show the group tab.
-    p.add_argument("--pin", action="store_true", help=argparse.SUPPRESS)
+    # For screenshots of the interaction: pin a point of the query (fractions of its width and
+    # height, the centre by default); show the group tab.
+    p.add_argument("--pin", nargs="?", const="0.5,0.5", type=_fractions, help=argparse.SUPPRESS)
     p.add_argument("--tab", choices=["pair", "groups"], help=argparse.SUPPRESS)
+
+
+def _fractions(text: str) -> tuple[float, float]:
+    try:
+        fx, fy = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FX,FY (fractions of the image), got {text!r}") from None
+    if not (0 <= fx <= 1 and 0 <= fy <= 1):
+        raise argparse.ArgumentTypeError(f"fractions must lie in [0, 1], got {text!r}")
+    return fx, fy
 
 
 def _check(path: str | None, what: str) -> None:

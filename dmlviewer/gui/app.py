@@ -118,11 +118,12 @@ def last_session() -> dict:
 
 def run_gui(dataset: str | None = None, checkpoint: str | None = None, features: str | None = None,
             screenshot: str | None = None, demo: bool = False, fmt: str | None = None,
-            last: bool = False, pin: bool = False, tab: str | None = None) -> int:
+            last: bool = False, pin: tuple[float, float] | None = None, tab: str | None = None) -> int:
     """Open the window and run the event loop (see the module docstring).
 
     ``last``: use the last session's files when none are given (the first time: the demo).
-    ``pin``: pin the centre of the query (screenshots of the hover read-out). ``tab``:
+    ``pin``: pin this point of the query, as fractions of its width and height (screenshots
+    of the hover read-out). ``tab``:
     ``"groups"`` shows the group attention tab.
     """
     app = create_app()
@@ -172,7 +173,7 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
 class _Screenshot:
     """Polls until the window shows everything asked for, then saves it and quits."""
 
-    def __init__(self, window, path: Path, pin: bool = False, timeout_s: float = SCREENSHOT_TIMEOUT_S) -> None:
+    def __init__(self, window, path: Path, pin: tuple[float, float] | None = None, timeout_s: float = SCREENSHOT_TIMEOUT_S) -> None:
         self.window = window
         self.path = path
         self.pin = pin
@@ -203,7 +204,7 @@ class _Screenshot:
         if not (self.ready() or timed_out):
             return
         if self.pin and not self._pinned and self.window.pair_view.state == "ready":
-            self._pin_centre()
+            self._pin_point()
             self._pinned = True
             return  # one more poll so the pinned overlay is painted
         self._timer.stop()
@@ -217,13 +218,14 @@ class _Screenshot:
         # exit(), not quit(): quit() closes the window, whose close asks about running jobs.
         QApplication.instance().exit(self.status)
 
-    def _pin_centre(self) -> None:
+    def _pin_point(self) -> None:
         w = self.window
         view = w.group_tabs if w.tabs.currentWidget() is w.group_tabs else w.pair_view
         pane = view.panes[0]
         if pane.shape is None:
             return
         h, w_ = pane.shape
-        view.link.pin(0, (w_ - 1) / 2.0, (h - 1) / 2.0)
+        fx, fy = self.pin
+        view.link.pin(0, fx * (w_ - 1), fy * (h - 1))
         if view is w.pair_view:
             view.matches_box.setChecked(True)
