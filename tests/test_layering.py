@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import importlib
 import pkgutil
 import subprocess
 import sys

@@ -28,23 +28,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.localize import drive, load_model, usage_errors
+    from dmlviewer.commands.common import drive, load_model
     from dmlviewer.core.explain import correspond
 
     if args.pairs < 1:
         raise UsageError(f"--pairs must be positive, got {args.pairs}")
-    with usage_errors():
-        from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.data import open_dataset
 
-        dataset = open_dataset(args.dataset, args.format, args.protocol)
-        if dataset.parts_root is None:
-            raise UsageError(f"{args.dataset} has no part masks (parts/masks/): make one with make-demo-data")
-        model, device = load_model(args.checkpoint, args.device)
-        split = None if args.split == "all" else args.split
-        try:
-            result = drive(correspond(model, dataset, split, args.pairs, args.seed, device), "correspond")
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    dataset = open_dataset(args.dataset, args.format, args.protocol)
+    if dataset.parts_root is None:
+        raise UsageError(f"{args.dataset} has no part masks (parts/masks/): make one with make-demo-data")
+    model, device = load_model(args.checkpoint, args.device)
+    split = None if args.split == "all" else args.split
+    try:
+        result = drive(correspond(model, dataset, split, args.pairs, args.seed, device), "correspond")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.localize import load_model, usage_errors
+    from dmlviewer.commands.common import load_model
 
     out = Path(args.out)
     if not out.parent.exists():
@@ -51,12 +51,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--size must be at least 16, got {args.size}")
     if args.method == "grad_transfer" and not args.features:
         raise UsageError("--method grad_transfer needs --features F.h5 (the labelled images' grad weights)")
-    with usage_errors():
-        from dmlviewer.core.explain import explain_pair
+    from dmlviewer.core.explain import explain_pair
 
-        model, device = load_model(args.checkpoint, args.device)
-        bank = grad_bank_from_features(model, args.features, device) if args.method == "grad_transfer" else None
-        pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
+    model, device = load_model(args.checkpoint, args.device)
+    bank = grad_bank_from_features(model, args.features, device) if args.method == "grad_transfer" else None
+    pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
     np.savez(
         out if out.suffix == ".npz" else str(out),
         similarity=np.float64(pair.similarity),

@@ -7,20 +7,16 @@ num_images`` (DESIGN.md). ``--pairing`` chooses each image's reference (self, ne
 same-class; see :mod:`dmlviewer.core.explain.localization`). ``grad_transfer`` takes the grad
 weights of ``--features F.h5`` (computed and stored there when missing) or, without it, computes
 them from the dataset's train split.
-
-Also holds the helpers the explain/correspond commands share: checkpoint loading, the mapping of
-data/model errors to one-line usage errors, and the text progress display.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import sys
-import time
 
+from dmlviewer.commands.common import drive, load_model
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
@@ -67,58 +63,6 @@ def parse_methods(values: list[str]) -> list[str]:
     return list(dict.fromkeys(methods))
 
 
-@contextlib.contextmanager
-def usage_errors():
-    """Turn the data/model/store errors of bad inputs into one-line usage errors (exit 2)."""
-    from dmlviewer.cli import UsageError
-    from dmlviewer.core.data import DatasetError, ImageError
-    from dmlviewer.core.evaluate import StoreError
-    from dmlviewer.core.models import CheckpointError
-
-    try:
-        yield
-    except (DatasetError, ImageError, CheckpointError, StoreError) as exc:
-        raise UsageError(str(exc)) from None
-
-
-def load_model(checkpoint: str, device: str):
-    """``(model, torch.device)`` from a checkpoint, in eval mode."""
-    from dmlviewer.cli import UsageError
-    from dmlviewer.core.models import load_checkpoint, resolve_device
-
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    model, _ = load_checkpoint(checkpoint, dev)
-    return model.eval(), dev
-
-
-def drive(job, label: str):
-    """Run a progress generator to its end with a one-line progress display on stderr; returns
-    the ``done`` event's result."""
-    tty = sys.stderr.isatty()
-    last = 0.0
-    result = None
-    for event in job:
-        if event.kind == "done":
-            result = event.data.get("result")
-            continue
-        now = time.monotonic()
-        if event.total and (now - last > (0.2 if tty else 10.0) or event.current == event.total):
-            last = now
-            eta = f", {event.eta_s:.0f} s left" if event.eta_s is not None else ""
-            line = f"{label}: {event.current}/{event.total} {event.message}{eta}"
-            if tty:
-                sys.stderr.write("\r" + line.ljust(70))
-                sys.stderr.flush()
-            else:
-                log.info(line)
-    if tty:
-        sys.stderr.write("\n")
-    return result
-
-
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.explain import localize, parse_thresholds
@@ -130,24 +74,23 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be positive, got {args.limit}")
-    with usage_errors():
-        from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.data import open_dataset
 
-        dataset = open_dataset(args.dataset, args.format, args.protocol)
-        model, device = load_model(args.checkpoint, args.device)
-        split = None if args.split == "all" else args.split
-        if split is not None and len(dataset.indices(split)) == 0:
-            raise UsageError(f"the dataset has no {split!r} images")
-        try:
-            bank = None
-            if args.features and "grad_transfer" in methods:
-                from dmlviewer.commands.explain import grad_bank_from_features
+    dataset = open_dataset(args.dataset, args.format, args.protocol)
+    model, device = load_model(args.checkpoint, args.device)
+    split = None if args.split == "all" else args.split
+    if split is not None and len(dataset.indices(split)) == 0:
+        raise UsageError(f"the dataset has no {split!r} images")
+    try:
+        bank = None
+        if args.features and "grad_transfer" in methods:
+            from dmlviewer.commands.explain import grad_bank_from_features
 
-                bank = grad_bank_from_features(model, args.features, device)
-            results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
-                                     limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            bank = grad_bank_from_features(model, args.features, device)
+        results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
+                                 limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if args.json:
         sys.stdout.write(json.dumps(results, indent=2) + "\n")
     else:

@@ -90,6 +90,15 @@ class EvaluationInputs(QWidget):
         self.checkpoint.changed.connect(self.changed)
         self.dataset.changed.connect(self.changed)
 
+    def set_sources(self, checkpoint: str | None = None, dataset: str | None = None,
+                    dataset_format: str | None = None) -> None:
+        """Prefill from the main window's current checkpoint and dataset."""
+        if checkpoint:
+            self.checkpoint.setText(str(checkpoint))
+        if dataset:
+            self.dataset.setText(str(dataset))
+            self.dataset_format = dataset_format
+
     def problems(self) -> list[str]:
         out = []
         if not Path(self.checkpoint.text()).is_file():
@@ -282,12 +291,7 @@ class EvaluationView(QWidget):
     # -- inputs
     def set_sources(self, checkpoint: str | None = None, dataset: str | None = None,
                     dataset_format: str | None = None) -> None:
-        """Prefill from the main window's current checkpoint and dataset."""
-        if checkpoint:
-            self.inputs.checkpoint.setText(str(checkpoint))
-        if dataset:
-            self.inputs.dataset.setText(str(dataset))
-            self.inputs.dataset_format = dataset_format
+        self.inputs.set_sources(checkpoint, dataset, dataset_format)
 
     def _suggest_out(self) -> None:
         checkpoint = self.inputs.checkpoint.text()

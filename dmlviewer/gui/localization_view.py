@@ -184,11 +184,7 @@ class LocalizationView(QWidget):
     # -- inputs
     def set_sources(self, checkpoint: str | None = None, dataset: str | None = None,
                     dataset_format: str | None = None) -> None:
-        if checkpoint:
-            self.inputs.checkpoint.setText(str(checkpoint))
-        if dataset:
-            self.inputs.dataset.setText(str(dataset))
-            self.inputs.dataset_format = dataset_format
+        self.inputs.set_sources(checkpoint, dataset, dataset_format)
 
     def checked_methods(self) -> list[str]:
         return [self.methods.item(i).text() for i in range(self.methods.count())
