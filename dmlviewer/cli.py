@@ -61,12 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _input_errors() -> tuple[type[BaseException], ...]:
     """Errors that describe bad user input (a file's name and what is wrong with it):
-    reported in one line with exit status 2 rather than a traceback."""
-    from dmlviewer.core.data.errors import DatasetError, ImageError
-    from dmlviewer.core.evaluate.store import StoreError
-    from dmlviewer.core.models.errors import CheckpointError
-
-    return (DatasetError, ImageError, StoreError, CheckpointError)
+    reported in one line with exit status 2 rather than a traceback. Looked up only when an
+    error happened; a module that cannot be imported (a broken install) must not mask it."""
+    found = []
+    for module, name in (("dmlviewer.core.data.errors", "DatasetError"),
+                         ("dmlviewer.core.data.errors", "ImageError"),
+                         ("dmlviewer.core.evaluate.store", "StoreError"),
+                         ("dmlviewer.core.models.errors", "CheckpointError")):
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except Exception:  # noqa: BLE001 - see docstring
+            log.debug("cannot import %s", module, exc_info=True)
+    return tuple(found)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ BENCHMARKS = {
     "metrics": "metrics",
     "train-step": "train_step",
     "index": "index",
+    "memory": "memory",
 }
 
 

@@ -360,7 +360,7 @@ class EvaluationView(QWidget):
         if self._pending.pop(job.id, None) is None:
             return
         first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.status.setText(f"<span style='color:#b00020'>Evaluation failed: {first}</span>")
+        self.status.setText(f"<span style='color:#eb5757'>Evaluation failed: {first}</span>")
         self.status.setToolTip(text)
         self._update_buttons()
 

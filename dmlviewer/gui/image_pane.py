@@ -87,6 +87,7 @@ class ImagePane(QWidget):
         self.graphics.addItem(self.view, row=0, col=0)
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), width=14, interactive=False,
                                         colorMap=colorbar_map("jet"), colorMapMenu=False)
+        self.colorbar.axis.enableAutoSIPrefix(False)  # plain values, not "400 (x0.001)"
         self.graphics.addItem(self.colorbar, row=0, col=1)
 
         self.image_item = pg.ImageItem(axisOrder="row-major")

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
-from dmlviewer.gui.training_dialog import PALETTE, format_eta, no_si_prefix
+from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class LocalizationView(QWidget):
         self.status.setWordWrap(True)
 
         self.plot = pg.PlotWidget(title="Localization accuracy (IoU > 0.5) against threshold")
-        self.plot.setBackground("w")
+        self.plot.setBackground(PLOT_BACKGROUND)
         self.plot.setLabel("bottom", "threshold (fraction of the map's maximum)")
         self.plot.setLabel("left", "accuracy")
         self.plot.showGrid(x=True, y=True, alpha=0.2)
@@ -135,7 +135,7 @@ class LocalizationView(QWidget):
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         self.best_table.verticalHeader().setVisible(False)
         self.bar_plot = pg.PlotWidget(title="Part correspondence accuracy")
-        self.bar_plot.setBackground("w")
+        self.bar_plot.setBackground(PLOT_BACKGROUND)
         self.bar_plot.setYRange(0, 1)
         self.bar_plot.getAxis("bottom").setTicks([[(0, "partial map"), (1, "overall map")]])
         self.bar_plot.setMouseEnabled(False, False)
@@ -286,7 +286,7 @@ class LocalizationView(QWidget):
         if self._job_kind.pop(job.id, None) is None:
             return
         first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.status.setText(f"<span style='color:#b00020'>Failed: {first}</span>")
+        self.status.setText(f"<span style='color:#eb5757'>Failed: {first}</span>")
         self.status.setToolTip(text)
         self._update_buttons()
 
@@ -339,7 +339,7 @@ class LocalizationView(QWidget):
         self.bar_plot.addItem(pg.BarGraphItem(x=[0, 1], height=values, width=0.6,
                                               brushes=[pg.mkBrush(PALETTE[0]), pg.mkBrush(PALETTE[1])]))
         for x, v in enumerate(values):
-            text = pg.TextItem(f"{v:.3f}", color="k", anchor=(0.5, 1.1))
+            text = pg.TextItem(f"{v:.3f}", color="#e0e0e0", anchor=(0.5, 1.1))
             text.setPos(x, v)
             self.bar_plot.addItem(text)
         self.bar_plot.setXRange(-0.6, 1.6)

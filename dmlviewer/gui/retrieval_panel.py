@@ -21,7 +21,7 @@ import threading
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QSizePolicy,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.gui import errors
@@ -97,6 +97,8 @@ class RetrievalPanel(QWidget):
         self.header = QLabel("Neighbours")
         self.header.setObjectName("panelHeader")
         self.header.setWordWrap(True)
+        # A long file name (one unbreakable word) must not widen the dock, and the main window with it.
+        self.header.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, 100)
         self.k_spin.setValue(12)
@@ -199,7 +201,11 @@ class RetrievalPanel(QWidget):
             self.header.setText("Neighbours: choose a query")
             self._show([])
             return
-        self.header.setText(f"Neighbours of the query ({ds.paths[index].rsplit('/', 1)[-1]})")
+        # Zero-width spaces after "_", "-" and "." let a long file name wrap in a narrow dock.
+        name = ds.paths[index].rsplit('/', 1)[-1]
+        for ch in "_-.":
+            name = name.replace(ch, ch + "\u200b")
+        self.header.setText(f"Neighbours of the query ({name})")
         if self.features is None:
             self._show([])
             if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX):

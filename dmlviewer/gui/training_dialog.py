@@ -35,8 +35,11 @@ from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
-#: Curve colours shared by the plots of this package (colour-blind friendly, Okabe-Ito).
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+#: Curve colours shared by the plots of this package (colour-blind friendly, Okabe-Ito, with
+#: white instead of black on the dark plot background).
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#FFFFFF"]
+#: Background of the plots: the dark theme's (gui/app.py), as behind the image panes.
+PLOT_BACKGROUND = "#1e1e1e"
 
 GROUPING_LABELS = {  # seed 001 Sec. 2.3 / 4 (and core/models/heads.py)
     "none": "none (one embedding)",
@@ -341,7 +344,7 @@ class TrainingForm(QWidget):
             path = imagenet_weights_path(BACKBONES[self.widgets["backbone"].currentData()])
             self.weights_status.setText(f"<small>found: {path}</small>")
         except Exception as exc:  # noqa: BLE001 - FileNotFoundError, ValueError, ImportError
-            self.weights_status.setText(f"<small><span style='color:#b00'>{exc}</span></small>")
+            self.weights_status.setText(f"<small><span style='color:#eb5757'>{exc}</span></small>")
 
     # -- values
     def config(self):
@@ -436,7 +439,7 @@ class TrainingMonitor(QWidget):
         self.metric_plot.showGrid(x=True, y=True, alpha=0.2)
         self.metric_legend = self.metric_plot.addLegend(offset=(-10, -10))
         for plot in (self.loss_plot, self.metric_plot):
-            plot.setBackground("w")
+            plot.setBackground(PLOT_BACKGROUND)
             plot.setMinimumHeight(160)
             no_si_prefix(plot)
         self.log = QPlainTextEdit()
@@ -679,10 +682,10 @@ class TrainingDialog(QDialog):
         problems = self.problems_list()
         if problems:
             items = "".join(f"<li>{_escape(p)}</li>" for p in problems)
-            self.problems.setText(f"<span style='color:#b00020'><b>Cannot start:</b><ul style='margin:0'>"
+            self.problems.setText(f"<span style='color:#eb5757'><b>Cannot start:</b><ul style='margin:0'>"
                                   f"{items}</ul></span>")
         else:
-            self.problems.setText("<span style='color:#1b7f3b'>Ready.</span>")
+            self.problems.setText("<span style='color:#27ae60'>Ready.</span>")
         self._update_buttons(problems)
         return problems
 
@@ -774,7 +777,7 @@ class TrainingDialog(QDialog):
             return
         self.monitor.refresh()
         first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.monitor.status.setText(f"<span style='color:#b00020'>Failed: {_escape(first)}</span>")
+        self.monitor.status.setText(f"<span style='color:#eb5757'>Failed: {_escape(first)}</span>")
         self.monitor.append_log(text)
         self._end_run()
 

@@ -1,0 +1,279 @@
+"""``bench memory``: peak resident memory of the app with a 120,000-image listing open, and of
+feature extraction over 60,000 images.
+
+Every figure comes from a fresh child process (``python -c``, JSON on its last stdout line),
+so neither this process's imports nor an earlier measurement count:
+
+- ``app``: the real :class:`~dmlviewer.gui.main_window.MainWindow` (offscreen Qt, temporary
+  XDG config/data/cache folders, so no user setting is read or written) opens an SOP-style
+  listing (:func:`dmlviewer.bench.index.write_sop_listing`, 120,053 images; the image files do
+  not exist), is shown, and the event loop runs until the browser's visible rows have all had
+  their thumbnails requested and failed (placeholders drawn). The same window with no dataset
+  gives the baseline, so ``app_rss_mb - app_empty_rss_mb`` is the listing's own cost. No model
+  is loaded, so the retrieval panel's automatic extraction cannot start; the child checks that
+  no job ran.
+- ``extract``: :func:`~dmlviewer.core.evaluate.extract_features` with a small_cnn (64 px,
+  512-d) over a 60,000-row :class:`~dmlviewer.core.data.records.Dataset` whose paths cycle over
+  a 10 x 20 synthetic demo set, into a temporary HDF5 file. DataLoader workers are separate
+  processes; ``extract_worker_rss_mb`` is the largest one's peak (``RUSAGE_CHILDREN``), which
+  also counts the pages it shares with the main process after ``fork``.
+
+Peak RSS is ``VmHWM`` of ``/proc/self/status`` where it exists (Linux): a child's
+``ru_maxrss`` also carries the high-water mark of the process image it was exec'd from (the
+forked or vforked copy of this, torch-importing, process), so it would never read below this
+process's size. Elsewhere ``ru_maxrss`` is used (kilobytes on Linux, bytes on macOS). The
+``*_anon_mb`` figures split the resident memory at the end of a child into private memory
+(``RssAnon``) and the rest, mostly torch's shared libraries (``RssFile``, shared between
+processes), which are most of an otherwise empty app's figure.
+``--quick``: 6,000 extraction rows (the listing stays at full size: it takes seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dmlviewer.bench.machine import describe
+
+#: Rows of the extraction run by default (the issue's N) and with ``--quick``.
+EXTRACT_IMAGES = 60_000
+EXTRACT_IMAGES_QUICK = 6_000
+#: The synthetic images the extraction rows cycle over (classes x per_class, pixels).
+DEMO_CLASSES, DEMO_PER_CLASS, DEMO_SIZE = 10, 20, 64
+#: Seconds the app child lets the event loop run after the window is settled (paints, timers).
+SETTLE_S = 0.5
+
+_MB = 1024 * 1024
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB (see the module docstring for the source)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / _MB
+    except OSError:
+        pass
+    return _maxrss_mb()
+
+
+def rss_parts_mb() -> dict[str, float]:
+    """Current resident memory split into ``anon`` (heap, arrays) and ``file`` (mapped shared
+    libraries, shared between processes) in MiB; empty where /proc is missing."""
+    parts = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    parts[line[3:7].lower()] = int(line.split()[1]) * 1024 / _MB
+    except OSError:
+        pass
+    return parts
+
+
+def _maxrss_mb(children: bool = False) -> float:
+    """``ru_maxrss`` of this process (or of its largest reaped child) in MiB."""
+    try:
+        import resource
+    except ImportError as exc:  # Windows
+        raise RuntimeError("bench memory needs /proc or the resource module (Linux, macOS)") from exc
+    value = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
+    return value / _MB if sys.platform == "darwin" else value * 1024 / _MB
+
+
+def write_listing(root: Path, images: int | None = None) -> int:
+    """An SOP-style listing in ``root``: the full 120,053 images of :func:`write_sop_listing`,
+    or its first ``images`` rows (half from each split file). Returns the number listed."""
+    from dmlviewer.bench.index import SPLITS, write_sop_listing
+
+    total = write_sop_listing(root)
+    if images is None or images >= total:
+        return total
+    if images < 2:
+        raise ValueError(f"a listing needs at least 2 images (one per split), got {images}")
+    for (name, _, _), keep in zip(SPLITS, (images // 2, images - images // 2)):
+        lines = (root / name).read_text().splitlines()
+        (root / name).write_text("\n".join(lines[:1 + keep]) + "\n")
+    return images
+
+
+# -- children --------------------------------------------------------------------------------
+
+def _run_child(entry: str, spec: dict, env: dict[str, str] | None = None, timeout_s: float = 600) -> dict:
+    """Run ``entry(spec)`` of this module in a fresh interpreter; its last stdout line is JSON."""
+    code = f"import json, sys; from dmlviewer.bench.memory import {entry}; {entry}(json.loads(sys.argv[1]))"
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout_s)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"memory benchmark child {entry} failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-4000:]}")
+    return json.loads(lines[-1])
+
+
+def _app_child(spec: dict) -> None:
+    """Child: open the window (on ``spec["root"]`` if given), wait for the first rows, report."""
+    from dmlviewer.gui.app import create_app
+    from dmlviewer.gui.main_window import MainWindow
+
+    app = create_app()
+    window = MainWindow()
+    root = spec.get("root")
+    if root is not None and not window.open_dataset(root):
+        raise RuntimeError(f"MainWindow.open_dataset({root!r}) failed")
+    window.show()
+    browser, loader = window.browser, window.loader
+    start = time.perf_counter()
+
+    def rows_shown() -> list[int]:
+        rows = browser.visible_rows()
+        return browser.model.rows[rows.start:rows.stop].tolist()
+
+    def settled() -> bool:
+        if not window.isVisible():
+            return False
+        if root is None:
+            return True
+        shown = rows_shown()
+        return bool(shown) and not loader.busy and all(
+            loader.cached(i) is not None or loader.broken_reason(i) is not None for i in shown)
+
+    while not settled():
+        if time.perf_counter() - start > spec["timeout_s"]:
+            raise RuntimeError(f"the browser showed no settled rows within {spec['timeout_s']} s")
+        app.processEvents()
+        time.sleep(0.005)
+    settle_end = time.perf_counter() + SETTLE_S
+    while time.perf_counter() < settle_end:
+        app.processEvents()
+        time.sleep(0.005)
+    shown = rows_shown()
+    jobs = len(window.runner.jobs) + len(window.runner.history)
+    if jobs:
+        raise RuntimeError(f"{jobs} job(s) started (automatic feature extraction?); the figure would include them")
+    result = {
+        "rss_mb": peak_rss_mb(),
+        **{f"rss_{k}_mb": v for k, v in rss_parts_mb().items()},
+        "images": 0 if window.dataset is None else len(window.dataset),
+        "rows_shown": len(shown),
+        "placeholders": sum(loader.broken_reason(i) is not None for i in shown),
+        "jobs": jobs,
+        "seconds": time.perf_counter() - start,
+    }
+    window.shutdown()
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+def _extract_child(spec: dict) -> None:
+    """Child: extract features of ``spec["images"]`` rows cycling over a small demo set."""
+    import numpy as np
+    import torch
+
+    from dmlviewer.core.data import make_demo_data, open_dataset
+    from dmlviewer.core.evaluate.extract import default_workers, extract_features
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.core.progress import run_to_end
+
+    tmp = Path(spec["tmp"])
+    demo = open_dataset(make_demo_data(tmp / "data", classes=DEMO_CLASSES, per_class=DEMO_PER_CLASS,
+                                       size=DEMO_SIZE)).select_split("all")
+    n = int(spec["images"])
+    dataset = demo.subset(np.arange(n) % len(demo))  # paths and labels cycle together
+    torch.manual_seed(0)
+    model = build_model(default_config(backbone="small_cnn", image_size=DEMO_SIZE), spec["device"]).eval()
+    workers = default_workers() if spec["num_workers"] is None else int(spec["num_workers"])
+    out = tmp / "features.h5"
+    before = peak_rss_mb()
+    start = time.perf_counter()
+    result = run_to_end(extract_features(model, dataset, out, batch_size=spec["batch_size"],
+                                         device=spec["device"], num_workers=workers))
+    seconds = time.perf_counter() - start
+    if result["num_images"] != n:
+        raise RuntimeError(f"extraction wrote {result['num_images']} of {n} rows ({result['skipped']} skipped)")
+    report = {
+        "rss_mb": peak_rss_mb(),
+        **{f"rss_{k}_mb": v for k, v in rss_parts_mb().items()},
+        "rss_before_mb": before,
+        "worker_rss_mb": _maxrss_mb(children=True) if workers else 0.0,
+        "images": n,
+        "num_workers": workers,
+        "seconds": seconds,
+        "file_mb": out.stat().st_size / _MB,
+    }
+    sys.stdout.write(json.dumps(report) + "\n")
+
+
+# -- measurements ----------------------------------------------------------------------------
+
+def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float = 120) -> dict:
+    """Peak RSS of a fresh app process with the window shown: with an SOP-style listing of
+    ``images`` rows (None: the full 120,053) or, with ``dataset=False``, with nothing open.
+    Returns the child's report (``rss_mb``, ``images``, ``rows_shown``, ``placeholders``,
+    ``jobs``, ``seconds``)."""
+    with tempfile.TemporaryDirectory(prefix="dmlviewer-bench-memory-") as tmp:
+        tmp = Path(tmp)
+        env = {"QT_QPA_PLATFORM": "offscreen"}
+        for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+            env[name] = str(tmp / name.lower())
+            Path(env[name]).mkdir()
+        root = None
+        if dataset:
+            root = tmp / "sop"
+            root.mkdir()
+            write_listing(root, images)
+        spec = {"root": None if root is None else str(root), "timeout_s": timeout_s}
+        return _run_child("_app_child", spec, env, timeout_s + 120)
+
+
+def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size: int = 128,
+                   num_workers: int | None = None, timeout_s: float = 1800) -> dict:
+    """Peak RSS of a fresh process running ``extract_features`` over ``images`` rows (see the
+    module docstring). Returns the child's report (``rss_mb``, ``rss_before_mb``,
+    ``worker_rss_mb``, ``images``, ``num_workers``, ``seconds``, ``file_mb``)."""
+    with tempfile.TemporaryDirectory(prefix="dmlviewer-bench-memory-") as tmp:
+        spec = {"tmp": tmp, "images": images, "device": device, "batch_size": batch_size,
+                "num_workers": num_workers}
+        return _run_child("_extract_child", spec, timeout_s=timeout_s)
+
+
+def run(args: argparse.Namespace | None = None) -> dict:
+    quick = bool(getattr(args, "quick", False))
+    device = getattr(args, "device", "cpu") or "cpu"
+    empty = app_memory(dataset=False)
+    listing = app_memory()
+    extract = extract_memory(EXTRACT_IMAGES_QUICK if quick else EXTRACT_IMAGES, device)
+
+    def mb(report: dict, key: str) -> float | None:
+        return None if report.get(key) is None else round(report[key], 1)
+
+    return {
+        "benchmark": "memory",
+        "app_rss_mb": mb(listing, "rss_mb"),
+        "app_empty_rss_mb": mb(empty, "rss_mb"),
+        "listing_rss_mb": round(listing["rss_mb"] - empty["rss_mb"], 1),
+        "listing_images": listing["images"],
+        "rows_shown": listing["rows_shown"],
+        "app_rss_anon_mb": mb(listing, "rss_anon_mb"),
+        "app_empty_rss_anon_mb": mb(empty, "rss_anon_mb"),
+        "app_rss_file_mb": mb(listing, "rss_file_mb"),
+        "extract_rss_mb": mb(extract, "rss_mb"),
+        "extract_rss_before_mb": mb(extract, "rss_before_mb"),
+        "extract_rss_anon_mb": mb(extract, "rss_anon_mb"),
+        "extract_worker_rss_mb": mb(extract, "worker_rss_mb"),
+        "extract_images": extract["images"],
+        "extract_seconds": round(extract["seconds"], 2),
+        "images_per_s": round(extract["images"] / extract["seconds"], 1),
+        "extract_file_mb": mb(extract, "file_mb"),
+        "model": f"small_cnn@{DEMO_SIZE}",
+        "device": device,
+        "num_workers": extract["num_workers"],
+        "rss_source": "VmHWM" if Path("/proc/self/status").exists() else "ru_maxrss",
+        "machine": describe(),
+    }
