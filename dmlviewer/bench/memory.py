@@ -52,30 +52,30 @@ SETTLE_S = 0.5
 _MB = 1024 * 1024
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (see the module docstring for the source)."""
+def _proc_status_mb(*fields: str) -> dict[str, float]:
+    """The ``fields`` of ``/proc/self/status`` that exist, in MiB (none without /proc)."""
+    found = {}
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / _MB
+                name, _, value = line.partition(":")
+                if name in fields:
+                    found[name] = int(value.split()[0]) * 1024 / _MB
     except OSError:
         pass
-    return _maxrss_mb()
+    return found
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB (see the module docstring for the source)."""
+    peak = _proc_status_mb("VmHWM").get("VmHWM")
+    return _maxrss_mb() if peak is None else peak
 
 
 def rss_parts_mb() -> dict[str, float]:
     """Current resident memory split into ``anon`` (heap, arrays) and ``file`` (mapped shared
-    libraries, shared between processes) in MiB; empty where /proc is missing."""
-    parts = {}
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(("RssAnon:", "RssFile:")):
-                    parts[line[3:7].lower()] = int(line.split()[1]) * 1024 / _MB
-    except OSError:
-        pass
-    return parts
+    libraries, shared between processes) in MiB; empty without /proc."""
+    return {name[3:].lower(): mb for name, mb in _proc_status_mb("RssAnon", "RssFile").items()}
 
 
 def _maxrss_mb(children: bool = False) -> float:
@@ -157,7 +157,8 @@ def _app_child(spec: dict) -> None:
     shown = rows_shown()
     jobs = len(window.runner.jobs) + len(window.runner.history)
     if jobs:
-        raise RuntimeError(f"{jobs} job(s) started (automatic feature extraction?); the figure would include them")
+        raise RuntimeError(f"{jobs} job(s) ran in the window (automatic feature extraction?): "
+                           "the figure would include them")
     result = {
         "rss_mb": peak_rss_mb(),
         **{f"rss_{k}_mb": v for k, v in rss_parts_mb().items()},
@@ -244,6 +245,8 @@ def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size
 
 
 def run(args: argparse.Namespace | None = None) -> dict:
+    """The three children (empty window, window with the full listing, extraction of
+    ``EXTRACT_IMAGES`` rows, or ``EXTRACT_IMAGES_QUICK`` with ``--quick``) and their figures."""
     quick = bool(getattr(args, "quick", False))
     device = getattr(args, "device", "cpu") or "cpu"
     empty = app_memory(dataset=False)

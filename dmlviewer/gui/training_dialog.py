@@ -768,6 +768,7 @@ class TrainingDialog(QDialog):
         self.checkpoint = _checkpoint_of(result, self._config.checkpoint_path)
         self.monitor.status.setText(f"Finished: {self.checkpoint or 'no checkpoint reported'}")
         self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
+        self._suggest_out()  # a new run goes to a new folder (unless the user chose this one)
         self._end_run()
         if self.checkpoint:
             self.checkpoint_ready.emit(self.checkpoint)
