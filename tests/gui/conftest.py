@@ -103,3 +103,13 @@ def wait_ready(qtbot):
         assert view.state == "ready"
 
     return wait
+
+
+@pytest.fixture
+def runner(qtbot):
+    """A job runner shut down (jobs cancelled, children ended) after the test."""
+    from dmlviewer.gui.worker import JobRunner
+
+    r = JobRunner()
+    yield r
+    r.shutdown(30)

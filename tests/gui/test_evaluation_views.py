@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication
 from dmlviewer.gui.embedding_view import EmbeddingView, pca_2d, projection_job
 from dmlviewer.gui.evaluation_view import METRIC_ROWS, EvaluationView
 from dmlviewer.gui.localization_view import LocalizationView
-from dmlviewer.gui.worker import JobRunner, JobState
+from dmlviewer.gui.worker import JobState
 
 pytestmark = pytest.mark.gui
 JOB_TIMEOUT_MS = 120_000
@@ -31,13 +31,6 @@ def cli_json(*args: str) -> object:
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-@pytest.fixture
-def runner(qtbot):
-    r = JobRunner()
-    yield r
-    r.shutdown(30)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import _fixtures_part2 as fx  # noqa: E402
 
 from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
 from dmlviewer.gui.training_dialog import TrainingDialog, read_run_settings  # noqa: E402
-from dmlviewer.gui.worker import JobRunner, JobState  # noqa: E402
+from dmlviewer.gui.worker import JobState  # noqa: E402
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000
@@ -25,13 +25,6 @@ RUN_TIMEOUT_MS = 180_000
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
     return fx.make_small_demo(tmp_path_factory.mktemp("demo") / "data")
-
-
-@pytest.fixture
-def runner(qtbot):
-    r = JobRunner()
-    yield r
-    r.shutdown(30)
 
 
 @pytest.fixture
