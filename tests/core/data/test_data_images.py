@@ -240,3 +240,18 @@ def test_dataset_record_checks_lengths():
     with pytest.raises(ValueError, match="inconsistent dataset listing"):
         Dataset(root=".", format="folder", paths=["a", "b"], labels=[0], class_names=["x"],
                 split=["train", "train"], boxes=None)
+
+
+def test_normalize_equals_the_direct_arithmetic():
+    """The table look-up gives exactly ``(x / 255 - mean) / std`` for every uint8 value."""
+    from dmlviewer.core.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, size=(7, 5, 3), dtype=np.uint8)
+    image[0, :3, :] = [[0, 0, 0], [255, 255, 255], [128, 1, 254]]
+    mean = np.array(IMAGENET_MEAN, dtype=np.float32)
+    inv_std = 1.0 / np.array(IMAGENET_STD, dtype=np.float32)
+    expected = ((image.astype(np.float32) * np.float32(1.0 / 255.0) - mean) * inv_std).transpose(2, 0, 1)
+    got = normalize(image)
+    assert got.dtype == torch.float32 and got.shape == (3, 7, 5) and got.is_contiguous()
+    np.testing.assert_array_equal(got.numpy(), expected)
