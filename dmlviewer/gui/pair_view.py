@@ -209,6 +209,13 @@ class PairView(QWidget):
         self.fit_button.setText("Fit")
         self.fit_button.setToolTip("Show the whole images")
 
+        for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo):
+            # Let the toolbar shrink on small screens (the text elides) instead of forcing the
+            # window wider than the display.
+            combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(6)
+        self.opacity.setFixedWidth(80)
+
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
