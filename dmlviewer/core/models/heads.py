@@ -45,6 +45,19 @@ def make_output(raw: torch.Tensor, feature_map: torch.Tensor, groups: torch.Tens
 _output = make_output  # earlier name, imported by tests/core/explain/test_explain_pair.py
 
 
+def project_groups(projections: nn.ModuleList, features: torch.Tensor, frozen: dict) -> torch.Tensor:
+    """Run group p's projection on ``features[:, p]`` (B x P x d) and stack the results
+    (B x P x Dg); each projection's ReLU mask, when it has one, is kept in ``frozen`` as
+    ``relu.<p>`` for :meth:`linearize` (seed 000 Sec. 4.2: masks computed once per image)."""
+    outs = []
+    for p, proj in enumerate(projections):
+        y, mask = proj(features[:, p])
+        outs.append(y)
+        if mask is not None:
+            frozen[f"relu.{p}"] = mask
+    return torch.stack(outs, 1)
+
+
 class Head(nn.Module):
     """Base: ``forward(features) -> ModelOutput``; ``linearize(out) -> Linearization``."""
 
@@ -168,13 +181,7 @@ class GatedGroupingHead(Head):
         z, pool_frozen = self.pooling(gated.flatten(0, 1))
         z = z.view(b, num, -1)
         frozen = {"gate": gate, **{k: v.unflatten(0, (b, num)) for k, v in pool_frozen.items()}}
-        groups = []
-        for p, proj in enumerate(self.projections):
-            y, mask = proj(z[:, p])
-            groups.append(y)
-            if mask is not None:
-                frozen[f"relu.{p}"] = mask
-        groups = torch.stack(groups, 1)
+        groups = project_groups(self.projections, z, frozen)
         return make_output(groups.flatten(1), a, groups, frozen=frozen,
                        attention=self.gate.maps(gate, gated, a))
 
@@ -222,13 +229,7 @@ class AttentionGroupingHead(Head):
         groups = torch.einsum("bpn,bdn->bpd", attn, values)  # F = A V^T (Eq. 8)
         frozen = {}
         if self.tails is not None:
-            outs = []
-            for p, tail in enumerate(self.tails):
-                y, mask = tail(groups[:, p])
-                outs.append(y)
-                if mask is not None:
-                    frozen[f"relu.{p}"] = mask
-            groups = torch.stack(outs, 1)
+            groups = project_groups(self.tails, groups, frozen)
         maps = {"a_grouping": attn.view(*attn.shape[:2], *a.shape[-2:])}
         return make_output(groups.flatten(1), a, groups, frozen=frozen, attention=maps)
 
