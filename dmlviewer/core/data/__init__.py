@@ -1,6 +1,6 @@
 """Dataset formats, split protocols, image loading and the synthetic parts data.
 
-``to_tensor``, ``train_transform``, ``IMAGENET_MEAN``, ``IMAGENET_STD`` and
+``to_tensor``, ``Preprocess``, ``train_transform``, ``IMAGENET_MEAN``, ``IMAGENET_STD`` and
 ``ImageFolderDataset`` need torch and are imported on first use, so that reading a listing
 (or writing the demo data) does not pay for importing torch.
 """
@@ -20,6 +20,7 @@ from .splits import PROTOCOLS
 
 _TORCH_NAMES = {
     "to_tensor": "transforms",
+    "Preprocess": "transforms",
     "train_transform": "transforms",
     "IMAGENET_MEAN": "transforms",
     "IMAGENET_STD": "transforms",

@@ -20,29 +20,34 @@ from torch.utils.data import Dataset as TorchDataset
 from .errors import ImageError, ImageProblem
 from .images import load_image
 from .records import Dataset
-from .transforms import to_tensor, train_transform
+from .transforms import Preprocess, train_transform
 
 log = logging.getLogger(__name__)
 
 
 class ImageFolderDataset(TorchDataset):
-    """Images of ``dataset`` as normalized ``size x size`` tensors; ``train`` selects the
-    augmentation of :func:`~.transforms.train_transform`, otherwise :func:`~.transforms.to_tensor`."""
+    """Images of ``dataset`` as normalized tensors. ``preprocess`` is the model's
+    :class:`~.transforms.Preprocess` (or an int: that size with ImageNet statistics); ``train``
+    selects the augmentation of :func:`~.transforms.train_transform` at that size and
+    normalization, otherwise the plain ``preprocess``."""
 
-    def __init__(self, dataset: Dataset, size: int, train: bool = False, skip_bad: bool = True) -> None:
+    def __init__(self, dataset: Dataset, preprocess: Preprocess | int, train: bool = False,
+                 skip_bad: bool = True) -> None:
         self.dataset = dataset
-        self.size = size
+        self.preprocess = preprocess if isinstance(preprocess, Preprocess) else Preprocess(int(preprocess))
+        self.size = self.preprocess.size
         self.train = train
         self.skip_bad = skip_bad
         self.problems: list[ImageProblem] = []
         self._bad: set[int] = set()
-        self._transform = train_transform(size) if train else None
+        p = self.preprocess
+        self._transform = train_transform(p.size, p.mean, p.std) if train else p
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def _tensor(self, image: np.ndarray) -> torch.Tensor:
-        return self._transform(image) if self._transform is not None else to_tensor(image, self.size)
+        return self._transform(image)
 
     def _report(self, index: int, exc: ImageError) -> None:
         if index not in self._bad:

@@ -15,6 +15,8 @@ probability 1/2. Random numbers come from torch's global generator, so results r
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 import cv2
 import numpy as np
@@ -22,8 +24,6 @@ import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-_MEAN = np.array(IMAGENET_MEAN, dtype=np.float32)
-_INV_STD = 1.0 / np.array(IMAGENET_STD, dtype=np.float32)
 
 
 def resize(image: np.ndarray, size: int) -> np.ndarray:
@@ -35,33 +35,78 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
     return cv2.resize(image, (size, size), interpolation=interpolation)
 
 
-#: ``_NORMALIZED[c, v]`` = ``(v / 255 - mean[c]) / std[c]`` for every uint8 value ``v``: the same
-#: float32 arithmetic as a direct computation, done once, so that normalizing is a table look-up.
-_NORMALIZED = ((np.arange(256, dtype=np.float32)[None, :] * np.float32(1.0 / 255.0) - _MEAN[:, None])
-               * _INV_STD[:, None]).astype(np.float32)
+@lru_cache(maxsize=8)
+def _table(mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """``table[c, v]`` = ``(v / 255 - mean[c]) / std[c]`` for every uint8 value ``v``: the same
+    float32 arithmetic as a direct computation, done once, so that normalizing is a table look-up."""
+    m = np.array(mean, dtype=np.float32)
+    inv = 1.0 / np.array(std, dtype=np.float32)
+    table = (np.arange(256, dtype=np.float32)[None, :] * np.float32(1.0 / 255.0) - m[:, None]) * inv[:, None]
+    table = table.astype(np.float32)
+    table.flags.writeable = False
+    return table
 
 
-def normalize(image: np.ndarray) -> torch.Tensor:
+def normalize(image: np.ndarray, mean: tuple[float, ...] = IMAGENET_MEAN,
+              std: tuple[float, ...] = IMAGENET_STD) -> torch.Tensor:
     """uint8 H x W x 3 RGB -> float32 3 x H x W tensor, ``(x / 255 - mean) / std``.
 
     Written channel by channel through a 256-entry table straight into the C x H x W layout
     (about 3x faster than the arithmetic on 224 x 224 images, with identical values)."""
     h, w = image.shape[:2]
+    table = _table(tuple(float(v) for v in mean), tuple(float(v) for v in std))
     out = np.empty((3, h, w), dtype=np.float32)
     for c in range(3):
-        np.take(_NORMALIZED[c], image[:, :, c], out=out[c])
+        np.take(table[c], image[:, :, c], out=out[c])
     return torch.from_numpy(out)
 
 
-def to_tensor(image: np.ndarray, size: int | None) -> torch.Tensor:
+def to_tensor(image: np.ndarray, size: int | None, mean: tuple[float, ...] = IMAGENET_MEAN,
+              std: tuple[float, ...] = IMAGENET_STD) -> torch.Tensor:
     """The evaluation input: ``image`` (uint8 RGB) resized to ``size x size`` (``None``: kept)
-    and normalized with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`."""
-    return normalize(image if size is None else resize(image, size))
+    and normalized with ``mean``/``std`` (default :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`)."""
+    return normalize(image if size is None else resize(image, size), mean, std)
 
 
-def denormalize(tensor: torch.Tensor) -> np.ndarray:
+@dataclass(frozen=True)
+class Preprocess:
+    """What a model expects of its input: the image stretched to ``size x size`` (no crop, so
+    boxes and points map by scaling each axis), then ``(x / 255 - mean) / std`` per RGB channel.
+
+    Part of every model (``model.preprocess``): the checkpoint's ``image_size``/``mean``/``std``,
+    or what a user passes for a module of their own. ``size`` may be overridden per call (the
+    pair view's input-resolution choice)."""
+
+    size: int
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or not 8 <= self.size <= 4096:
+            raise ValueError(f"input size must be an integer from 8 to 4096, got {self.size!r}")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if (not isinstance(value, (tuple, list)) or len(value) != 3
+                    or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in value)):
+                raise ValueError(f"preprocessing {name} must be three finite numbers (R, G, B), got {value!r}")
+            object.__setattr__(self, name, tuple(float(v) for v in value))
+        if min(self.std) <= 0:
+            raise ValueError(f"preprocessing std must be positive, got {self.std!r}")
+
+    def __call__(self, image: np.ndarray, size: int | None = None) -> torch.Tensor:
+        """uint8 H x W x 3 RGB -> float32 3 x s x s with ``s = size or self.size``."""
+        if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+            raise ValueError(f"expected a uint8 H x W x 3 RGB image, got {image.dtype} {tuple(image.shape)}")
+        return to_tensor(image, int(size or self.size), self.mean, self.std)
+
+    def with_size(self, size: int) -> "Preprocess":
+        return Preprocess(int(size), self.mean, self.std)
+
+
+def denormalize(tensor: torch.Tensor, mean: tuple[float, ...] = IMAGENET_MEAN,
+                std: tuple[float, ...] = IMAGENET_STD) -> np.ndarray:
     """Inverse of :func:`normalize` for display: 3 x H x W tensor -> uint8 H x W x 3 RGB."""
-    x = tensor.detach().cpu().numpy().transpose(1, 2, 0) / _INV_STD + _MEAN
+    x = tensor.detach().cpu().numpy().transpose(1, 2, 0) * np.array(std, np.float32) + np.array(mean, np.float32)
     return (np.clip(x, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
@@ -74,8 +119,11 @@ class RandomResizedCropFlip:
         scale: tuple[float, float] = (0.3, 1.0),
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
         flip_p: float = 0.5,
+        mean: tuple[float, ...] = IMAGENET_MEAN,
+        std: tuple[float, ...] = IMAGENET_STD,
     ) -> None:
         self.size, self.scale, self.ratio, self.flip_p = size, scale, ratio, flip_p
+        self.mean, self.std = tuple(mean), tuple(std)
 
     def crop_box(self, height: int, width: int) -> tuple[int, int, int, int]:
         """``(top, left, h, w)`` of a random crop (torchvision's sampling, 10 tries, then the
@@ -105,9 +153,10 @@ class RandomResizedCropFlip:
         crop = resize(image[top : top + h, left : left + w], self.size)
         if torch.rand(1).item() < self.flip_p:
             crop = crop[:, ::-1]
-        return normalize(crop)
+        return normalize(crop, self.mean, self.std)
 
 
-def train_transform(size: int) -> RandomResizedCropFlip:
+def train_transform(size: int, mean: tuple[float, ...] = IMAGENET_MEAN,
+                    std: tuple[float, ...] = IMAGENET_STD) -> RandomResizedCropFlip:
     """The training augmentation for ``size x size`` inputs (callable: uint8 RGB -> tensor)."""
-    return RandomResizedCropFlip(size)
+    return RandomResizedCropFlip(size, mean=mean, std=std)

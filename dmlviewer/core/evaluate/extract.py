@@ -25,14 +25,15 @@ def default_workers() -> int:
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
-def make_loader(dataset, size: int, batch_size: int, device: torch.device,
+def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None) -> torch.utils.data.DataLoader:
-    """An evaluation loader over ``dataset`` (a ``core.data.Dataset``) in listing order."""
+    """An evaluation loader over ``dataset`` (a ``core.data.Dataset``) in listing order;
+    ``preprocess``: the model's :class:`~dmlviewer.core.data.transforms.Preprocess` (or a size)."""
     from dmlviewer.core.data import ImageFolderDataset
 
     workers = default_workers() if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
-        ImageFolderDataset(dataset, size, train=False),
+        ImageFolderDataset(dataset, preprocess, train=False),
         batch_size=batch_size, shuffle=False, num_workers=workers,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
@@ -50,8 +51,7 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
     from dmlviewer.core.models import resolve_device
 
     dev = resolve_device(device) if isinstance(device, str) else device
-    size = int(model.config["image_size"])
-    loader = make_loader(dataset, size, batch_size, dev, num_workers)
+    loader = make_loader(dataset, model.preprocess, batch_size, dev, num_workers)
     channels_last = dev.type == "cuda"
     was_training = model.training
     model.eval()

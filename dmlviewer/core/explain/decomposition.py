@@ -17,6 +17,7 @@ import torch
 from dmlviewer.core.explain.gradcam import HeadFn
 from dmlviewer.core.explain.jacobian import jacobian_decomposition
 from dmlviewer.core.models import EmbeddingModel, Linearization, ModelOutput
+from dmlviewer.core.models.output import FIRST_ORDER
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +25,9 @@ _warned: set[str] = set()
 
 
 def head_function(model: EmbeddingModel, out: ModelOutput, index: int = 0) -> HeadFn:
-    """``A (1 x C x h x w) -> embedding_raw (1 x D)`` for image ``index`` of ``out``'s batch."""
-    others = {name: m[index : index + 1].detach() for name, m in out.intermediates.items()}
-
-    def run(feature_map: torch.Tensor) -> torch.Tensor:
-        return model.head({**others, "last": feature_map}).embedding_raw
-
-    return run
+    """``A (1 x C x h x w) -> embedding_raw (1 x D)`` for image ``index`` of ``out``'s batch
+    (the model's :meth:`~dmlviewer.core.models.EmbeddingModel.head_function`)."""
+    return model.head_function(out, index)
 
 
 def decompose(model: EmbeddingModel, out: ModelOutput) -> Linearization:
@@ -51,4 +48,5 @@ def decompose(model: EmbeddingModel, out: ModelOutput) -> Linearization:
         c, b = jacobian_decomposition(head_function(model, out, i), out.feature_map[i : i + 1])
         parts.append(c)
         biases.append(b)
-    return Linearization(torch.stack(parts), torch.stack(biases), tuple(out.feature_map.shape[-2:]))
+    return Linearization(torch.stack(parts), torch.stack(biases), tuple(out.feature_map.shape[-2:]),
+                         rule=FIRST_ORDER)

@@ -68,7 +68,7 @@ def _batches(model: torch.nn.Module, dataset, batch_size: int, device: torch.dev
     Unreadable images are skipped by the loader (logged there) and never yielded."""
     from dmlviewer.core.data import ImageFolderDataset
 
-    images = ImageFolderDataset(dataset, int(model.config["image_size"]))
+    images = ImageFolderDataset(dataset, model.preprocess)
     loader = torch.utils.data.DataLoader(images, batch_size=batch_size, shuffle=False, num_workers=0)
     for x, _, index in loader:
         with torch.no_grad():

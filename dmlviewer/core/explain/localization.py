@@ -40,15 +40,15 @@ DEFAULT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 17))  # 0.05 .. 
 
 def embed_images(model: torch.nn.Module, dataset, indices: np.ndarray, device="cpu", batch_size: int = 32) -> np.ndarray:
     """L2-normalized embeddings (len(indices) x D) of the listed images."""
-    from dmlviewer.core.data import load_image, to_tensor
+    from dmlviewer.core.data import load_image
 
-    size = int(model.config["image_size"])
+    preprocess = model.preprocess
     dev = as_device(device)
     rows = []
     with eval_mode(model), torch.no_grad():
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
-            batch = torch.stack([to_tensor(load_image(dataset.abspath(int(i))), size) for i in chunk])
+            batch = torch.stack([preprocess(load_image(dataset.abspath(int(i)))) for i in chunk])
             rows.append(model(batch.to(dev)).embedding.float().cpu().numpy())
     return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 

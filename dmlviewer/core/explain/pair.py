@@ -271,7 +271,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def _input_sizes(model: torch.nn.Module, size) -> tuple[int, int]:
     if size is None:
-        s = int(model.config["image_size"])
+        s = model.preprocess.size
         return s, s
     if isinstance(size, (tuple, list)):
         if len(size) != 2:
@@ -296,13 +296,12 @@ def explain_pair(
     mode (its mode is restored afterwards); ``device`` is where it runs (the model is expected
     to be there already).
     """
-    from dmlviewer.core.data import to_tensor
-
     rgb_q, rgb_r = as_rgb(image_q), as_rgb(image_r)
     size_q, size_r = _input_sizes(model, size)
     dev = as_device(device)
-    x_q = to_tensor(rgb_q, size_q).to(dev)
-    x_r = to_tensor(rgb_r, size_r).to(dev)
+    preprocess = model.preprocess
+    x_q = preprocess(rgb_q, size_q).to(dev)
+    x_r = preprocess(rgb_r, size_r).to(dev)
     with eval_mode(model), torch.no_grad():
         if x_q.shape == x_r.shape:
             out = model(torch.stack([x_q, x_r]))

@@ -30,10 +30,8 @@ def region_feature(
     size: int | None = None,
 ) -> np.ndarray:
     """Partial feature (D float32, not normalized) of ``region`` of ``image``."""
-    from dmlviewer.core.data import to_tensor
-
     rgb = as_rgb(image)
-    x = to_tensor(rgb, int(size or model.config["image_size"]))[None].to(as_device(device))
+    x = model.preprocess(rgb, size)[None].to(as_device(device))
     with eval_mode(model), torch.no_grad():
         lin = decompose(model, model(x))
     weights = region_cell_weights(region, rgb.shape[:2], lin.grid).reshape(-1)

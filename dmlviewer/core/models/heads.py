@@ -100,6 +100,10 @@ class PooledHead(Head):
 
     def linearize(self, out: ModelOutput) -> Linearization:
         a = out.feature_map
+        if self.projection.out is None and self.projection.hidden is None:  # no projection (dim 0)
+            parts = self.pooling.position_parts(a, out.frozen).transpose(1, 2)
+            parts, bias = self.projection.linearize(parts, parts.new_zeros(parts.shape[0], parts.shape[2]), None)
+            return self._result(parts, bias, out)
         scale, weight, bias = self.projection.first_layer()
         parts = self.pooling.linear_parts(a, out.frozen, weight, scale)
         parts, bias = self.projection.finish(parts, bias.expand(a.shape[0], -1), out.frozen.get("relu"))

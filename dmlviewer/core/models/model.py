@@ -13,7 +13,7 @@ from .device import resolve_device
 from .heads import (AttentionGroupingHead, ChannelGate, GatedGroupingHead, Head, PooledHead,
                     SpatialChannelGate)
 from .multilayer import MultiLayerHead
-from .output import Linearization, ModelOutput
+from .output import EXACT, Linearization, ModelOutput
 from .pooling import POOLINGS, Pooling
 from .projection import Projection
 
@@ -31,9 +31,11 @@ _DEFAULTS = {
     "hidden": 0,             # width of an FC+ReLU layer before the embedding (0: none)
     "grouping": "none",      # none m g c a
     "groups": 4,             # P (ignored when grouping is none)
-    "dim": 512,              # D
+    "dim": 512,              # D; 0: no projection, the embedding is the pooled feature
     "multilayer": [],        # intermediate map names for the seed-003 head
     "image_size": 224,
+    "mean": [0.485, 0.456, 0.406],  # input normalization (x / 255 - mean) / std per RGB channel
+    "std": [0.229, 0.224, 0.225],
 }
 
 
@@ -56,9 +58,19 @@ def check_config(config: dict) -> dict:
         raise ValueError(f"unknown pooling {config['pooling']!r}; choose from {', '.join(POOLINGS)}")
     if config["grouping"] not in GROUPINGS:
         raise ValueError(f"unknown grouping {config['grouping']!r}; choose from {', '.join(GROUPINGS)}")
-    for key in ("dim", "groups", "image_size"):
+    for key in ("groups", "image_size"):
         if not isinstance(config[key], int) or config[key] < 1:
             raise ValueError(f"model config {key} must be a positive integer, got {config[key]!r}")
+    if not isinstance(config["dim"], int) or config["dim"] < 0:
+        raise ValueError(f"model config dim must be 0 (no projection) or a positive integer, got {config['dim']!r}")
+    if config["dim"] == 0 and (config["grouping"] != "none" or config["hidden"] or config["multilayer"]
+                               or config["pooling"] == "flatten"):
+        raise ValueError("dim 0 (no projection: the embedding is the pooled feature) needs grouping none, "
+                         "hidden 0, no multilayer and gap, gmp or gem pooling")
+    from dmlviewer.core.data.transforms import Preprocess
+
+    Preprocess(config["image_size"], config["mean"], config["std"])  # raises ValueError naming the field
+    config["mean"], config["std"] = [float(v) for v in config["mean"]], [float(v) for v in config["std"]]
     if not isinstance(config["hidden"], int) or config["hidden"] < 0:
         raise ValueError(f"model config hidden must be 0 or a positive integer, got {config['hidden']!r}")
     if config["grouping"] != "none" and config["dim"] % config["groups"]:
@@ -97,6 +109,8 @@ def _build_head(config: dict, backbone: Backbone) -> Head:
         width = pooling.out_dim + sum(layers.values())
         return MultiLayerHead(layers, pooling, Projection(width, dim, bn, hidden))
     if grouping in ("none", "m"):
+        if dim == 0:  # the pooled feature itself (after BN when asked for)
+            return PooledHead(pooling, Projection(pooling.out_dim, pooling.out_dim, bn, 0, final=False))
         return PooledHead(pooling, Projection(pooling.out_dim, dim, bn, hidden),
                           groups=num if grouping == "m" else None)
     gate = SpatialChannelGate(channels, num) if grouping == "g" else ChannelGate(channels, num)
@@ -104,8 +118,30 @@ def _build_head(config: dict, backbone: Backbone) -> Head:
     return GatedGroupingHead(gate, pooling, projections)
 
 
+def frozen_quantities(config: dict) -> tuple[str, ...]:
+    """What the exact rule of the head ``config`` describes holds fixed at an input (seed 000
+    Sec. 4.2, App. A.3; seed 001 Eq. 7 with the attention frozen), for the UI and the npz."""
+    frozen = []
+    if config["grouping"] == "a":
+        frozen.append("group attention")
+    elif config["pooling"] == "gmp":
+        frozen.append("max positions")
+    elif config["pooling"] == "gem":
+        frozen.append("GeM pooled values")
+    if config["grouping"] in ("g", "c"):
+        frozen.append("group gates")
+    if config["multilayer"]:
+        frozen.append("layer attention")
+    if config["hidden"]:
+        frozen.append("ReLU masks")
+    return tuple(frozen)
+
+
 class EmbeddingModel(nn.Module):
-    """Backbone + head; ``forward(x) -> ModelOutput``, ``linearize(out) -> Linearization``."""
+    """Backbone + head; ``forward(x) -> ModelOutput``, ``linearize(out) -> Linearization``.
+
+    ``preprocess`` (:class:`~dmlviewer.core.data.transforms.Preprocess`) is how images become
+    its input; ``head_function`` the head as a function of the last feature map."""
 
     def __init__(self, config: dict, backbone: Backbone, head: Head) -> None:
         super().__init__()
@@ -121,7 +157,26 @@ class EmbeddingModel(nn.Module):
         attention frozen as computed by the forward pass that produced ``out``;
         ``contributions.sum(1) + bias == embedding_raw``. Needs eval mode when the head has
         BatchNorm."""
-        return self.head.linearize(out)
+        lin = self.head.linearize(out)
+        lin.rule, lin.frozen = EXACT, frozen_quantities(self.config)
+        return lin
+
+    def head_function(self, out: ModelOutput, index: int = 0):
+        """``A (1 x C x h x w) -> embedding_raw (1 x D)`` for image ``index`` of ``out``'s batch,
+        the head's other inputs (intermediate maps) held at their values in ``out``."""
+        others = {name: m[index : index + 1].detach() for name, m in out.intermediates.items()}
+
+        def run(feature_map: torch.Tensor) -> torch.Tensor:
+            return self.head({**others, "last": feature_map}).embedding_raw
+
+        return run
+
+    @property
+    def preprocess(self):
+        """The model's input preprocessing (size and normalization from the config)."""
+        from dmlviewer.core.data.transforms import Preprocess
+
+        return Preprocess(int(self.config["image_size"]), tuple(self.config["mean"]), tuple(self.config["std"]))
 
     @property
     def group_slices(self) -> list[slice]:

@@ -33,6 +33,14 @@ class ModelOutput:
     frozen: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+#: Decomposition rules (``Linearization.rule``). ``EXACT``: the head is affine at this input once
+#: the quantities named in ``Linearization.frozen`` are held at their values (seed 000 Sec. 4), so
+#: ``bias`` is that affine map's constant term. ``FIRST_ORDER``: the head is not piecewise linear
+#: there; contributions are gradient x activation and ``bias`` also holds the Taylor remainder.
+EXACT = "exact"
+FIRST_ORDER = "first order"
+
+
 @dataclass
 class Linearization:
     """The head as an affine map at one input (seed 000 Eq. 3, Sec. 4):
@@ -42,8 +50,22 @@ class Linearization:
       on the grid of the last feature map.
     - ``bias``: B x D, the part no position owns (B in seed 000 Eq. 3).
     - ``grid``: (h, w).
+    - ``rule``: :data:`EXACT` or :data:`FIRST_ORDER`; ``frozen``: what is held at its value at
+      this input for the rule (e.g. ``"ReLU masks"``, ``"attention weights"``).
+    - ``nonspatial``: B x D or ``None``: the part of ``bias`` owed to inputs that are not positions
+      on the image (a transformer's class, register and distillation tokens); already in ``bias``.
     """
 
     contributions: torch.Tensor
     bias: torch.Tensor
     grid: tuple[int, int]
+    rule: str = EXACT
+    frozen: tuple[str, ...] = ()
+    nonspatial: torch.Tensor | None = None
+
+    @property
+    def description(self) -> str:
+        """One line for the UI: the rule and what it freezes."""
+        if self.rule == FIRST_ORDER:
+            return "first order (gradient x activation; the remainder is in the bias)"
+        return "exact" + (f" ({', '.join(self.frozen)} frozen at this input)" if self.frozen else "")

@@ -162,7 +162,7 @@ def test_check_images_reports_each_bad_file(mixed_folder, decode, caplog):
 
 
 def test_image_folder_dataset_skips_and_records_bad_images(mixed_folder, caplog):
-    ds = ImageFolderDataset(mixed_folder, size=16, skip_bad=True)
+    ds = ImageFolderDataset(mixed_folder, 16, skip_bad=True)
     with caplog.at_level(logging.WARNING):
         x, label, index = ds[1]  # text file -> truncated jpeg -> next good image (index 3)
     assert index == 3 and label == mixed_folder.labels[3]
@@ -181,13 +181,13 @@ def test_image_folder_dataset_skips_and_records_bad_images(mixed_folder, caplog)
 
 
 def test_image_folder_dataset_raises_without_skip_and_when_nothing_is_readable(mixed_folder, tmp_path):
-    strict = ImageFolderDataset(mixed_folder, size=16, skip_bad=False)
+    strict = ImageFolderDataset(mixed_folder, 16, skip_bad=False)
     assert strict[0][2] == 0
     with pytest.raises(ImageError, match="1_text.jpg"):
         strict[1]
     bad = mixed_folder.subset([1, 2, 4])
     with pytest.raises(ImageError, match="none of the 3 listed images"):
-        ImageFolderDataset(bad, size=16)[0]
+        ImageFolderDataset(bad, 16)[0]
 
 
 # ---------------------------------------------------------------------- tensors and crops
