@@ -40,10 +40,34 @@ def show_error(parent: QWidget | None, title: str, message: str, details: str | 
     box.open()
 
 
+#: errors whose message says everything (bad input, a full disk, a busy run folder): shown
+#: as they are, without a traceback
+_EXPLAINED = ("DatasetError", "ImageError", "StoreError", "CheckpointError", "FolderBusy", "TrainingError",
+              "UsageError")
+
+
+def user_message(exc: BaseException) -> tuple[str, bool]:
+    """``(message, explained)``: the line a user reads for ``exc``, and whether it explains
+    itself (no traceback needed)."""
+    from dmlviewer.core.files import describe_os_error
+
+    if isinstance(exc, FileNotFoundError):
+        return f"file not found: {exc.filename or exc}", True
+    if isinstance(exc, OSError):
+        return describe_os_error(exc), True
+    if isinstance(exc, MemoryError):
+        return "not enough memory for this", True
+    if type(exc).__name__ in _EXPLAINED:
+        return str(exc), True
+    return (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__), False
+
+
 def report_exception(parent: QWidget | None, title: str, exc: BaseException) -> None:
-    """Dialog for a caught exception: its one-line message, the traceback as details."""
-    details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    show_error(parent, title, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, details)
+    """Dialog for a caught exception: its one-line message; the traceback as details unless
+    the message explains itself (bad input, a full disk)."""
+    message, explained = user_message(exc)
+    details = None if explained else "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    show_error(parent, title, message, details)
 
 
 def split_failure(text: str) -> tuple[str, str]:
