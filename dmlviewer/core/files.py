@@ -360,7 +360,7 @@ class GuardedWriter(io.RawIOBase):
                 return size
             except OSError as exc:
                 self.error = exc if exc.filename else OSError(exc.errno, exc.strerror, self.path)
-                self._f.seek(written - size, 1)  # to where the failed write started, then past it
+                self._f.seek(size - written, 1)  # past the failed write, as if it had succeeded
         self._f.seek(size, 1)
         return size
 

@@ -94,13 +94,16 @@ def head_parameters(config: dict) -> int:
     if config["pooling"] == "flatten":
         cells = -(-config["image_size"] // spec.strides["last"])
         width = channels * cells * cells
-    width += sum(spec.channels_of.get(n, 0) for n in config["multilayer"] or [])
+    layers = [spec.channels_of.get(n, 0) for n in config["multilayer"] or []]
+    width += sum(layers)
+    attend = sum(c * (channels + 2) + 2 for c in layers)  # per-layer attention projections
     out = dim or width
     if config["grouping"] == "none":
-        return width * (hidden + out) + hidden * out + 2 * width
+        return attend + width * (hidden + out) + hidden * out + 2 * width + out
     per_group = max(1, out // groups)
     projection = width * (hidden + per_group) + hidden * per_group + 2 * width
-    return groups * projection + channels * groups * 3 + channels * out
+    gates = groups * (channels * 160 + 256)  # per-group gate (squeeze/excite of width 64, or a spatial gate)
+    return groups * projection + gates + 2 * channels * out + out
 
 
 def check_config(config: dict) -> dict:
