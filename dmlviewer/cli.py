@@ -69,15 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _input_errors() -> tuple[type[BaseException], ...]:
-    """Errors that describe bad user input (a file's name and what is wrong with it):
-    reported in one line with exit status 2 rather than a traceback. Looked up only when an
-    error happened; a module that cannot be imported (a broken install) must not mask it."""
+def _classes(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
+    """The exception classes ``(module, name)``, imported only when an error happened; a
+    module that cannot be imported (a broken install) must not mask that error."""
     found = []
-    for module, name in (("dmlviewer.core.data.errors", "DatasetError"),
-                         ("dmlviewer.core.data.errors", "ImageError"),
-                         ("dmlviewer.core.evaluate.store", "StoreError"),
-                         ("dmlviewer.core.models.errors", "CheckpointError")):
+    for module, name in names:
         try:
             found.append(getattr(importlib.import_module(module), name))
         except Exception:  # noqa: BLE001 - see docstring
@@ -85,21 +81,22 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
-def _log_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """``warnings.showwarning`` of the command line: one debug line, no source echo."""
-    logging.getLogger("py.warnings").debug("%s: %s (%s:%s)", category.__name__, message, filename, lineno)
+def _input_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe bad user input (a file's name and what is wrong with it):
+    reported in one line with exit status 2 rather than a traceback."""
+    return _classes((("dmlviewer.core.data.errors", "DatasetError"), ("dmlviewer.core.data.errors", "ImageError"),
+                     ("dmlviewer.core.evaluate.store", "StoreError"),
+                     ("dmlviewer.core.models.errors", "CheckpointError")))
 
 
 def _job_errors() -> tuple[type[BaseException], ...]:
     """Errors that say the work could not be done (not a bad input): exit status 1."""
-    found = []
-    for module, name in (("dmlviewer.core.files", "FolderBusy"),
-                         ("dmlviewer.core.train.loop", "TrainingError")):
-        try:
-            found.append(getattr(importlib.import_module(module), name))
-        except Exception:  # noqa: BLE001 - see _input_errors
-            log.debug("cannot import %s", module, exc_info=True)
-    return tuple(found)
+    return _classes((("dmlviewer.core.files", "FolderBusy"), ("dmlviewer.core.train.loop", "TrainingError")))
+
+
+def _log_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` of the command line: one debug line, no source echo."""
+    logging.getLogger("py.warnings").debug("%s: %s (%s:%s)", category.__name__, message, filename, lineno)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

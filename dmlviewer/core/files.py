@@ -400,6 +400,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 # --------------------------------------------------------------------------------- errors
 
 
+_ERRNO_MESSAGES = {errno.EISDIR: "{} is a folder, not a file", errno.ENOTDIR: "{}: a part of this path is not a folder",
+                   errno.ENOENT: "file not found: {}", errno.EEXIST: "{} already exists",
+                   errno.EFBIG: "{}: file too large for this file system"}
+
+
 def describe_os_error(exc: OSError, path: str | os.PathLike | None = None) -> str:
     """One line for users: what failed and where (the folder for a full disk). ``path``
     names the file meant when the error does not (or names only a temporary file)."""
@@ -418,18 +423,10 @@ def describe_os_error(exc: OSError, path: str | os.PathLike | None = None) -> st
         return f"cannot write {shown or folder}: read-only file system"
     if code in (errno.EACCES, errno.EPERM):
         return f"permission denied: {shown}" if shown else "permission denied"
-    if code == errno.EISDIR:
-        return f"{shown} is a folder, not a file"
-    if code == errno.ENOTDIR:
-        return f"{shown}: a part of this path is not a folder"
-    if code == errno.ENOENT:
-        return f"file not found: {shown}"
-    if code == errno.EEXIST:
-        return f"{shown} already exists"
-    if code == errno.EFBIG:
-        return f"{shown}: file too large for this file system"
     if code == errno.EIO:
         return f"input/output error on {shown or folder} (disk or network file system failure)"
+    if code in _ERRNO_MESSAGES and shown:
+        return _ERRNO_MESSAGES[code].format(shown)
     reason = exc.strerror or str(exc) or type(exc).__name__
     return f"{shown}: {reason}" if shown else reason
 

@@ -69,6 +69,15 @@ def _retrieve(features, *extra):
     return ["retrieve", "--features", features, "--query", "0", "--json", *extra]
 
 
+def _region(features, checkpoint="{ckpt}"):
+    return _retrieve(features, "--region", "0,0,10,10", "--checkpoint", checkpoint)
+
+
+def _localize(dataset, *extra):
+    return ["localize", "--checkpoint", "{ckpt}", "--dataset", dataset, "--method", "decomposition",
+            "--thresholds", "0.5", "--limit", "3", "--json", *CPU, *extra]
+
+
 def _train(dataset="{demo}", out="{tmp}/run", *extra):
     return ["train", "--dataset", dataset, "--out", out, *TINY_TRAIN, *extra]
 
@@ -159,7 +168,7 @@ def build_cases() -> list[Case]:
         add(Case("checkpoints", f"train_pretrained_{name}",
                  argv=_train("{demo}", "{tmp}/run", "--pretrained", f"{{ck_{name}}}"), has=messages[name]))
     add(Case("checkpoints", "retrieve_region_payload",
-             argv=_retrieve("{feats}", "--region", "0,0,10,10", "--checkpoint", "{ck_payload_p2}"),
+             argv=_region("{feats}", "{ck_payload_p2}"),
              has="nothing in it was run"))
 
     # ------------------------------------------------------------------ datasets
@@ -169,18 +178,15 @@ def build_cases() -> list[Case]:
                "binary_index": "UTF-8", "malformed_line": "line", "empty_index": "no", "huge_ids": "images.txt"}
     for name, has in refused.items():
         add(Case("datasets", f"evaluate_{name}", argv=_evaluate(f"{{ds_{name}}}"), has=has))
-    skipped = {"symlink_out": "outside the dataset folder", "symlink_devzero": "outside the dataset folder", "fifo_image": "FIFO",
-               "bomb_image": "pixels", "text_image": "not a decodable image", "folder_fifo": "FIFO"}
+    skipped = {"symlink_out": "outside the dataset folder", "symlink_devzero": "outside the dataset folder",
+               "fifo_image": "FIFO", "bomb_image": "pixels", "text_image": "not a decodable image",
+               "folder_fifo": "FIFO"}
     for name, has in skipped.items():
         add(Case("datasets", f"evaluate_skips_{name}", argv=_evaluate(f"{{ds_{name}}}"), expect=0, has=has,
                  clean_dirs=("{tmp}",)))
-    add(Case("datasets", "localize_skips_fifo_image",
-             argv=["localize", "--checkpoint", "{ckpt}", "--dataset", "{ds_fifo_image}", "--method", "decomposition",
-                   "--thresholds", "0.5", "--limit", "3", "--json", *CPU], expect=0, has="FIFO",
+    add(Case("datasets", "localize_skips_fifo_image", argv=_localize("{ds_fifo_image}"), expect=0, has="FIFO",
              json_stdout=True))
-    add(Case("datasets", "localize_skips_symlink_out",
-             argv=["localize", "--checkpoint", "{ckpt}", "--dataset", "{ds_symlink_out}", "--method", "decomposition",
-                   "--thresholds", "0.5", "--limit", "3", "--pairing", "nearest", "--json", *CPU],
+    add(Case("datasets", "localize_skips_symlink_out", argv=_localize("{ds_symlink_out}", "--pairing", "nearest"),
              expect=0, has="outside", json_stdout=True))
     add(Case("datasets", "correspond_skips_bomb",
              argv=["correspond", "--checkpoint", "{ckpt}", "--dataset", "{ds_bomb_image}", "--split", "all",
@@ -195,9 +201,7 @@ def build_cases() -> list[Case]:
     add(Case("datasets", "train_all_unreadable_workers",
              argv=_train("{ds_all_unreadable}", "{tmp}/run", "--num-workers", "1"), has="none of the"))
     add(Case("datasets", "train_singleton_classes", argv=_train("{ds_singletons}"), expect=1, has="two"))
-    add(Case("datasets", "gui_folder_missing_images_txt_cli",
-             argv=["localize", "--checkpoint", "{ckpt}", "--dataset", "{ds_no_images_txt}", "--method",
-                   "decomposition"], has="images.txt"))
+    add(Case("datasets", "localize_missing_images_txt", argv=_localize("{ds_no_images_txt}"), has="images.txt"))
 
     # ------------------------------------------------------------------ bombs and special files
     for name, has in {"bomb_png_20k": "pixels", "bomb_png_30k": "pixels", "bomb_jpeg": "pixels",
@@ -208,7 +212,7 @@ def build_cases() -> list[Case]:
     add(Case("special", "pixel_limit_setting", argv=_explain(), env={"DMLVIEWER_MAX_IMAGE_PIXELS": "100"},
              has="DMLVIEWER_MAX_IMAGE_PIXELS"))
     add(Case("special", "retrieve_region_dotdot",
-             argv=_retrieve("{h5_dotdot_paths}", "--region", "0,0,10,10", "--checkpoint", "{ckpt}"),
+             argv=_region("{h5_dotdot_paths}", "{ckpt}"),
              has="may not be used"))
 
     # ------------------------------------------------------------------ hostile HDF5 files
@@ -222,7 +226,7 @@ def build_cases() -> list[Case]:
         target = "{outputs}" if name == "unknown_extra_dir" else f"{{h5_{name}}}"
         add(Case("hdf5", f"retrieve_{name}", argv=_retrieve(target), has=has, timeout=30))
     add(Case("hdf5", "retrieve_region_external_paths",
-             argv=_retrieve("{h5_external_paths}", "--region", "0,0,10,10", "--checkpoint", "{ckpt}"),
+             argv=_region("{h5_external_paths}", "{ckpt}"),
              has="external file"))
     add(Case("hdf5", "transfer_hidden_external_refused",
              argv=_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--method", "grad_transfer",
@@ -596,35 +600,44 @@ def _main_capturing(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
+def _probe(report: dict, when: str, check) -> None:
+    """``check()`` (a note, or an exception for a corrupt file) recorded in ``report``."""
+    try:
+        report["notes"].append(f"{when}: {check()}")
+    except Exception as exc:  # noqa: BLE001 - a corrupt file is what this looks for
+        report["corrupt"].append(f"{when}: {exc}")
+
+
+def _kill_then_rerun(argv: list[str], folder: Path, ready, check, rerun: list[str], after_kill=None) -> dict:
+    """Start ``dmlviewer argv`` in a process, SIGKILL it as soon as ``ready()`` (a write is under
+    way), check what it left (``after_kill``, default ``check``), run ``rerun`` in this process
+    and ``check`` again: no temporary file may be left in ``folder`` after it."""
+    report = {"corrupt": [], "notes": []}
+    proc = _dmlviewer(argv)
+    report["killed_during_write"] = _wait_for(ready, 150)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    report["notes"].append(f"temporary files after SIGKILL: {[p.name for p in _temps(folder)]}")
+    _probe(report, "after SIGKILL", after_kill or check)
+    code, err = _main_capturing(rerun)
+    report["resume_rc"], report["resume_stderr"] = code, err[-2000:]
+    if _temps(folder):
+        report["corrupt"].append(f"temporary files left after the next run: {[p.name for p in _temps(folder)]}")
+    _probe(report, "after the next run", check)
+    report["ok"] = report["killed_during_write"] and code == 0 and not report["corrupt"]
+    return report
+
+
 def proc_kill_train(fx: dict, tmp: Path) -> dict:
     """SIGKILL a real ``train`` process while it writes a checkpoint (a temporary file of its
-    naming exists), then: the checkpoint left is whole (loads); ``--resume`` removes the
-    temporary file and finishes; its final checkpoint loads."""
+    naming exists): the checkpoint left is whole (loads); ``--resume`` removes the temporary
+    file and finishes; its final checkpoint loads."""
     from dmlviewer.core.models import load_checkpoint
 
     run = tmp / "run"
     argv = _fmt(_train("{demo}", str(run), "--epochs", "3", "--steps-per-epoch", "2"), fx)
-    proc = _dmlviewer(argv)
-    saw_temp = _wait_for(lambda: (run / "checkpoint.pt").exists() and bool(_temps(run)), 150)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    report = {"killed_during_write": saw_temp, "corrupt": [], "notes": []}
-    report["notes"].append(f"temporary files after SIGKILL: {[p.name for p in _temps(run)]}")
-    if (run / "checkpoint.pt").exists():
-        try:
-            report["notes"].append(f"checkpoint after SIGKILL: epoch {load_checkpoint(run / 'checkpoint.pt')[1]['epoch']}")
-        except Exception as exc:  # noqa: BLE001 - a corrupt checkpoint is what this looks for
-            report["corrupt"].append(f"checkpoint after SIGKILL: {exc}")
-    code, err = _main_capturing(argv + ["--resume"])
-    report["resume_rc"], report["resume_stderr"] = code, err[-2000:]
-    if _temps(run):
-        report["corrupt"].append(f"temporary files left after the resumed run: {[p.name for p in _temps(run)]}")
-    try:
-        report["notes"].append(f"resumed to epoch {load_checkpoint(run / 'checkpoint.pt')[1]['epoch']}")
-    except Exception as exc:  # noqa: BLE001
-        report["corrupt"].append(f"final checkpoint: {exc}")
-    report["ok"] = saw_temp and code == 0 and not report["corrupt"]
-    return report
+    return _kill_then_rerun(argv, run, lambda: (run / "checkpoint.pt").exists() and bool(_temps(run)),
+                            lambda: f"epoch {load_checkpoint(run / 'checkpoint.pt')[1]['epoch']}", argv + ["--resume"])
 
 
 def proc_kill_evaluate(fx: dict, tmp: Path) -> dict:
@@ -636,29 +649,14 @@ def proc_kill_evaluate(fx: dict, tmp: Path) -> dict:
     shutil.copyfile(fx["feats"], target)
     before = target.read_bytes()
     argv = _fmt(_evaluate("{demo}", "{ckpt}", str(target)), fx)
-    report = {"corrupt": [], "notes": []}
-    proc = _dmlviewer(argv)
-    saw = _wait_for(lambda: bool(_temps(tmp)), 150)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    report["killed_during_write"] = saw
-    report["notes"].append(f"temporary files after SIGKILL: {[p.name for p in _temps(tmp)]}")
-    if target.read_bytes() != before:
-        report["corrupt"].append("the previous feature file changed")
-    try:
-        read_features(target)
-    except Exception as exc:  # noqa: BLE001
-        report["corrupt"].append(f"previous file unreadable: {exc}")
-    code, err = _main_capturing(argv)
-    report["resume_rc"], report["resume_stderr"] = code, err[-2000:]
-    if _temps(tmp):
-        report["corrupt"].append(f"temporary files left after the next extraction: {[p.name for p in _temps(tmp)]}")
-    try:
-        report["notes"].append(f"next extraction: {len(read_features(target))} rows")
-    except Exception as exc:  # noqa: BLE001
-        report["corrupt"].append(f"new file unreadable: {exc}")
-    report["ok"] = saw and code == 0 and not report["corrupt"]
-    return report
+
+    def unchanged() -> str:
+        if target.read_bytes() != before:
+            raise AssertionError("the previous feature file changed")
+        return f"previous file intact, {len(read_features(target))} rows"
+
+    return _kill_then_rerun(argv, tmp, lambda: bool(_temps(tmp)), lambda: f"{len(read_features(target))} rows", argv,
+                            after_kill=unchanged)
 
 
 def proc_concurrent_train(fx: dict, tmp: Path) -> dict:
