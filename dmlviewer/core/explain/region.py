@@ -19,7 +19,7 @@ import torch
 
 from dmlviewer.core.explain.decomposition import decompose
 from dmlviewer.core.explain.grid import region_cell_weights
-from dmlviewer.core.explain.pair import ImageLike, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 
 
 def region_feature(
