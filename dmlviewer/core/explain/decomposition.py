@@ -50,3 +50,15 @@ def decompose(model: EmbeddingModel, out: ModelOutput) -> Linearization:
         biases.append(b)
     return Linearization(torch.stack(parts), torch.stack(biases), tuple(out.feature_map.shape[-2:]),
                          rule=FIRST_ORDER)
+
+
+def forward_decomposed(model: EmbeddingModel, x: torch.Tensor) -> tuple[ModelOutput, Linearization]:
+    """``model(x)`` and its decomposition; a model that can do both in one pass (a live module,
+    whose head is differentiated by the same forward) does, the others run forward then
+    :func:`decompose`."""
+    both = getattr(model, "forward_decomposed", None)
+    if both is not None:
+        return both(x)
+    with torch.no_grad():
+        out = model(x)
+    return out, decompose(model, out)

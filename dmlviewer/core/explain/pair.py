@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from dmlviewer.core.explain.attention import attention_maps
-from dmlviewer.core.explain.decomposition import decompose, head_function
+from dmlviewer.core.explain.decomposition import forward_decomposed, head_function
 from dmlviewer.core.explain.grad_transfer import GradWeightBank
 from dmlviewer.core.explain.gradcam import GRADCAM_METHODS, gradcam_maps, transferred_map
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
@@ -260,16 +260,15 @@ def explain_pair(
     preprocess = model.preprocess
     x_q = preprocess(rgb_q, size_q).to(dev)
     x_r = preprocess(rgb_r, size_r).to(dev)
-    with eval_mode(model), torch.no_grad():
+    with eval_mode(model):
         if x_q.shape == x_r.shape:
-            out = model(torch.stack([x_q, x_r]))
+            out, lin = forward_decomposed(model, torch.stack([x_q, x_r]))
             outs, indices = (out, out), (0, 1)
-            lin = decompose(model, out)
             lins = ((lin, 0), (lin, 1))
         else:
-            outs = (model(x_q[None]), model(x_r[None]))
-            indices = (0, 0)
-            lins = ((decompose(model, outs[0]), 0), (decompose(model, outs[1]), 0))
+            (out_q, lin_q), (out_r, lin_r) = forward_decomposed(model, x_q[None]), forward_decomposed(model, x_r[None])
+            outs, indices = (out_q, out_r), (0, 0)
+            lins = ((lin_q, 0), (lin_r, 0))
     sides = []
     for rgb, out, index, (lin, li) in zip((rgb_q, rgb_r), outs, indices, lins):
         sides.append(_Side(

@@ -159,6 +159,8 @@ class _Capture:
                                  f"output {tuple(out.shape)}")
             out = self.replace
         if self.grad_tail:
+            if self.replace is None:  # differentiate the head with respect to this very map
+                out = out.detach().requires_grad_(True)
             torch.set_grad_enabled(True)
         self.recorder.start(out)
         self.recorder.__enter__()
@@ -245,11 +247,22 @@ class ModuleModel(nn.Module):
 
     def linearize(self, out: ModelOutput) -> Linearization:
         """Jacobian decomposition of the head at this input, batched over images (see the module
-        docstring); ``rule`` exact when the head's ops are piecewise linear, else first order."""
-        x = out.intermediates["input"]
+        docstring); ``rule`` exact when the head's ops are piecewise linear, else first order.
+        Re-runs the module on ``out``'s input; :meth:`forward_decomposed` saves that pass."""
+        leaf = out.feature_map.detach().clone().requires_grad_(True)
+        return self._decompose(self._run(out.intermediates["input"], replace=leaf, grad_tail=True))
+
+    def forward_decomposed(self, x: torch.Tensor) -> tuple[ModelOutput, Linearization]:
+        """``forward`` and ``linearize`` from one pass through the module (the layers before the
+        feature map without a graph, the head with one)."""
+        run = self._run(x, grad_tail=True)
+        out = ModelOutput(F.normalize(run.raw.detach().float(), dim=1), run.raw.detach(),
+                          run.feature_map.detach(), intermediates={"input": x})
+        return out, self._decompose(run)
+
+    def _decompose(self, run: _Run) -> Linearization:
+        leaf = run.feature_map
         with torch.enable_grad():
-            leaf = out.feature_map.detach().clone().requires_grad_(True)
-            run = self._run(x, replace=leaf, grad_tail=True)
             contributions = gradient_x_activation(run.raw, leaf)
         raw = run.raw.detach()
         bias = raw.float() - contributions.sum(1)
