@@ -86,7 +86,8 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     reported in one line with exit status 2 rather than a traceback."""
     return _classes((("dmlviewer.core.data.errors", "DatasetError"), ("dmlviewer.core.data.errors", "ImageError"),
                      ("dmlviewer.core.evaluate.store", "StoreError"),
-                     ("dmlviewer.core.models.errors", "CheckpointError")))
+                     ("dmlviewer.core.models.errors", "CheckpointError"),
+                     ("dmlviewer.core.models.errors", "ModelError")))
 
 
 def _job_errors() -> tuple[type[BaseException], ...]:

@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dmlviewer.commands.common import CHECKPOINT_HELP
+
 
 def _ks(text: str) -> list[int]:
     try:
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from dmlviewer.commands.common import add_device, int_range
 
     p = sub.add_parser("evaluate", help="extract features to HDF5 and print retrieval/clustering metrics")
-    p.add_argument("--checkpoint", required=True, metavar="C", help="model checkpoint (.pt)")
+    p.add_argument("--checkpoint", required=True, metavar="C", help=CHECKPOINT_HELP)
     p.add_argument("--dataset", required=True, metavar="P", help="dataset folder")
     p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
                    help="dataset format (default: detected)")
@@ -47,9 +49,12 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.commands.common import check_output_file, print_json
     from dmlviewer.core.evaluate import evaluate
 
-    for path, what in ((args.checkpoint, "checkpoint"), (args.dataset, "dataset folder")):
-        if not Path(path).exists():
-            raise UsageError(f"{what} not found: {path}")
+    from dmlviewer.commands.common import model_source_exists
+
+    if not model_source_exists(args.checkpoint):
+        raise UsageError(f"checkpoint not found: {args.checkpoint}")
+    if not Path(args.dataset).exists():
+        raise UsageError(f"dataset folder not found: {args.dataset}")
     check_output_file(args.out, "feature file")
     metrics = None
     try:

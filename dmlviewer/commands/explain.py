@@ -17,6 +17,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from dmlviewer.commands.common import CHECKPOINT_HELP
+
 log = logging.getLogger(__name__)
 
 #: the overall-map methods (``dmlviewer.core.explain.METHODS``; repeated so that building the
@@ -29,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("explain", help="explain one image pair's similarity (npz)",
                        description="Point-to-point activation maps, bias terms and overall maps of one pair.")
-    p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
     p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
@@ -56,11 +58,8 @@ def npz_path(out: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import check_output_file, load_model
-    from dmlviewer.core.files import atomic_target
 
     if Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a folder; give a file name (.npz)")
@@ -69,26 +68,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--method grad_transfer needs --features F.h5 (the labelled images' grad weights)")
     if args.features and args.method != "grad_transfer":
         raise UsageError("--features is only used with --method grad_transfer")
-    from dmlviewer.core.explain import explain_pair
+    from dmlviewer.core.explain import Explanation, explain_pair
 
     model, device = load_model(args.checkpoint, args.device)
     bank = (grad_bank_from_features(model, args.features, device, save=args.save_grad_weights)
             if args.method == "grad_transfer" else None)
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
-    arrays = dict(
-        similarity=np.float64(pair.similarity),
-        point_to_point=pair.point_to_point_4d(),
-        bias_query=np.float64(pair.bias_query),
-        bias_reference=np.float64(pair.bias_reference),
-        bias_both=np.float64(pair.bias_both),
-        overall_query=pair.overall(args.method, "query"),
-        overall_reference=pair.overall(args.method, "reference"),
-        grid_query=np.array(pair.grid_query, dtype=np.int64),
-        grid_reference=np.array(pair.grid_reference, dtype=np.int64),
-    )
-    with atomic_target(out) as tmp, open(tmp, "wb") as fh:  # never a half-written npz
-        np.savez(fh, **arrays)
-    log.info("similarity %.4f; wrote %s", pair.similarity, out)
+    written = Explanation.from_pair(pair, args.method).save(out)  # atomic: never a half-written npz
+    log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     return 0
 
 

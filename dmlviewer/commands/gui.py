@@ -64,7 +64,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_gui(args: argparse.Namespace) -> int:
     _check(args.dataset, "dataset", folder=True)
-    _check(args.checkpoint, "checkpoint")
+    if not str(args.checkpoint or "").startswith("imagenet:"):
+        _check(args.checkpoint, "checkpoint")
     _check(args.features, "feature")
     from dmlviewer.gui.app import run_gui as start
 

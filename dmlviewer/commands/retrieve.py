@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     if args.region:
         if not args.checkpoint:
             raise UsageError("--region needs --checkpoint (the model that computes the region's feature)")
-        if not Path(args.checkpoint).is_file():
+        from dmlviewer.commands.common import model_source_exists
+
+        if not model_source_exists(args.checkpoint):
             raise UsageError(f"checkpoint not found: {args.checkpoint}")
         results = _region_results(args, features)
     else:
@@ -82,7 +84,7 @@ def _region_results(args: argparse.Namespace, features) -> list[dict]:
     from dmlviewer.core.data.images import check_inside
     from dmlviewer.core.data.paths import path_problem
     from dmlviewer.core.explain import region_query
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
 
     root = features.attrs.get("dataset_root") or ""
     rel = features.paths[args.query]
@@ -94,7 +96,7 @@ def _region_results(args: argparse.Namespace, features) -> list[dict]:
         device = resolve_device(args.device)
         check_inside(root, image_path)
         image = load_image(image_path)
-        model, _ = load_checkpoint(args.checkpoint, device)
+        model, _ = open_model(args.checkpoint, device)
         return region_query(model, image, args.region, features, k=args.k, device=device)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

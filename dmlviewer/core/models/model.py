@@ -17,6 +17,8 @@ from .multilayer import MultiLayerHead
 from .output import EXACT, Linearization, ModelOutput
 from .pooling import POOLINGS, Pooling
 from .projection import Projection
+from .vit import POOLINGS as VIT_POOLINGS
+from .vit import build_vit, timm_vit_name
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ _DEFAULTS = {
     "image_size": 224,
     "mean": [0.485, 0.456, 0.406],  # input normalization (x / 255 - mean) / std per RGB channel
     "std": [0.229, 0.224, 0.225],
+    "token_grid": 0,         # vision transformers: side of the position-embedding grid (0: timm's default)
 }
 
 
@@ -52,7 +55,10 @@ def default_config(**overrides) -> dict:
 
 #: inclusive ranges of the integer fields (a checkpoint's config is not trusted: it is checked
 #: before anything is allocated)
-INT_RANGES = {"dim": (0, 16384), "groups": (1, 512), "hidden": (0, 16384), "image_size": (8, 4096)}
+INT_RANGES = {"dim": (0, 16384), "groups": (1, 512), "hidden": (0, 16384), "image_size": (8, 4096),
+              "token_grid": (0, 1024)}
+#: channels assumed for a backbone outside the registry (timm vision transformers: up to 1664)
+UNKNOWN_CHANNELS = 2048
 #: the most parameters a head may have (1 GiB of float32); a ResNet-50 flatten head at 224 px
 #: with dim 512 has 51 million
 MAX_HEAD_PARAMETERS = 1 << 28
@@ -88,13 +94,14 @@ def _check_types(config: dict) -> None:
 def head_parameters(config: dict) -> int:
     """An upper estimate of the head's parameter count, computed from the config alone (so a
     config asking for absurd sizes is refused before anything is built)."""
-    spec = BACKBONES[config["backbone"]]
-    channels, dim, groups, hidden = spec.channels_of["last"], config["dim"], config["groups"], config["hidden"]
+    spec = BACKBONES.get(config["backbone"])
+    channels_of = spec.channels_of if spec is not None else {"last": UNKNOWN_CHANNELS}
+    channels, dim, groups, hidden = channels_of["last"], config["dim"], config["groups"], config["hidden"]
     width = channels
     if config["pooling"] == "flatten":
-        cells = -(-config["image_size"] // spec.strides["last"])
+        cells = -(-config["image_size"] // (spec.strides["last"] if spec is not None else 16))
         width = channels * cells * cells
-    layers = [spec.channels_of.get(n, 0) for n in config["multilayer"] or []]
+    layers = [channels_of.get(n, 0) for n in config["multilayer"] or []]
     width += sum(layers)
     attend = sum(c * (channels + 2) + 2 for c in layers)  # per-layer attention projections
     out = dim or width
@@ -116,10 +123,16 @@ def check_config(config: dict) -> dict:
         raise ValueError(f"model config keys must be names (text), got {bad_keys[:3]!r}")
     config = default_config(**config)
     _check_types(config)
-    if config["backbone"] not in BACKBONES:
-        raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)}")
-    if config["pooling"] not in POOLINGS:
-        raise ValueError(f"unknown pooling {config['pooling']!r}; choose from {', '.join(POOLINGS)}")
+    vit = timm_vit_name(config["backbone"]) is not None
+    if config["backbone"] not in BACKBONES and not vit:
+        raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)} "
+                         "or timm:NAME (a timm vision transformer, with the timm extra installed)")
+    allowed = VIT_POOLINGS if vit else POOLINGS
+    if config["pooling"] not in allowed:
+        raise ValueError(f"unknown pooling {config['pooling']!r} for backbone {config['backbone']}; "
+                         f"choose from {', '.join(allowed)}")
+    if vit and (config["grouping"] != "none" or config["multilayer"]):
+        raise ValueError("vision transformer backbones take grouping none and no multilayer head")
     if config["grouping"] not in GROUPINGS:
         raise ValueError(f"unknown grouping {config['grouping']!r}; choose from {', '.join(GROUPINGS)}")
     if config["dim"] == 0 and (config["grouping"] != "none" or config["hidden"] or config["multilayer"]
@@ -144,7 +157,7 @@ def check_config(config: dict) -> dict:
             raise ValueError("the multi-layer head (multilayer) works with grouping none only")
         if config["pooling"] == "flatten":
             raise ValueError("the multi-layer head needs gap, gmp or gem pooling for its vector u")
-        names = BACKBONES[config["backbone"]].channels_of
+        names = BACKBONES[config["backbone"]].channels_of if not vit else {"last": 0}
         bad = [n for n in layers if n not in names]
         if bad:
             raise ValueError(f"backbone {config['backbone']} has no map(s) {', '.join(bad)}; "
@@ -220,7 +233,8 @@ class EmbeddingModel(nn.Module):
         ``contributions.sum(1) + bias == embedding_raw``. Needs eval mode when the head has
         BatchNorm."""
         lin = self.head.linearize(out)
-        lin.rule, lin.frozen = EXACT, frozen_quantities(self.config)
+        if lin.rule == EXACT and not lin.frozen:  # the heads of this module state theirs by config
+            lin.frozen = frozen_quantities(self.config)
         return lin
 
     def head_function(self, out: ModelOutput, index: int = 0):
@@ -258,6 +272,9 @@ def build_model(config: dict, device: str | torch.device = "cpu", *,
     state dict supplies every weight).
     """
     config = check_config(config)
+    if timm_vit_name(config["backbone"]):
+        backbone, head = build_vit(config, load_pretrained)
+        return EmbeddingModel(config, backbone, head).to(resolve_device(device))
     pretrained = config["pretrained"] if load_pretrained else None
     backbone = Backbone(config["backbone"], pretrained, config["image_size"])
     model = EmbeddingModel(config, backbone, _build_head(config, backbone))
