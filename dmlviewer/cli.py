@@ -40,10 +40,23 @@ class UsageError(Exception):
     """A bad argument or a missing input file: reported in one line, exit status 2."""
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that states every option's default (unless the help already does, or there is
+    none to state)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (action.option_strings and default not in (None, False, argparse.SUPPRESS)
+                and "default" not in text.lower() and text is not argparse.SUPPRESS):
+            shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+            shown = shown.replace("%", "%%")
+            text = f"{text} (default: {shown})" if text else f"(default: {shown})"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
-        from dmlviewer.commands.common import HelpFormatter
-
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 

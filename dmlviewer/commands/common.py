@@ -86,21 +86,6 @@ def add_device(parser: argparse.ArgumentParser, default: str = "auto", what: str
                         help=f"where the model runs{what}: {DEVICE_HELP}")
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Help that states every option's default (unless the help already does, or there is
-    none to state)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if (action.option_strings and default not in (None, False, argparse.SUPPRESS)
-                and "default" not in text.lower() and text is not argparse.SUPPRESS):
-            shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
-            shown = shown.replace("%", "%%")
-            text = f"{text} (default: {shown})" if text else f"(default: {shown})"
-        return text
-
-
 def _strict(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None

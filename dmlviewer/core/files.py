@@ -307,7 +307,7 @@ def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
         commit(tmp, path)
     except OSError as exc:
         remove(tmp)
-        if exc.filename:
+        if exc.filename or exc.errno is None:
             raise
         raise OSError(exc.errno, exc.strerror, str(tmp)) from exc  # say which file failed
     except BaseException:

@@ -140,6 +140,8 @@ def build_cases() -> list[Case]:
                                "--pairs"),
         "bench_device_tpu": (["bench", "metrics", "--device", "tpu"], "--device"),
         "bench_device_cuda7": (["bench", "metrics", "--device", "cuda:7"], "--device"),
+        "explain_imagenet_unknown": (_explain("imagenet:no_such_net"), "no_such_net"),
+        "explain_timm_unknown": (_explain("timm:no_such_vit"), "no_such_vit"),
         "gui_dataset_missing": (["gui", "--dataset", "/nonexistent/dataset"], "dataset folder not found"),
         "gui_checkpoint_folder": (["gui", "--checkpoint", "{demo}"], "must be a file"),
         "unknown_command": (["no-such-command"], "invalid choice"),
@@ -305,6 +307,7 @@ def build_cases() -> list[Case]:
     add(Case("api", "explain_pair_bomb", func="api_call", args={"call": "explain_pair", "path": "{im_bomb_png_30k}"},
              expect="raise"))
     add(Case("api", "dmlviewer_explain", func="api_dmlviewer_explain", expect="ok"))
+    add(Case("api", "dmlviewer_view", func="api_dmlviewer_view", expect="ok", timeout=60))
     add(Case("api", "import_model_command", func="api_import_model", expect="ok"))
     return cases
 
@@ -424,6 +427,41 @@ def api_dmlviewer_explain(fx: dict, tmp: Path) -> str:
             continue
         raise AssertionError(f"dmlviewer.explain{args} did not refuse")
     return "dmlviewer.explain refused a payload, a FIFO and a bomb"
+
+
+def api_dmlviewer_view(fx: dict, tmp: Path) -> str:
+    """``dmlviewer.view`` refuses a payload checkpoint with a documented error, and opens a
+    hostile dataset into an error dialog (recorded), the window staying up."""
+    import dmlviewer
+
+    view = getattr(dmlviewer, "view", None)
+    if view is None:
+        return "skipped: dmlviewer.view does not exist in this version (hook for the Python API)"
+    from PySide6.QtCore import QSettings
+
+    from dmlviewer.core.models import CheckpointError
+    from dmlviewer.gui import errors
+
+    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp / "settings"))
+    dialogs: list = []
+    saved = errors.show_error
+    errors.show_error = lambda parent, title, message, details=None: dialogs.append((title, message, details))
+    try:
+        try:
+            view(fx["ck_payload_zip"], block=False).close()
+            raise AssertionError("dmlviewer.view opened a payload checkpoint")
+        except CheckpointError:
+            pass
+        window = view(dataset=fx["ds_dotdot_path"], block=False)
+        try:
+            assert window.isVisible() and len(dialogs) == 1 and "may not be used" in dialogs[0][1], dialogs
+            assert dialogs[0][2] is None  # explained: no traceback behind it
+        finally:
+            window.shutdown()
+            window.close()
+    finally:
+        errors.show_error = saved
+    return "dmlviewer.view refused a payload checkpoint; a hostile dataset gave one dialog"
 
 
 def api_import_model(fx: dict, tmp: Path) -> str:
