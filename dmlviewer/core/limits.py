@@ -72,3 +72,9 @@ def format_bytes(n: int) -> str:
             return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} bytes"  # pragma: no cover
+
+
+def opencv_limit() -> None:
+    """Give OpenCV the default pixel limit (``OPENCV_IO_MAX_IMAGE_PIXELS``, read once when it is
+    loaded) for the formats whose header dmlviewer does not parse; an explicit setting wins."""
+    os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(get_limit("max_image_pixels")))

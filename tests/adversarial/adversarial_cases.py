@@ -207,6 +207,7 @@ def build_cases() -> list[Case]:
 
     # ------------------------------------------------------------------ bombs and special files
     for name, has in {"bomb_png_20k": "pixels", "bomb_png_30k": "pixels", "bomb_jpeg": "pixels",
+                      "bomb_hdr": "MAX_IMAGE_PIXELS",
                       "fifo": "FIFO", "devzero": "device", "secret_link": "not a decodable image",
                       "text": "not a decodable image", "truncated": "truncated"}.items():
         add(Case("special", f"explain_query_{name}", argv=_explain("{ckpt}", f"{{im_{name}}}"), has=has,
@@ -555,19 +556,35 @@ def sim_transfer_rewrite_drops_unknown(fx: dict, tmp: Path) -> str:
     return f"rewritten with {names}"
 
 
-def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
-    """Open ``path`` through the File menu of a real main window (offscreen), the file dialog
-    answering ``path``; wait until the window is idle. Returns the dialogs shown, the problems
-    listed and whether an exception escaped to Qt."""
-    from PySide6.QtCore import QCoreApplication, QEvent, QSettings
-    from PySide6.QtWidgets import QFileDialog
+_WINDOW: list = []  # one main window for every GUI case of a worker: a user's session
+
+
+def _main_window(tmp: Path):
+    from PySide6.QtCore import QSettings
 
     from dmlviewer.gui import app as gui_app
-    from dmlviewer.gui import errors
     from dmlviewer.gui.main_window import MainWindow
 
     qapp = gui_app.create_app()
-    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp / "settings"))
+    if not _WINDOW:
+        QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp / "settings"))
+        window = MainWindow()
+        window.resize(1200, 800)
+        window.show()
+        _WINDOW.append(window)
+    return qapp, _WINDOW[0]
+
+
+def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
+    """Open ``path`` through the File menu of the real main window (offscreen; one window for
+    all GUI cases, as in a user's session), the file dialog answering ``path``; wait until the
+    window is idle. Returns the dialogs shown, the problems listed, whether an exception escaped
+    to Qt, and whether the window still works (it opens the demo dataset afterwards)."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from dmlviewer.gui import errors
+
+    qapp, window = _main_window(tmp)
     dialogs: list = []
     escaped: list = []
     saved = (errors.show_error, QFileDialog.getExistingDirectory, QFileDialog.getOpenFileName, sys.excepthook)
@@ -575,32 +592,30 @@ def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
     QFileDialog.getExistingDirectory = staticmethod(lambda *a, **k: path)
     QFileDialog.getOpenFileName = staticmethod(lambda *a, **k: (path, ""))
     sys.excepthook = lambda *exc: escaped.append("".join(__import__("traceback").format_exception(*exc)))
-    window = MainWindow()
-    try:
-        window.resize(1200, 800)
-        window.show()
-        action = {"dataset": window.open_dataset_action, "checkpoint": window.open_checkpoint_action,
-                  "features": window.open_features_action}[what]
-        action.trigger()
-        deadline = time.monotonic() + 20
+
+    def settle(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             qapp.processEvents()
             if not window.loader.busy and not window.runner.busy:
                 break
             time.sleep(0.02)
-        for _ in range(20):
+        for _ in range(10):
             qapp.processEvents()
             time.sleep(0.01)
-        idle = not window.loader.busy
-        problems = window.problems.problems() if hasattr(window.problems, "problems") else []
+        return not window.loader.busy
+
+    try:
+        problems_before = len(window.problems.problems())
+        action = {"dataset": window.open_dataset_action, "checkpoint": window.open_checkpoint_action,
+                  "features": window.open_features_action}[what]
+        action.trigger()
+        idle = settle(20)
+        problems = window.problems.problems()[problems_before:] if what == "dataset" else []
+        works = window.isVisible() and window.open_dataset(fx["demo"]) and settle(20)
     finally:
-        window.shutdown() if hasattr(window, "shutdown") else None
-        window.close()
-        window.deleteLater()
-        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
-        qapp.processEvents()
         errors.show_error, QFileDialog.getExistingDirectory, QFileDialog.getOpenFileName, sys.excepthook = saved
-    return {"dialogs": dialogs, "problems": problems, "escaped": escaped, "idle": idle}
+    return {"dialogs": dialogs, "problems": problems, "escaped": escaped, "idle": idle and works}
 
 
 # =============================================================================== real processes

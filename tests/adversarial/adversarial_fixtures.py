@@ -183,6 +183,7 @@ def build(root: Path) -> dict[str, str]:
     (im / "bomb_png_20k.png").write_bytes(png_header_only(20_000, 20_000))
     (im / "bomb_png_30k.png").write_bytes(png_header_only(30_000, 30_000))
     (im / "bomb_jpeg.jpg").write_bytes(jpeg_header_only(65_000, 65_000))
+    (im / "bomb_hdr.hdr").write_bytes(b"#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 20000 +X 20000\n" + b"\0" * 64)
     (im / "text.png").write_text(f"{CANARY} not an image\n")
     (im / "truncated.png").write_bytes(Path(f["img"]).read_bytes()[:200])
     _fifo(im / "fifo.png")

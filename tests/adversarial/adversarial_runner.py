@@ -120,7 +120,7 @@ class Worker:
             self.kill()
             return {"id": case.id, "hang": True}
         code = self.proc.returncode
-        stderr = self.proc.stderr.read().decode(errors="replace")[-3000:]
+        stderr = self.proc.stderr.read().decode(errors="replace")[-20000:]
         self.proc = None
         return {"id": case.id, "crash": True, "returncode": code, "stderr": stderr}
 
@@ -143,7 +143,8 @@ class Worker:
 def classify(case, r: dict) -> tuple[str, str]:
     """``(column, detail)`` for one case's result (see the module docstring)."""
     if r.get("crash"):
-        return "crashes", f"worker died (exit {r.get('returncode')}): {r.get('stderr', '')[-500:]}"
+        stack = r.get("stderr", "")
+        return "crashes", f"worker died (exit {r.get('returncode')}): {stack[stack.find('Fatal Python'):][:3000]}"
     if r.get("hang") or r.get("timed_out"):
         return "hangs", f"no end within {case.timeout} s"
     if r.get("payload"):

@@ -12,6 +12,7 @@ taking the machine (the runner records a crash when the worker dies).
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -151,6 +152,7 @@ def main() -> int:
     fixtures = json.loads(Path(sys.argv[1]).read_text())
     scratch = Path(sys.argv[2])
     proto = os.fdopen(os.dup(1), "w", buffering=1)
+    faulthandler.enable(os.fdopen(os.dup(2), "w"))  # a crash's stack reaches the runner, not a case's file
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints never reach the protocol
     try:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, resource.RLIM_INFINITY))

@@ -12,7 +12,7 @@ refused, never waited on), files over ``max_image_bytes`` are not read, and the 
 declared in the header (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM) is checked against
 ``max_image_pixels`` before anything is decoded (decompression bombs; both limits in
 :mod:`dmlviewer.core.limits`). For other formats OpenCV's own limit applies, set to the same
-value when this module is first imported. Messages name the file and what is wrong with it,
+value when ``dmlviewer`` is imported (:func:`dmlviewer.core.limits.opencv_limit`). Messages name the file and what is wrong with it,
 never its content. :func:`load_dataset_image` also applies the link policy of :mod:`.paths`.
 
 Colour: grayscale becomes RGB by repetition; images with an alpha channel are composited on
@@ -24,22 +24,18 @@ not applied: pixels stay as stored, which is what dataset boxes refer to.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Iterable
 
+import cv2
+import numpy as np
+
 from dmlviewer.core.files import RefusedFile, read_regular, sniff
-from dmlviewer.core.limits import DEFAULTS, get_limit
+from dmlviewer.core.limits import get_limit
 
-# OpenCV reads its limit once, when it is loaded: formats whose header we do not parse get it.
-os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(DEFAULTS["max_image_pixels"]))
-
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .errors import ImageError, ImageProblem  # noqa: E402
-from .paths import link_problem  # noqa: E402
-from .records import Dataset  # noqa: E402
+from .errors import ImageError, ImageProblem
+from .paths import link_problem
+from .records import Dataset
 
 log = logging.getLogger(__name__)
 
