@@ -9,6 +9,7 @@ payload run, corrupt or leftover file, or leaked file content.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import adversarial_cases  # noqa: E402
 import adversarial_runner  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500),
+              pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices, rlimits and namespaces are POSIX")]
 
 CASES = adversarial_cases.build_cases()
 
