@@ -45,8 +45,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import drive
     from dmlviewer.core.models.importer import analyze, write_checkpoint
+    from dmlviewer.core.progress import run_to_end
 
     out = Path(args.out)
     for path in args.weights:
@@ -60,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--image-size must be at least 32, got {args.image_size}")
     if args.std is not None and any(v <= 0 for v in args.std):
         raise UsageError("--std values must be positive")
-    plan = drive(analyze(args.weights, arch=args.arch, head=args.head, prefix=args.prefix,
-                         image_size=args.image_size, mean=args.mean, std=args.std), "recognizing")
+    # no progress display: a refusal must be the only line on stderr (it takes seconds at most)
+    plan = run_to_end(analyze(args.weights, arch=args.arch, head=args.head, prefix=args.prefix,
+                              image_size=args.image_size, mean=args.mean, std=args.std))
     sys.stdout.write(plan.report(full_mapping=args.full_mapping) + "\n")
     path, diff = write_checkpoint(plan, out)
     sys.stdout.write(f"wrote {path} (folded head vs. source layers: max relative difference {diff:.2g})\n")

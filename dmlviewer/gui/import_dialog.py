@@ -116,7 +116,7 @@ class ImportDialog(QDialog):
         self.prefix.setPlaceholderText("auto")
         self.prefix.setToolTip("Key prefix of the backbone, when the files hold several copies")
         self.image_size = QSpinBox()
-        self.image_size.setRange(0, 4096)
+        self.image_size.setRange(31, 4096)  # the minimum (31) reads "default"
         self.image_size.setSpecialValueText("default")
         self.mean = QLineEdit()
         self.mean.setPlaceholderText("default (ImageNet, or timm's)")
@@ -244,7 +244,7 @@ class ImportDialog(QDialog):
             "arch": None if arch in ("", AUTO, "auto") else arch,
             "head": self.head.text().strip() or "auto",
             "prefix": self.prefix.text().strip() or None,
-            "image_size": self.image_size.value() or None,
+            "image_size": self.image_size.value() if self.image_size.value() > self.image_size.minimum() else None,
             "mean": _floats(self.mean.text()),
             "std": _floats(self.std.text()),
         }
@@ -294,7 +294,7 @@ class ImportDialog(QDialog):
                            f"({head}): <code>{plan.head_spec}</code> → {plan.summary()}"
                            + (f"; <b>{len(plan.unmatched)} keys unmatched</b>" if plan.unmatched else ""))
         self.summary.setPlainText(plan.report())
-        rows = list(plan.backbone_mapping.items()) + list(plan.head_mapping.items())
+        rows = list(plan.head_mapping.items()) + list(plan.backbone_mapping.items())
         self._fill(self.mapping, rows)
         self._fill(self.unmatched, list(plan.unmatched.items()))
         self._fill(self.ranking, [(m.name, len(m.matched), len(m.matched) + len(m.missing) + len(m.mismatched),

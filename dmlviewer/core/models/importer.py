@@ -643,7 +643,7 @@ def _bn_from_affine(w: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]
 def reference_head(layers: list[Layer], z: torch.Tensor) -> torch.Tensor:
     """The source layers applied one after another to pooled features ``z`` (float32, eval mode)."""
     for layer in layers:
-        p = layer.params
+        p = {k: v.float() for k, v in layer.params.items()}
         if layer.kind == "linear":
             z = nn.functional.linear(z, p["weight"].reshape(p["weight"].shape[0], -1), p.get("bias"))
         elif layer.kind == "bn":
@@ -869,6 +869,8 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
     event's result is an :class:`ImportPlan`. ``LayoutError`` (one line) when the layout is not
     recognized or the head cannot be represented; ``CheckpointError``/``FileNotFoundError`` for
     unreadable files."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     yield Progress("log", message=f"reading {len(paths)} file(s)")
     sources = read_sources(paths)
     recognized = None
