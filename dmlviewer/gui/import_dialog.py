@@ -109,9 +109,10 @@ class ImportDialog(QDialog):
         self.arch.setEditable(True)
         self.arch.setToolTip("Architecture: recognized from the keys, or a built-in backbone, or timm:NAME")
         self.arch.addItem(AUTO)
+        from dmlviewer.core.models.importer import HEAD_SPEC_HELP
+
         self.head = QLineEdit("auto")
-        self.head.setToolTip("auto, none, or a comma list in forward order of source modules and relu / "
-                             "identity, optionally starting with gap, gmp or gem=MODULE|NUMBER")
+        self.head.setToolTip(HEAD_SPEC_HELP[0].upper() + HEAD_SPEC_HELP[1:])
         self.prefix = QLineEdit()
         self.prefix.setPlaceholderText("auto")
         self.prefix.setToolTip("Key prefix of the backbone, when the files hold several copies")

@@ -74,7 +74,7 @@ HEAD_SPEC_HELP = (
     "pooling gap, gmp or gem (p from a module named by gem=MODULE, or gem=NUMBER)"
 )
 
-_WRAPPERS = ("state_dict", "model_state_dict", "model", "net", "network", "state", "weights",
+_WRAPPERS = ("state_dict", "model_state_dict", "model", "net", "network", "weights",
              "params", "module")
 _STRIP = ("module.", "_orig_mod.")
 _NOOP = (nn.Identity, nn.Flatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)
@@ -353,7 +353,7 @@ class Layer:
     def token(self) -> str:
         """This layer in ``head`` spec syntax."""
         if self.kind == "gem":
-            return f"gem={self.module}"
+            return f"gem={self.module or float(self.params['p'].reshape(-1)[0])}"
         return self.module if self.module else self.kind
 
 
@@ -437,10 +437,12 @@ def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str
         path, params = next(iter(unknown.items()))
         rel = path[len(m.prefix):] if path.startswith(m.prefix) else None
         what = f" ({m.name}'s {rel} is a {dict(cand.head)[rel]})" if rel in dict(cand.head) else ""
+        usable = [p for p in modules if p not in unknown]
+        example = ",".join(usable) if 0 < len(usable) <= 4 else "none"
         raise LayoutError(
             f"cannot tell what {path or '(top level)'} ({_shapes(params)}) does{what}: it is not a Linear, "
-            f"BatchNorm or GeM layer; give --head with the layers that make the embedding, e.g. --head "
-            f"{','.join(p for p in modules if p not in unknown) or 'none'}",
+            f"BatchNorm or GeM layer ({len(unknown)} such module(s)); give --head with the layers that make "
+            f"the embedding, e.g. --head {example}",
             unmatched=[k for k in keys if k.rpartition('.')[0] in unknown])
     layers: list[Layer] = []
     previous: str | None = None   # previous module path (source naming)
@@ -776,28 +778,35 @@ def _timm_twins(name: str) -> list[str]:
     return [f"timm:{twin}"] if import_timm().is_model(twin) else []
 
 
-def _ranking_line(ranking: list[Match]) -> str:
-    if not ranking or not ranking[0].matched:
-        return "no known architecture shares its keys"
+def shape_overlap(cand: Candidate, tensors: dict[str, torch.Tensor]) -> float:
+    """Share of ``cand``'s backbone tensors whose shapes occur in ``tensors`` (as multisets): how
+    close a file is to an architecture whatever its key names (renamed modules)."""
+    have = Counter(tuple(t.shape) for t in tensors.values())
+    need = Counter(s for k, s in cand.keys.items() if not k.endswith("num_batches_tracked"))
+    return sum((have & need).values()) / max(sum(need.values()), 1)
+
+
+def _layout_error(what: str, sources: Sources, ranking: list[Match]) -> LayoutError:
+    """One line: ``what``, the closest layouts ranked by key overlap plus tensor-shape overlap
+    (which finds an architecture whose modules were renamed), the unmatched keys."""
+    scored = sorted(((mm.jaccard + shape_overlap(candidate(mm.name), sources.tensors), mm) for mm in ranking),
+                    key=lambda t: t[0], reverse=True)
+    best = max(ranking, key=lambda mm: len(mm.matched), default=None)
+    explained = {best.prefix + k for k in best.matched} if best else set()
+    unmatched = [k for k in sources.tensors if k not in explained]
     parts = []
-    for mm in ranking[:3]:
-        text = mm.describe()
+    for score, mm in scored[:3]:
+        share = score - mm.jaccard
+        text = f"{mm.describe()[:-1]}, {share:.0%} of its tensor shapes present)"
         if mm.matched and mm.missing:
             text += f", missing {format_keys(list(mm.missing), 3)}"
         if mm.matched and mm.mismatched:
             text += f", other shapes {format_keys(list(mm.mismatched), 3)}"
         parts.append(text)
-    return "closest: " + "; ".join(parts)
-
-
-def _layout_error(what: str, sources: Sources, ranking: list[Match]) -> LayoutError:
-    best = ranking[0] if ranking else None
-    explained = {best.prefix + k for k in best.matched} if best else set()
-    unmatched = [k for k in sources.tensors if k not in explained]
-    return LayoutError(
-        f"{what}; {_ranking_line(ranking)}; unmatched keys: [{format_keys(unmatched, 12)}]",
-        ranking=[(mm.name, len(mm.matched), len(mm.matched) + len(mm.missing) + len(mm.mismatched), mm.jaccard)
-                 for mm in ranking[:5]], unmatched=unmatched)
+    closest = "closest: " + "; ".join(parts) if parts else "no architecture to compare with"
+    return LayoutError(f"{what}; {closest}; unmatched keys: [{format_keys(unmatched, 12)}]",
+                       ranking=[(mm.name, len(mm.matched), len(mm.matched) + len(mm.missing) + len(mm.mismatched),
+                                 score / 2) for score, mm in scored[:5]], unmatched=unmatched)
 
 
 def _recognize(sources: Sources, arch: str | None, prefix: str | None,
