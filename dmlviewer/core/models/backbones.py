@@ -240,8 +240,9 @@ class BackboneRegistry(dict):
     resolved on first use: a module registers a resolver with ``register_family`` (e.g. ``timm``
     in ``timm_backbones.py``: ``timm:resnet50``). A resolver returns the spec or raises
     ``ValueError`` saying why the name is not its kind; several may share a prefix and are
-    tried in turn. ``name in BACKBONES`` is True for a fixed or resolvable name and raises that
-    ``ValueError`` (one line: why) for a family name none can resolve."""
+    tried in turn. ``name in BACKBONES`` is True for a fixed or resolvable name; ``BACKBONES[name]``
+    raises ``KeyError`` for an unknown name and that ``ValueError`` (one line: why) for a family
+    name none can resolve."""
 
     def __init__(self, specs: dict[str, BackboneSpec]) -> None:
         super().__init__(specs)
@@ -274,7 +275,7 @@ class BackboneRegistry(dict):
             return True
         try:
             self[name]
-        except KeyError:
+        except (KeyError, ValueError):
             return False
         return True
 
@@ -432,9 +433,10 @@ class Backbone(nn.Module):
 
     def __init__(self, name: str, pretrained: str | None = None, image_size: int = 224) -> None:
         super().__init__()
-        if name not in BACKBONES:
-            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}")
-        self.spec = BACKBONES[name]
+        try:
+            self.spec = BACKBONES[name]  # a family name that cannot be resolved raises ValueError: why
+        except KeyError:
+            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}") from None
         self.name = name
         self.net = self.spec.build(int(image_size))
         if pretrained is not None:

@@ -199,9 +199,10 @@ def _is_leaf(module: nn.Module) -> bool:
 def candidate(name: str) -> Candidate:
     """Build ``name`` on the meta device and read its keys, head and pooling (``ValueError``
     for a name that is neither in ``BACKBONES`` nor a resolvable ``timm:NAME``)."""
-    if name not in BACKBONES:
-        raise ValueError(f"unknown architecture {name!r}; choose from {', '.join(BACKBONES)} or timm:NAME")
-    spec = BACKBONES[name]
+    try:
+        spec = BACKBONES[name]  # ValueError for a timm:NAME that is not a CNN, or without timm
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; choose from {', '.join(BACKBONES)} or timm:NAME") from None
     mean, std, size = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 224
     if name.startswith("timm:"):
         from .timm_backbones import timm_info
