@@ -308,6 +308,8 @@ class ImportDialog(QDialog):
 
         self.plan = None
         message = str(exc) if not isinstance(exc, FileNotFoundError) else f"file not found: {exc.filename or exc}"
+        if any(option in message for option in ("--arch", "--head", "--prefix")):
+            message += " (--arch, --head and --prefix are the Architecture, Head and Backbone key prefix fields)"
         self._show_message(message, error=True)
         self.summary.setPlainText(message)
         self._fill(self.mapping, [])
