@@ -747,10 +747,6 @@ def _fmt(values) -> str:
     return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
 
 
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
-
-
 def _features_close(a: str, b: str, m: Match, sources: Sources) -> bool:
     """Whether architectures ``a`` and ``b`` compute the same last map with the files' weights."""
     from .backbones import Backbone
