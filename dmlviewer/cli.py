@@ -32,6 +32,7 @@ COMMANDS = {
     "localize": "localize",
     "correspond": "correspond",
     "retrieve": "retrieve",
+    "import-model": "import_model",
     "bench": "bench",
 }
 

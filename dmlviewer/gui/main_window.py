@@ -154,6 +154,9 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.open_checkpoint_action)
         file_menu.addMenu(self.recent_checkpoints_menu)
+        from dmlviewer.gui.import_dialog import import_action
+
+        file_menu.addAction(import_action(self))
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)

@@ -126,7 +126,7 @@ def check_config(config: dict) -> dict:
     vit = timm_vit_name(config["backbone"]) is not None
     if config["backbone"] not in BACKBONES and not vit:
         raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)} "
-                         "or timm:NAME (a timm vision transformer, with the timm extra installed)")
+                         "or timm:NAME (a timm CNN or vision transformer, with the timm extra installed)")
     allowed = VIT_POOLINGS if vit else POOLINGS
     if config["pooling"] not in allowed:
         raise ValueError(f"unknown pooling {config['pooling']!r} for backbone {config['backbone']}; "

@@ -205,6 +205,7 @@ class ModuleModel(nn.Module):
         finally:
             module.train(was_training)
         self._dim = int(run.raw.shape[1])
+        self.stride = max(1, preprocess.size // int(run.feature_map.shape[-2]))  # nominal, for resolutions
         self.probe_report = run.report
         self.config = {
             "backbone": f"module:{type(module).__name__}", "feature_layer": feature_layer,
