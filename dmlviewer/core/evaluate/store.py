@@ -163,7 +163,6 @@ def stale_temp_files(path: str | Path) -> list[Path]:
     return _stale_in(path.parent, path.name)
 
 
-
 def _chunk_rows(row_bytes: int) -> int:
     return int(min(8192, max(64, CHUNK_BYTES // max(row_bytes, 1))))
 
