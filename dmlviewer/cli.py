@@ -27,6 +27,7 @@ COMMANDS = {
     "explain": "explain",
     "localize": "localize",
     "correspond": "correspond",
+    "faithfulness": "faithfulness",
     "retrieve": "retrieve",
     "bench": "bench",
 }
