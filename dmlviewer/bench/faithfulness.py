@@ -10,7 +10,8 @@ and the greedy oracle on a tenth of the pairs), blur baseline, 16 steps, at two 
 - ``scaling``: seconds of the runs over 100 and 200 pairs (the bank computed once beforehand and
   shared) and their quotient (2.0 = linear in the pairs).
 - ``load_average``: the machine's 1-minute load before and after (on a shared machine the
-  times stretch with it).
+  times stretch with it); ``cpu_seconds``, ``whole_run_cpu_s`` and ``cpu_scaling`` give the
+  process's CPU time (all threads), which load from other processes stretches much less.
 - ``auc``: per method, the deletion and insertion AUCs of the larger run over same-class and
   different-class pairs and the number of same-class pairs.
 
@@ -25,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from dmlviewer.bench.machine import describe
 
 TARGET_S = 300.0
@@ -32,17 +35,17 @@ PAIRS = (100, 200)
 QUICK_PAIRS = (10, 20)
 
 
-def _timed_run(model, dataset, pairs: int, bank, device: str) -> tuple[float, int, list[dict]]:
+def _timed_run(model, dataset, pairs: int, bank, device: str) -> tuple[float, float, int, list[dict]]:
     from dmlviewer.core.explain.faithfulness import faithfulness
     from dmlviewer.core.progress import run_to_end
 
     calls = []
     hook = model.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         results = run_to_end(faithfulness(model, dataset, pairs=pairs, oracle_pairs=pairs // 10, device=device,
                                           grad_bank=bank))
-        return time.perf_counter() - start, int(sum(calls)), results
+        return time.perf_counter() - start, time.process_time() - cpu, int(sum(calls)), results
     finally:
         hook.remove()
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-faithfulness-") as tmp:
         root = make_demo_data(Path(tmp) / "demo", classes=20, per_class=40, size=128, seed=0)
         dataset = open_dataset(root)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         job = bank_from_train_split(model, dataset, 1, device)
         while True:  # a generator that returns the bank
             try:
@@ -69,21 +72,25 @@ def run(args: argparse.Namespace) -> dict:
             except StopIteration as stop:
                 bank = stop.value
                 break
-        bank_s = time.perf_counter() - start
-        seconds, images = {}, {}
+        bank_s, bank_cpu = time.perf_counter() - start, time.process_time() - cpu
+        seconds, cpu_s, images = {}, {}, {}
         for n in counts:
-            seconds[n], images[n], results = _timed_run(model, dataset, n, bank, device)
+            seconds[n], cpu_s[n], images[n], results = _timed_run(model, dataset, n, bank, device)
     small, large = counts
     whole = bank_s + seconds[large]
     return {
         "benchmark": "faithfulness",
         "pairs": list(counts),
         "seconds": [round(seconds[n], 2) for n in counts],
+        "cpu_seconds": [round(cpu_s[n], 2) for n in counts],
         "images_embedded": [images[n] for n in counts],
         "scaling": round(seconds[large] / seconds[small], 3),
         "per_pair_s": round(seconds[large] / large, 4),
+        "cpu_scaling": round(cpu_s[large] / cpu_s[small], 3),
         "grad_bank_s": round(bank_s, 2),
         "whole_run_s": round(whole, 2),
+        "whole_run_cpu_s": round(bank_cpu + cpu_s[large], 2),
+        "torch_threads": torch.get_num_threads(),
         "target_s": TARGET_S,
         "ratio": round(whole / TARGET_S, 3),
         "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],

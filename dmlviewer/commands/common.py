@@ -14,6 +14,22 @@ import time
 log = logging.getLogger(__name__)
 
 
+GRAD_FEATURES_HELP = ("feature file with (or to receive) grad_weights for grad_transfer "
+                      "(default: computed from the dataset's train split)")
+
+
+def add_source_options(p, features_help: str | None = None) -> None:
+    """The options of the commands that score a checkpoint on a dataset: ``--format``,
+    ``--protocol``, ``--features`` (grad weights for grad_transfer, when ``features_help``),
+    ``--device`` and ``--json``."""
+    p.add_argument("--format", help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", help="split protocol (default, zero-shot, official)")
+    if features_help:
+        p.add_argument("--features", help=features_help)
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
 def load_model(checkpoint: str, device: str):
     """``(model, torch.device)`` from a checkpoint, in eval mode."""
     from dmlviewer.cli import UsageError

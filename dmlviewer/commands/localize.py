@@ -16,7 +16,7 @@ import json
 import logging
 import sys
 
-from dmlviewer.commands.common import drive, load_model
+from dmlviewer.commands.common import GRAD_FEATURES_HELP, add_source_options, drive, load_model
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
@@ -35,13 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image (default self)")
     p.add_argument("--split", default="test", help="train | test | all (default test)")
     p.add_argument("--limit", type=int, help="use the first N images only")
-    p.add_argument("--format", help="dataset format (default: detected)")
-    p.add_argument("--protocol", default="default", help="split protocol (default, zero-shot, official)")
     p.add_argument("--seed", type=int, default=0, help="seed of the same-class pairing")
-    p.add_argument("--features", help="feature file with (or to receive) grad_weights for grad_transfer "
-                                      "(default: computed from the dataset's train split)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_source_options(p, GRAD_FEATURES_HELP)
     p.set_defaults(func=run)
 
 

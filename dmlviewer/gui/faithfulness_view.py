@@ -7,7 +7,9 @@ Deletion: the query's cells are replaced by the baseline in the order a map rank
 cosine similarity to the reference is recorded (a faithful map makes it fall fast: low area);
 insertion puts them back into the all-baseline query (rises fast: high area). ``random`` is the
 floor (grey, dashed) and ``oracle`` the greedy ceiling (white, dashed). Plot styling is the tool
-windows' dark one (``training_dialog.PALETTE``, ``PLOT_BACKGROUND``, ``no_si_prefix``).
+windows' dark one (``training_dialog.PALETTE``, ``PLOT_BACKGROUND``, ``no_si_prefix``); methods
+past the palette's length are drawn dotted. The AUC table is the legend: its method names carry
+the curves' colours, and selecting a row draws that method's curves bold.
 """
 
 from __future__ import annotations
@@ -38,38 +40,57 @@ def method_color(index: int, method: str) -> str:
     return REFERENCE_STYLE[method][0] if method in REFERENCE_STYLE else PALETTE[index % len(PALETTE)]
 
 
+def method_dash(index: int, method: str) -> Qt.PenStyle:
+    if method in REFERENCE_STYLE:
+        return REFERENCE_STYLE[method][1]
+    return Qt.SolidLine if index < len(PALETTE) else Qt.DotLine
+
+
 class FaithfulnessPlots(QWidget):
     """Deletion and insertion curves side by side, one line per method."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.plots = {}
+        self.curves: dict[str, list[pg.PlotDataItem]] = {}
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for kind, title in (("deletion", "Deletion: cells removed, most relevant first (lower is better)"),
-                            ("insertion", "Insertion: cells put back, most relevant first (higher is better)")):
+        for kind, title, tip in (
+                ("deletion", "Deletion (lower area is better)",
+                 "The query's cells are replaced by the baseline, most relevant first"),
+                ("insertion", "Insertion (higher area is better)",
+                 "The query's cells are put back into the all-baseline query, most relevant first")):
             plot = pg.PlotWidget(title=title)
+            plot.setToolTip(tip)
             plot.setBackground(PLOT_BACKGROUND)
             plot.setLabel("bottom", "fraction of the query's cells")
             plot.setLabel("left", "cosine similarity to the reference")
             plot.showGrid(x=True, y=True, alpha=0.2)
-            plot.addLegend(offset=(-10, 10) if kind == "deletion" else (10, -10), labelTextSize="8pt")
             plot.setXRange(0, 1)
             no_si_prefix(plot)
             self.plots[kind] = plot
             layout.addWidget(plot)
 
     def show_curves(self, rows: Sequence[dict]) -> None:
-        """``rows``: dicts with ``method fractions deletion insertion deletion_auc insertion_auc``."""
+        """``rows``: dicts with ``method fractions deletion insertion`` (the colours follow the
+        rows' order, as in :class:`AucTable`)."""
+        self.curves = {}
         for kind, plot in self.plots.items():
             plot.clear()
             for i, row in enumerate(rows):
-                color = method_color(i, row["method"])
-                style = REFERENCE_STYLE.get(row["method"], (None, Qt.SolidLine))[1]
-                area = row[f"{kind}_auc"]
-                name = row["method"] + (f" ({area:.3f})" if area is not None else "")
-                plot.plot(row["fractions"], row[kind], pen=pg.mkPen(color, width=2, style=style), name=name)
+                pen = pg.mkPen(method_color(i, row["method"]), width=2, style=method_dash(i, row["method"]))
+                item = plot.plot(row["fractions"], row[kind], pen=pen)
+                self.curves.setdefault(row["method"], []).append(item)
             plot.enableAutoRange(axis="y")
+
+    def highlight(self, method: str | None) -> None:
+        """Draw ``method``'s curves bold and on top (``None``: all alike)."""
+        for name, items in self.curves.items():
+            for item in items:
+                pen = pg.mkPen(item.opts["pen"])
+                pen.setWidthF(4.0 if name == method else 2.0)
+                item.setPen(pen)
+                item.setZValue(10 if name == method else 0)
 
 
 class AucTable(QTableWidget):
@@ -98,12 +119,19 @@ class AucTable(QTableWidget):
                 item = QTableWidgetItem(text)
                 if j == 0:
                     item.setForeground(pg.mkColor(method_color(i, row["method"])))
+                    dash = method_dash(i, row["method"])
+                    item.setToolTip("dotted line" if dash == Qt.DotLine else "dashed line" if dash == Qt.DashLine
+                                    else "solid line")
                 else:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.setItem(i, j, item)
         header = self.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.Stretch)
+
+    def method_at(self, row: int) -> str | None:
+        item = self.item(row, 0) if row >= 0 else None
+        return item.text() if item is not None else None
 
     @staticmethod
     def _scores(row: dict) -> list[str]:
@@ -117,7 +145,7 @@ class AucTable(QTableWidget):
         return [fmt("deletion_auc"), fmt("insertion_auc"), str(row.get("num_pairs", 1))]
 
 
-def pair_faithfulness_job(model, images, methods: Sequence[str], baseline: str, steps: int, oracle: bool,
+def pair_faithfulness_job(model, images, methods: Sequence[str] | None, baseline: str, steps: int, oracle: bool,
                           device: str, lock: threading.RLock, cancel: CancelToken) -> Iterator[Progress]:
     """``core.explain.faithfulness.pair_faithfulness`` on the pair on screen, holding the model
     lock that the pair view's background work shares."""
@@ -166,6 +194,7 @@ class PairFaithfulnessWindow(QWidget):
         bar.addStretch(1)
         bar.addWidget(self.run_button)
         bar.addWidget(self.cancel_button)
+        self.table.currentCellChanged.connect(lambda row, *_: self.plots.highlight(self.table.method_at(row)))
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.plots)
         split.addWidget(self.table)
@@ -195,11 +224,9 @@ class PairFaithfulnessWindow(QWidget):
     def run(self) -> Job | None:
         if self._source is None or (self.job is not None and not self.job.ended):
             return None
-        from dmlviewer.core.explain.faithfulness import available_methods
-
         model, images, device, lock, title = self._source
-        methods = [m for m in available_methods(model) if m != "grad_transfer"]  # needs a feature file
-        args = (model, images, methods, self.baseline.currentText(), self.steps.value(), self.oracle.isChecked(),
+        # every map of the model but grad_transfer, which needs a feature file's grad weights
+        args = (model, images, None, self.baseline.currentText(), self.steps.value(), self.oracle.isChecked(),
                 device, lock)
         self.job = self.runner.submit(f"Faithfulness of {title or 'the pair'}", (pair_faithfulness_job, args, {}))
         self.progress.setValue(0)

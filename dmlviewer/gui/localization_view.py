@@ -231,6 +231,8 @@ class LocalizationView(QWidget):
         self.correspond_button.clicked.connect(self.run_correspondence)
         self.faithfulness_button.clicked.connect(self.run_faithfulness)
         self.faith_pairing.currentIndexChanged.connect(lambda: self.show_faithfulness(self.faith_results))
+        self.faith_table.currentCellChanged.connect(
+            lambda row, *_: self.faith_plots.highlight(self.faith_table.method_at(row)))
         self.cancel_button.clicked.connect(self.cancel)
         runner.job_progress.connect(self._on_progress)
         runner.job_finished.connect(self._on_finished)

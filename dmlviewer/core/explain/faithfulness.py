@@ -127,7 +127,7 @@ def pair_faithfulness(
     model: torch.nn.Module,
     image_q: ImageLike,
     image_r: ImageLike,
-    methods: Sequence[str] = MAP_METHODS,
+    methods: Sequence[str] | None = None,
     baseline: str = "blur",
     steps: int = DEFAULT_STEPS,
     oracle: bool = True,
@@ -140,9 +140,12 @@ def pair_faithfulness(
     """Deletion and insertion curves of one pair for ``methods`` plus ``random`` and (with
     ``oracle``) ``oracle``. The ``done`` event's result: ``{"similarity", "fractions",
     "baseline", "grid", "forward_passes", "seconds", "methods": {name: {"deletion",
-    "insertion", "deletion_auc", "insertion_auc"}}}``."""
+    "insertion", "deletion_auc", "insertion_auc"}}}``. ``methods=None``: every map of the model
+    (:func:`available_methods`; ``grad_transfer`` only with a ``grad_bank``)."""
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
+    if methods is None:
+        methods = [m for m in available_methods(model) if m != "grad_transfer" or grad_bank is not None]
     methods = check_methods(model, methods)
     start = time.perf_counter()
     dev = as_device(device)
