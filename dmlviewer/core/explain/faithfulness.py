@@ -42,7 +42,8 @@ import torch
 from dmlviewer.core.explain.correspondence import different_class_pairs, same_class_pairs
 from dmlviewer.core.explain.grad_transfer import GradWeightBank, bank_from_train_split
 from dmlviewer.core.explain.occlusion import occlusion
-from dmlviewer.core.explain.pair import METHODS, ImageLike, as_device, as_rgb, eval_mode, explain_pair
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.pair import METHODS, explain_pair
 from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, relay
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 

@@ -34,7 +34,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from dmlviewer.core.explain.pair import SIDES, ImageLike, _input_sizes, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.pair import SIDES, _input_sizes
 from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, relay
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
