@@ -31,6 +31,7 @@ COMMANDS = {
     "explain": "explain",
     "localize": "localize",
     "correspond": "correspond",
+    "faithfulness": "faithfulness",
     "retrieve": "retrieve",
     "import-model": "import_model",
     "bench": "bench",

@@ -33,6 +33,9 @@ Screenshots (1600 x 950: the main window, the training dialog and the localizati
   map methods and the part-correspondence run on the demo checkpoint and test split.
 - ``evaluation.png``: the evaluation view (Tools menu) with the demo checkpoint evaluated on
   the test split (and the localization results added as rows).
+- ``faithfulness.png``: the Faithfulness tab of the same window after a faithfulness run of
+  every map of the demo checkpoint over 40 test pairs (oracle on 4).
+- ``pair_faithfulness.png``: Tools > Faithfulness of This Pair on the pair of ``pair_view.png``.
 
 A step that does not finish within its timeout ends the script with status 1 (what was
 already written stays).
@@ -79,7 +82,11 @@ TRAIN_OPTIONS = {"backbone": "small_cnn", "pooling": "gap", "grouping": "a", "gr
 SHOT_EPOCH = 3
 #: PNGs larger than this are reduced to 256 colours.
 MAX_BYTES = 400_000
-SHOTS = ("pair_view", "group_tabs", "evaluation", "localization", "training_dialog")
+SHOTS = ("pair_view", "group_tabs", "evaluation", "localization", "faithfulness", "pair_faithfulness",
+         "training_dialog")
+#: The faithfulness run of the screenshot (the README's table comes from the command over 200 pairs).
+FAITHFULNESS_PAIRS = 40
+FAITHFULNESS_ORACLE_PAIRS = 4
 
 
 def isolate_user_folders(tmp: Path) -> None:
@@ -353,6 +360,30 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         if "localization" in shots:
             save(localization, out / "localization.png")
         localization.hide()
+
+    # 4b. faithfulness of every map over some pairs, and of the pair on screen
+    if "faithfulness" in shots:
+        tool_action(window, "Localization").trigger()
+        localization = window.tools.localization
+        localization.resize(*TOOL_SIZE)
+        localization.set_methods(LOCALIZATION_METHODS + ["grad_transfer"])
+        localization.faith_pairs.setValue(FAITHFULNESS_PAIRS)
+        localization.faith_oracle.setValue(FAITHFULNESS_ORACLE_PAIRS)
+        job = localization.run_faithfulness()
+        yield wait_job(runner, job, "the faithfulness run", 900)
+        check_job(job)
+        yield delay(300)
+        save(localization, out / "faithfulness.png")
+        localization.hide()
+    if "pair_faithfulness" in shots:
+        tool_action(window, "Faithfulness of This Pair").trigger()
+        pair_window = window.tools.pair_faithfulness
+        pair_window.resize(1200, 760)
+        yield wait_job(runner, pair_window.job, "the pair's faithfulness", 300)
+        check_job(pair_window.job)
+        yield delay(300)
+        save(pair_window, out / "pair_faithfulness.png")
+        pair_window.hide()
     if "evaluation" in shots:
         save(evaluation, out / "evaluation.png")
         evaluation.hide()

@@ -117,6 +117,27 @@ def check_output_file(path: str, what: str = "output") -> Path:
     return Path(path)
 
 
+GRAD_FEATURES_HELP = ("feature file with grad_weights for grad_transfer (default: computed from the "
+                      "dataset's train split; stored in the file only with --save-grad-weights)")
+FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
+PROTOCOLS = ("default", "zero-shot", "official")
+
+
+def add_source_options(p: argparse.ArgumentParser, features_help: str | None = None) -> None:
+    """The options of the commands that score a checkpoint on a dataset: ``--format``,
+    ``--protocol``, ``--features`` and ``--save-grad-weights`` (grad weights for grad_transfer,
+    when ``features_help``), ``--device`` and ``--json``."""
+    p.add_argument("--format", choices=FORMATS, help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", choices=PROTOCOLS, help="split protocol (default: default)")
+    if features_help:
+        from dmlviewer.commands.explain import add_save_grad_weights
+
+        p.add_argument("--features", help=features_help)
+        add_save_grad_weights(p)
+    add_device(p)
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+
+
 #: How the commands' ``--checkpoint`` help names what it takes.
 CHECKPOINT_HELP = ("checkpoint file (.pt: from training or import-model), or imagenet:BACKBONE for a "
                    "pretrained backbone without training (GAP of its last map, no projection)")

@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import drive, load_model, print_json
+from dmlviewer.commands.common import CHECKPOINT_HELP, GRAD_FEATURES_HELP, add_source_options, drive, load_model, print_json
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
@@ -33,31 +33,22 @@ def _thresholds(text: str) -> list[float]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_device, int_range, seed_type
-    from dmlviewer.commands.explain import add_save_grad_weights
+    from dmlviewer.commands.common import int_range, seed_type
 
     p = sub.add_parser("localize", help="weakly supervised localization accuracy (JSON)",
                        description="Box-from-map localization accuracy (IoU > 0.5) per threshold and method.")
-    p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
     p.add_argument("--method", action="append", required=True,
                    help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
     p.add_argument("--thresholds", default="0.05:0.8:0.05", type=_thresholds, metavar="a:b:step",
                    help="thresholds in [0, 1] as a fraction of each map's maximum: a:b:step or a comma list "
-                        "(at most 1000)")
-    p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image")
-    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to localize")
+                        "(at most 1000; default 0.05:0.8:0.05)")
+    p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image (default: self)")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to localize (default: test)")
     p.add_argument("--limit", type=int_range(1, 10**9), metavar="N", help="use the first N images only (default: all)")
-    p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
-                   help="dataset format (default: detected)")
-    p.add_argument("--protocol", default="default", choices=["default", "zero-shot", "official"],
-                   help="split protocol")
-    p.add_argument("--seed", type=seed_type, default=0, help="seed of the same-class pairing")
-    p.add_argument("--features", help="feature file with grad_weights for grad_transfer "
-                                      "(default: computed from the dataset's train split)")
-    add_save_grad_weights(p)
-    add_device(p)
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--seed", type=seed_type, default=0, help="seed of the same-class pairing (default: 0)")
+    add_source_options(p, GRAD_FEATURES_HELP)
     p.set_defaults(func=run)
 
 

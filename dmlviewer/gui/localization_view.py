@@ -5,9 +5,11 @@ each method's overall map into a box at every threshold and counts IoU > 0.5 hit
 plots accuracy against threshold, one curve per method, with each curve's best threshold
 marked, and lists the best values in a table. Part correspondence (seed 000 Sec. 5.3):
 ``core.explain.correspond`` compares the peak of the partial (point-to-point) map with the peak
-of the overall map; the view shows both accuracies as bars.
+of the overall map; the view shows both accuracies as bars. Faithfulness (the Faithfulness tab):
+``core.explain.faithfulness`` scores every map by deletion and insertion curves over same-class
+and different-class pairs; the tab plots the mean curves per method and lists the AUCs.
 
-Both run through the :class:`JobRunner`; the job functions only open the checkpoint and the
+All run through the :class:`JobRunner`; the job functions only open the checkpoint and the
 dataset and delegate to the core.
 """
 
@@ -20,13 +22,14 @@ from typing import Any, Iterator, Sequence
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget,
+    QAbstractItemView, QComboBox, QGridLayout, QHeaderView, QLabel, QLineEdit, QListWidget,
     QListWidgetItem, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
-    QVBoxLayout, QWidget,
+    QTabWidget, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
+from dmlviewer.gui.faithfulness_view import BASELINES, AucTable, FaithfulnessPlots
 from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -63,6 +66,21 @@ def correspondence_job(checkpoint: str, dataset_root: str, dataset_format: str |
 
     model, dataset, dev = _open(checkpoint, dataset_root, dataset_format, device)
     yield from correspond(model, dataset, split=split, max_pairs=max_pairs, device=dev, cancel=cancel)
+
+
+def faithfulness_job(checkpoint: str, dataset_root: str, dataset_format: str | None, methods: Sequence[str],
+                     pairs: int, baseline: str, oracle_pairs: int, split: str | None, device: str,
+                     cancel: CancelToken) -> Iterator[Progress]:
+    """``core.explain.faithfulness`` on a checkpoint file and a dataset folder: the checked
+    overall maps plus occlusion, point-to-point and the model's group maps."""
+    from dmlviewer.core.explain import METHODS
+    from dmlviewer.core.explain.faithfulness import available_methods, faithfulness
+
+    model, dataset, dev = _open(checkpoint, dataset_root, dataset_format, device)
+    chosen = [m for m in available_methods(model) if m in methods or m not in METHODS]
+    yield Progress("log", message=f"faithfulness of {len(chosen)} maps on {dataset.root.name}")
+    yield from faithfulness(model, dataset, chosen, pairs=pairs, baseline=baseline, oracle_pairs=oracle_pairs,
+                            split=split, device=dev, cancel=cancel)
 
 
 class LocalizationView(QWidget):
@@ -111,9 +129,27 @@ class LocalizationView(QWidget):
         self.inputs.form.addRow("Thresholds", self.thresholds)
         self.inputs.form.addRow("Images", self.limit)
         self.inputs.form.addRow("Correspondence pairs", self.max_pairs)
+        self.faith_pairs = QSpinBox()
+        self.faith_pairs.setRange(2, 100_000)
+        self.faith_pairs.setValue(200)
+        self.faith_pairs.setToolTip("Faithfulness: pairs scored, half same-class, half different-class")
+        self.faith_oracle = QSpinBox()
+        self.faith_oracle.setRange(0, 100_000)
+        self.faith_oracle.setValue(20)
+        self.faith_oracle.setToolTip("Faithfulness: pairs on which the greedy oracle (the ceiling) runs; "
+                                     "it costs about steps/2 forward passes per cell")
+        self.faith_baseline = QComboBox()
+        self.faith_baseline.addItems(list(BASELINES))
+        self.faith_baseline.setToolTip("What a removed cell shows: the blurred image, its mean colour, or noise")
+        self.inputs.form.addRow("Faithfulness pairs", self.faith_pairs)
+        self.inputs.form.addRow("Oracle pairs", self.faith_oracle)
+        self.inputs.form.addRow("Baseline", self.faith_baseline)
 
         self.localize_button = QPushButton("Run localization")
         self.correspond_button = QPushButton("Run correspondence")
+        self.faithfulness_button = QPushButton("Run faithfulness")
+        self.faithfulness_button.setToolTip("Deletion and insertion curves of the checked maps plus occlusion, "
+                                            "point-to-point and group maps")
         self.cancel_button = QPushButton("Cancel")
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
@@ -141,13 +177,20 @@ class LocalizationView(QWidget):
         self.bar_plot.setMouseEnabled(False, False)
         no_si_prefix(self.bar_plot)
         self.correspond_label = QLabel()
+        self.faith_plots = FaithfulnessPlots()
+        self.faith_pairing = QComboBox()
+        self.faith_pairing.addItem("same-class pairs", "same")
+        self.faith_pairing.addItem("different-class pairs", "different")
+        self.faith_table = AucTable()
+        self.faith_results: list[dict] = []
 
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.addWidget(self.inputs)
-        buttons = QHBoxLayout()
-        for b in (self.localize_button, self.correspond_button, self.cancel_button):
-            buttons.addWidget(b)
+        buttons = QGridLayout()
+        for k, b in enumerate((self.localize_button, self.correspond_button, self.faithfulness_button,
+                               self.cancel_button)):
+            buttons.addWidget(b, k // 2, k % 2)
         left_layout.addLayout(buttons)
         left_layout.addWidget(self.progress)
         left_layout.addWidget(self.status)
@@ -161,9 +204,21 @@ class LocalizationView(QWidget):
         bars_layout.addWidget(self.correspond_label)
         right.addWidget(bars)
         right.setSizes([520, 260])
+        faith = QSplitter(Qt.Vertical)
+        curves = QWidget()
+        curves_layout = QVBoxLayout(curves)
+        curves_layout.setContentsMargins(0, 0, 0, 0)
+        curves_layout.addWidget(self.faith_pairing, 0, Qt.AlignLeft)
+        curves_layout.addWidget(self.faith_plots, 1)
+        faith.addWidget(curves)
+        faith.addWidget(self.faith_table)
+        faith.setSizes([480, 300])
+        self.tabs = QTabWidget()
+        self.tabs.addTab(right, "Localization")
+        self.tabs.addTab(faith, "Faithfulness")
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(left)
-        splitter.addWidget(right)
+        splitter.addWidget(self.tabs)
         splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
@@ -174,6 +229,10 @@ class LocalizationView(QWidget):
         self.methods.itemChanged.connect(self._update_buttons)
         self.localize_button.clicked.connect(self.run_localization)
         self.correspond_button.clicked.connect(self.run_correspondence)
+        self.faithfulness_button.clicked.connect(self.run_faithfulness)
+        self.faith_pairing.currentIndexChanged.connect(lambda: self.show_faithfulness(self.faith_results))
+        self.faith_table.currentCellChanged.connect(
+            lambda row, *_: self.faith_plots.highlight(self.faith_table.method_at(row)))
         self.cancel_button.clicked.connect(self.cancel)
         runner.job_progress.connect(self._on_progress)
         runner.job_finished.connect(self._on_finished)
@@ -217,7 +276,8 @@ class LocalizationView(QWidget):
 
     def _update_buttons(self, *_: Any) -> None:
         running = self.job is not None and not self.job.ended
-        for button, localization in ((self.localize_button, True), (self.correspond_button, False)):
+        for button, localization in ((self.localize_button, True), (self.correspond_button, False),
+                                     (self.faithfulness_button, False)):
             problems = self.problems(localization)
             button.setEnabled(not running and not problems)
             button.setToolTip("\n".join(problems))
@@ -244,6 +304,15 @@ class LocalizationView(QWidget):
         args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self._split(),
                 self.inputs.device.currentText(), self.max_pairs.value())
         return self._submit("correspondence", checkpoint, (correspondence_job, args, {}))
+
+    def run_faithfulness(self) -> Job | None:
+        if self.problems(False) or (self.job is not None and not self.job.ended):
+            return None
+        checkpoint = self.inputs.checkpoint.text()
+        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
+                self.faith_pairs.value(), self.faith_baseline.currentText(), self.faith_oracle.value(),
+                self._split(), self.inputs.device.currentText())
+        return self._submit("faithfulness", checkpoint, (faithfulness_job, args, {}))
 
     def _submit(self, kind: str, checkpoint: str, factory: tuple) -> Job:
         self.job = self.runner.submit(f"{kind.capitalize()} {Path(checkpoint).name}", factory)
@@ -277,6 +346,11 @@ class LocalizationView(QWidget):
             self.status.setText(f"Localization done on {result[0]['num_images'] if result else 0} images.")
             for row in result:
                 self.localization_computed.emit(checkpoint, row["method"], float(row["best_accuracy"]))
+        elif kind == "faithfulness":
+            self.show_faithfulness(result)
+            self.tabs.setCurrentIndex(1)
+            self.status.setText(f"Faithfulness done on {result[0]['num_pairs'] if result else 0} same-class and "
+                                f"{result[0]['different_class']['num_pairs'] if result else 0} different-class pairs.")
         else:
             self.show_correspondence(result)
             self.status.setText("Correspondence done.")
@@ -346,3 +420,18 @@ class LocalizationView(QWidget):
         self.correspond_label.setText(
             f"partial map {values[0]:.4f}, overall map {values[1]:.4f} over {result['num_parts']} parts "
             f"in {result['num_pairs']} same-class pairs")
+
+    def show_faithfulness(self, results: list[dict]) -> None:
+        """Mean deletion/insertion curves per method for the chosen pairing and the AUC table
+        (the ``faithfulness`` result: one dict per method, ``different_class`` inside)."""
+        self.faith_results = list(results)
+        pairing = self.faith_pairing.currentData()
+        rows = []
+        for r in results:
+            part = r if pairing == "same" else r["different_class"]
+            if part["num_pairs"]:
+                rows.append({"method": r["method"], "fractions": r["fractions"], "deletion": part["deletion_curve"],
+                             "insertion": part["insertion_curve"], "deletion_auc": part["deletion_auc"],
+                             "insertion_auc": part["insertion_auc"]})
+        self.faith_plots.show_curves(rows)
+        self.faith_table.show_rows(results, [r["different_class"] for r in results])

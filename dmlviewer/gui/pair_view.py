@@ -46,7 +46,10 @@ METHODS = [
     ("gradcam_nonorm", "Grad-CAM (no norm)"),
     ("rgradcam", "RGrad-CAM"),
     ("grad_transfer", "Grad-weight transfer"),
+    ("occlusion", "Occlusion"),
 ]
+#: Map choice computed by occlusion (model-agnostic; its hover shows the occlusion interaction)
+OCCLUSION = "occlusion"
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
 SCALES = [("map", "Each map"), ("pair", "Whole pair")]
 
@@ -112,6 +115,7 @@ class PairView(QWidget):
     status_message = Signal(str)  # hover/pin read-out for the status bar
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
+    _occlusion_progress = Signal(int, float)  # (pair token, fraction), from the worker thread
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
@@ -125,6 +129,7 @@ class PairView(QWidget):
         self._renderers: dict[int, Any] = {}
         self._pair_token = 0
         self._overall_pending = ""
+        self.occlusion_baseline = "blur"  # blur | mean | noise (core.explain.perturb.BASELINES)
 
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         self._build_toolbar()
@@ -161,6 +166,7 @@ class PairView(QWidget):
         self.overall_runner = LatestRunner(self)
         self.overall_runner.result_ready.connect(self._on_overall)
         self.overall_runner.request_failed.connect(self._on_overall_failed)
+        self._occlusion_progress.connect(self._on_occlusion_progress)
 
         self.panes[QUERY].region_selected.connect(self.region_query)
         for pane in self.panes:
@@ -253,6 +259,14 @@ class PairView(QWidget):
 
     def set_method(self, method: str) -> None:
         self.method_combo.setCurrentIndex(self.method_combo.findData(method))
+
+    def set_occlusion_baseline(self, baseline: str) -> None:
+        """What an occluded cell shows (blur, mean, noise); drops computed occlusion maps."""
+        if baseline == self.occlusion_baseline:
+            return
+        self.occlusion_baseline = baseline
+        if self._overall.pop(OCCLUSION, None) is not None and self.method == OCCLUSION:
+            self._on_method()
 
     def set_model(self, model, device: str = "cpu") -> None:
         """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair)."""
@@ -366,17 +380,23 @@ class PairView(QWidget):
             return
         method = self.method
         if method in self._overall:
+            self._build_renderers()  # occlusion has its own point-to-point maps
             self._show_overall()
+            self.link.refresh()
             return
         for pane in self.panes:
             pane.clear_overlay()
             pane.show_message(f"computing {self.method_combo.currentText()}…")
         expl, lock, token = self.explanation, self.model_lock, self._pair_token
         self._overall_pending = method
+        occlusion_args = (self.model, self.images, self.device, self.occlusion_baseline)
 
         def job(cancel):
             with lock:
                 cancel.raise_if_cancelled()
+                if method == OCCLUSION:
+                    report = lambda f: self._occlusion_progress.emit(token, f)  # noqa: E731
+                    return token, method, _occlusion_maps(expl, *occlusion_args, cancel, report)
                 return token, method, _overall_maps(expl, method)
 
         self.overall_runner.submit(job, cancel_aware=True)
@@ -389,8 +409,14 @@ class PairView(QWidget):
         for pane in self.panes:
             pane.show_message(None)
         if method == self.method:
+            self._build_renderers()
             self._show_overall()
             self.link.refresh()
+
+    def _on_occlusion_progress(self, token: int, fraction: float) -> None:
+        if token == self._pair_token and self.method == OCCLUSION and OCCLUSION not in self._overall:
+            for pane in self.panes:
+                pane.show_message(f"computing Occlusion… {100 * fraction:.0f} %")
 
     def _on_overall_failed(self, _request: int, text: str) -> None:
         first, _ = errors.split_failure(text)
@@ -411,7 +437,8 @@ class PairView(QWidget):
                 pane.clear_overlay()
                 pane.show_message(f"{self.method_combo.currentText()} unavailable:\n{maps}")
             return
-        unit = "similarity share per cell" if self.method.startswith("decomposition") else "map value"
+        unit = ("similarity share per cell" if self.method.startswith("decomposition")
+                else "similarity lost when hidden" if self.method == OCCLUSION else "map value")
         for pane, side in zip(self.panes, SIDE_NAMES):
             pane.show_message(None)
             shown = self.explanation.overall(self.method, side, self.sign)
@@ -429,24 +456,29 @@ class PairView(QWidget):
         e = self.explanation
         if e is None:
             return
+        from dmlviewer.core.explain.hover import HoverRenderer
+
         sign, scale_mode = self.sign, self.scale_combo.currentData()
-        scale = float(np.abs(e.point_to_point).max()) if scale_mode == "pair" else None
+        tensor = self._hover_tensor()
+        scale = float(np.abs(tensor).max()) if scale_mode == "pair" else None
         lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))
         for side in (QUERY, REFERENCE):
-            target = overlay_shape(shapes[1 - side])
-            if sign == "negative":
-                # The renderer colours [0, s]; the opposing part is the positive part of -P.
-                from dmlviewer.core.explain.hover import HoverRenderer
-
-                rows = -(e.point_to_point if side == QUERY else e.point_to_point.T)
-                self._renderers[side] = HoverRenderer(rows, shapes[side], grids[side], target,
-                                                      grids[1 - side], lut=lut, scale=scale)
-            else:
-                self._renderers[side] = e.hover_renderer(SIDE_NAMES[side], target, lut=lut,
-                                                         signed=sign == "signed", scale=scale)
+            rows = tensor if side == QUERY else tensor.T
+            if sign == "negative":  # the renderer colours [0, s]: the opposing part is -P's positive part
+                rows = -rows
+            self._renderers[side] = HoverRenderer(rows, shapes[side], grids[side], overlay_shape(shapes[1 - side]),
+                                                  grids[1 - side], lut=lut, signed=sign == "signed", scale=scale)
         self._partial_scale = scale
+
+    def _hover_tensor(self) -> np.ndarray:
+        """The point-to-point tensor hovering shows: the decomposition's, or with the Occlusion
+        map the occlusion interaction (``core.explain.occlusion``)."""
+        occlusion = self._overall.get(OCCLUSION) if self.method == OCCLUSION else None
+        if occlusion is not None and not isinstance(occlusion, str):
+            return occlusion.point_to_point
+        return self.explanation.point_to_point
 
     def _render_partial(self, side: int, x: float, y: float) -> np.ndarray | None:
         renderer = self._renderers.get(side)
@@ -469,11 +501,14 @@ class PairView(QWidget):
             label = "− " + label
         other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
         share = None
+        occluded = self._hover_tensor() is not self.explanation.point_to_point
         try:
-            share = float(self.explanation.share(SIDE_NAMES[side], x, y))
+            share = None if occluded else float(self.explanation.share(SIDE_NAMES[side], x, y))
         except Exception:  # noqa: BLE001 - a read-out must never break hovering
             log.debug("share unavailable", exc_info=True)
         text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
+        if occluded:
+            text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
         if share is not None:
             text += f": this position explains {100.0 * share:+.2f}% of the similarity"
         if pinned:
@@ -521,6 +556,21 @@ class PairView(QWidget):
     def shutdown(self) -> None:
         self.prepare_runner.stop(1.0)
         self.overall_runner.stop(1.0)
+
+
+def _occlusion_maps(expl, model, images: PairImages, device: str, baseline: str, cancel, report):
+    """Occlusion of the pair (``core.explain.occlusion``, cached per pair there), attached to
+    ``expl`` as its ``occlusion`` overall maps; runs in the worker, ``report(fraction)``."""
+    from dmlviewer.core.explain.occlusion import occlusion
+
+    result = None
+    for event in occlusion(model, images.query, images.reference, baseline, device=device, cancel=cancel):
+        if event.kind == "done":
+            result = event.data["result"]
+        elif event.total:
+            report(event.fraction)
+    expl.add_overall(OCCLUSION, result.overall_grid("query"), result.overall_grid("reference"))
+    return result
 
 
 def _overall_maps(expl, method: str) -> bool:

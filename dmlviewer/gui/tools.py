@@ -1,4 +1,5 @@
-"""The Tools menu of the main window: training, evaluation, localization, embedding, jobs.
+"""The Tools menu of the main window: training, evaluation, localization, embedding, jobs, and
+the faithfulness of the pair on screen (with the pair view's occlusion baseline).
 
 ``install_tools(main_window)`` adds one action per tool through
 ``main_window.add_tool_action`` and a "Jobs" dock. Each tool window is created on first use,
@@ -10,7 +11,8 @@ window's ``runner``; their results flow back through its public methods (``open_
 Used from the main window: ``runner``, ``dataset`` (with ``paths``), ``dataset_path``,
 ``dataset_format``, ``checkpoint_path``, ``features_path``, ``open_checkpoint(path)``,
 ``set_pair(query_index, reference_index)``, ``add_tool_action(action)``,
-``addDockWidget(area, dock)``.
+``addDockWidget(area, dock)``, and for the pair's faithfulness ``model``, ``model_lock``,
+``device``, ``pair_view`` (``images``, ``set_occlusion_baseline``), ``tools_menu``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 from typing import Any, Callable
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QWidget
 
 from dmlviewer.gui.jobs_view import JobsDock
@@ -38,6 +40,7 @@ class Tools:
         self.evaluation = None
         self.localization = None
         self.embedding = None
+        self.pair_faithfulness = None
         self._path_index: tuple[Any, dict[str, int]] | None = None  # (dataset, path -> index)
 
     # -- the current sources of the main window
@@ -98,6 +101,22 @@ class Tools:
             self.embedding.set_features(features)
         return self._show(self.embedding)
 
+    def show_pair_faithfulness(self):
+        """Deletion and insertion curves of the pair on screen, in a small window."""
+        from dmlviewer.gui.faithfulness_view import PairFaithfulnessWindow
+
+        mw = self.main_window
+        images = getattr(getattr(mw, "pair_view", None), "images", None)
+        if getattr(mw, "model", None) is None or images is None:
+            mw.statusBar().showMessage("Open a checkpoint and choose a pair first", 6000)
+            return None
+        if self.pair_faithfulness is None:
+            self.pair_faithfulness = PairFaithfulnessWindow(self.runner, mw)
+            self.pair_faithfulness.setWindowFlag(Qt.Window)
+        title = f"{images.query_title}  vs  {images.reference_title}"
+        self.pair_faithfulness.set_pair(mw.model, images, mw.device, mw.model_lock, title)
+        return self._show(self.pair_faithfulness)
+
     def _prefill(self, view) -> None:
         src = self._sources()
         if not view.inputs.checkpoint.text() and src["checkpoint"]:
@@ -151,8 +170,29 @@ def install_tools(main_window: Any) -> Tools:
             action.setShortcut(QKeySequence(shortcut))
         action.triggered.connect(slot)  # the slots take no argument: "checked" is dropped
         main_window.add_tool_action(action)
+    _install_pair_actions(main_window, tools)
     jobs_action = tools.jobs_dock.toggleViewAction()
     jobs_action.setText("&Jobs")
     main_window.add_tool_action(jobs_action)
     main_window.tools = tools
     return tools
+
+
+def _install_pair_actions(main_window: Any, tools: Tools) -> None:
+    """"Faithfulness of This Pair" and the "Occlusion Baseline" choice of the pair view's
+    Occlusion map (blur, mean, noise)."""
+    action = QAction("&Faithfulness of This Pair…", main_window)
+    action.triggered.connect(tools.show_pair_faithfulness)
+    main_window.add_tool_action(action)
+    pair_view = getattr(main_window, "pair_view", None)
+    menu = getattr(main_window, "tools_menu", None)
+    if pair_view is None or menu is None:
+        return
+    baselines = menu.addMenu("Occlusion &Baseline")
+    group = QActionGroup(baselines)
+    for name, text in (("blur", "Blurred image"), ("mean", "Mean colour"), ("noise", "Noise")):
+        choice = baselines.addAction(text)
+        choice.setCheckable(True)
+        choice.setChecked(name == pair_view.occlusion_baseline)
+        choice.triggered.connect(lambda _=False, n=name: pair_view.set_occlusion_baseline(n))
+        group.addAction(choice)

@@ -53,6 +53,22 @@ def same_class_pairs(dataset, split: str | None, max_pairs: int, seed: int = 0) 
     return pairs
 
 
+def different_class_pairs(dataset, split: str | None, max_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
+    """Up to ``max_pairs`` (query, reference) dataset indices of different classes: the split's
+    images in a seeded random order, each with a random image of another class."""
+    rng = np.random.default_rng(seed + 1)
+    indices = dataset.indices(split)
+    labels = dataset.labels[indices]
+    pairs = []
+    for k in rng.permutation(len(indices)):
+        other = indices[labels != labels[k]]
+        if len(other):
+            pairs.append((int(indices[k]), int(rng.choice(other))))
+        if len(pairs) >= max_pairs:
+            break
+    return pairs
+
+
 def correspond(
     model: torch.nn.Module,
     dataset,

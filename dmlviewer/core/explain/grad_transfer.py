@@ -132,6 +132,26 @@ def compute_grad_weights(
     yield Progress("done", 2 * n, 2 * n, data={"result": {"weights": weights, "embeddings": emb.numpy()}})
 
 
+def bank_from_train_split(
+    model: torch.nn.Module, dataset, total: int, device: str | torch.device = "cpu",
+    cancel: CancelToken | None = None,
+) -> Iterator[Progress]:
+    """A :class:`GradWeightBank` from the Grad-CAM weights of ``dataset``'s train split (for
+    ``grad_transfer`` when no feature file holds them): yields :func:`compute_grad_weights`'s
+    progress as step ``0`` of the caller's ``total`` and *returns* the bank
+    (``bank = yield from ...``)."""
+    train = dataset.select_split("train")
+    if len(train) == 0:
+        raise ValueError("grad_transfer needs labelled training images: the dataset has no train split")
+    result = None
+    for event in compute_grad_weights(model, train, device=device, cancel=cancel):
+        if event.kind == "done":
+            result = event.data["result"]
+        else:
+            yield Progress("step", 0, total, f"grad weights: {event.message} {event.current}/{event.total}")
+    return GradWeightBank(result["embeddings"], result["weights"])
+
+
 def read_grad_weights(features_path: str | Path) -> np.ndarray | None:
     """The ``grad_weights`` (N x C) of a feature file, or ``None`` when it has none."""
     from dmlviewer.core.evaluate import read_features

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dmlviewer.core.explain.boxes import box_from_map, iou
-from dmlviewer.core.explain.grad_transfer import GradWeightBank, compute_grad_weights
+from dmlviewer.core.explain.grad_transfer import GradWeightBank, bank_from_train_split
 from dmlviewer.core.explain.inputs import as_device, eval_mode
 from dmlviewer.core.explain.pair import METHODS, explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
@@ -120,16 +120,7 @@ def localize(
     if len(indices) == 0:
         raise ValueError(f"no image of split {split!r} has a ground-truth box")
     if "grad_transfer" in methods and grad_bank is None:
-        train = dataset.select_split("train")
-        if len(train) == 0:
-            raise ValueError("grad_transfer needs labelled training images: the dataset has no train split")
-        result = None
-        for event in compute_grad_weights(model, train, device=device, cancel=cancel):
-            if event.kind == "done":
-                result = event.data["result"]
-            else:
-                yield Progress("step", 0, len(indices), f"grad weights: {event.message} {event.current}/{event.total}")
-        grad_bank = GradWeightBank(result["embeddings"], result["weights"])
+        grad_bank = yield from bank_from_train_split(model, dataset, len(indices), device, cancel)
     skipped: dict = {}  # unreadable images, reported once each
     refs = choose_references(model, dataset, indices, pairing, device, seed, skipped)
     log.info("localizing %d images (%s pairing), methods %s", len(indices), pairing, ", ".join(methods))

@@ -109,12 +109,24 @@ class PairExplanation:
         return "reference" if side == "query" else "query"
 
     # ------------------------------------------------------------------ overall maps
+    def add_overall(self, method: str, query_grid: np.ndarray, reference_grid: np.ndarray) -> None:
+        """Serve grid maps computed elsewhere (e.g. :mod:`.occlusion`) as overall maps of
+        ``method``, like the built-in methods (``overall_grid``, ``overall``)."""
+        if method in METHODS:
+            raise ValueError(f"{method!r} is a built-in method")
+        for side, grid in zip(SIDES, (query_grid, reference_grid)):
+            grid = np.asarray(grid, dtype=np.float32)
+            if grid.shape != tuple(self._sides[side].grid):
+                raise ValueError(f"{method} map of shape {grid.shape} for the {side}'s grid {self._sides[side].grid}")
+            self._grid_maps[(method, side)] = _frozen(grid)
+            self._image_maps.pop((method, side), None)
+
     def overall_grid(self, method: str, side: str) -> np.ndarray:
         """Signed overall map of ``method`` on ``side``'s feature grid (``h x w``)."""
         s = self._side(side)
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
         key = (method, side)
+        if method not in METHODS and key not in self._grid_maps:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
         if key not in self._grid_maps:
             if method in GRADCAM_METHODS:
                 other = self._sides[self._other(side)]

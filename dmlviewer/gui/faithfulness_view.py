@@ -1,0 +1,284 @@
+"""Faithfulness plots: deletion and insertion curves per method and their AUC table
+(``core.explain.faithfulness``), for a dataset run (the Faithfulness tab of the Localization and
+Correspondence window) and for the pair on screen (:class:`PairFaithfulnessWindow`, from the
+Tools menu).
+
+Deletion: the query's cells are replaced by the baseline in the order a map ranks them and the
+cosine similarity to the reference is recorded (a faithful map makes it fall fast: low area);
+insertion puts them back into the all-baseline query (rises fast: high area). ``random`` is the
+floor (grey, dashed) and ``oracle`` the greedy ceiling (white, dashed). Plot styling is the tool
+windows' dark one (``training_dialog.PALETTE``, ``PLOT_BACKGROUND``, ``no_si_prefix``); methods
+past the palette's length are drawn dotted. The AUC table is the legend: its method names carry
+the curves' colours, and selecting a row draws that method's curves bold.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterator, Sequence
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton,
+    QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from dmlviewer.core.progress import CancelToken, Progress
+from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
+from dmlviewer.gui.worker import Job, JobRunner
+
+log = logging.getLogger(__name__)
+
+BASELINES = ("blur", "mean", "noise")
+#: reference orders: colour and dash
+REFERENCE_STYLE = {"random": ("#9e9e9e", Qt.DashLine), "oracle": ("#ffffff", Qt.DashLine)}
+
+
+def method_color(index: int, method: str) -> str:
+    return REFERENCE_STYLE[method][0] if method in REFERENCE_STYLE else PALETTE[index % len(PALETTE)]
+
+
+def method_dash(index: int, method: str) -> Qt.PenStyle:
+    if method in REFERENCE_STYLE:
+        return REFERENCE_STYLE[method][1]
+    return Qt.SolidLine if index < len(PALETTE) else Qt.DotLine
+
+
+class FaithfulnessPlots(QWidget):
+    """Deletion and insertion curves side by side, one line per method."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.plots = {}
+        self.curves: dict[str, list[pg.PlotDataItem]] = {}
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for kind, title, tip in (
+                ("deletion", "Deletion (lower area is better)",
+                 "The query's cells are replaced by the baseline, most relevant first"),
+                ("insertion", "Insertion (higher area is better)",
+                 "The query's cells are put back into the all-baseline query, most relevant first")):
+            plot = pg.PlotWidget(title=title)
+            plot.setToolTip(tip)
+            plot.setBackground(PLOT_BACKGROUND)
+            plot.setLabel("bottom", "fraction of the query's cells")
+            plot.setLabel("left", "cosine similarity to the reference")
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.setXRange(0, 1)
+            no_si_prefix(plot)
+            self.plots[kind] = plot
+            layout.addWidget(plot)
+
+    def show_curves(self, rows: Sequence[dict]) -> None:
+        """``rows``: dicts with ``method fractions deletion insertion`` (the colours follow the
+        rows' order, as in :class:`AucTable`)."""
+        self.curves = {}
+        for kind, plot in self.plots.items():
+            plot.clear()
+            for i, row in enumerate(rows):
+                pen = pg.mkPen(method_color(i, row["method"]), width=2, style=method_dash(i, row["method"]))
+                item = plot.plot(row["fractions"], row[kind], pen=pen)
+                self.curves.setdefault(row["method"], []).append(item)
+            plot.enableAutoRange(axis="y")
+
+    def highlight(self, method: str | None) -> None:
+        """Draw ``method``'s curves bold and on top (``None``: all alike)."""
+        for name, items in self.curves.items():
+            for item in items:
+                pen = pg.mkPen(item.opts["pen"])
+                pen.setWidthF(4.0 if name == method else 2.0)
+                item.setPen(pen)
+                item.setZValue(10 if name == method else 0)
+
+
+class AucTable(QTableWidget):
+    """Method, deletion AUC, insertion AUC, pairs (same-class), and the same over different-class
+    pairs when given."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(0, 0, parent)
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.verticalHeader().setVisible(False)
+
+    def show_rows(self, rows: Sequence[dict], different: Sequence[dict] | None = None) -> None:
+        headers = ["method", "deletion AUC", "insertion AUC", "pairs"]
+        if different is not None:
+            headers = ["method", "deletion AUC (same class)", "insertion AUC (same class)", "pairs",
+                       "deletion AUC (different)", "insertion AUC (different)", "pairs"]
+        self.clear()
+        self.setColumnCount(len(headers))
+        self.setHorizontalHeaderLabels(headers)
+        self.setRowCount(len(rows))
+        for i, row in enumerate(rows):
+            cells = [row["method"], *self._scores(row)]
+            if different is not None:
+                cells += self._scores(different[i])
+            for j, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if j == 0:
+                    item.setForeground(pg.mkColor(method_color(i, row["method"])))
+                    dash = method_dash(i, row["method"])
+                    item.setToolTip("dotted line" if dash == Qt.DotLine else "dashed line" if dash == Qt.DashLine
+                                    else "solid line")
+                else:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.setItem(i, j, item)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+
+    def method_at(self, row: int) -> str | None:
+        item = self.item(row, 0) if row >= 0 else None
+        return item.text() if item is not None else None
+
+    @staticmethod
+    def _scores(row: dict) -> list[str]:
+        def fmt(key: str) -> str:
+            value = row.get(key)
+            if value is None:
+                return "–"
+            sem = row.get(f"{key}_sem")
+            return f"{value:.4f} ± {sem:.4f}" if sem else f"{value:.4f}"
+
+        return [fmt("deletion_auc"), fmt("insertion_auc"), str(row.get("num_pairs", 1))]
+
+
+def pair_faithfulness_job(model, images, methods: Sequence[str] | None, baseline: str, steps: int, oracle: bool,
+                          device: str, lock: threading.RLock, cancel: CancelToken) -> Iterator[Progress]:
+    """``core.explain.faithfulness.pair_faithfulness`` on the pair on screen, holding the model
+    lock that the pair view's background work shares."""
+    from dmlviewer.core.explain.faithfulness import pair_faithfulness
+
+    with lock:
+        yield from pair_faithfulness(model, images.query, images.reference, methods, baseline, steps, oracle,
+                                     device, cancel=cancel)
+
+
+class PairFaithfulnessWindow(QWidget):
+    """Deletion and insertion curves of the pair on screen (the main window's pair view)."""
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Faithfulness of this pair")
+        self.runner = runner
+        self.job: Job | None = None
+        self.result: dict | None = None
+        self._source: tuple | None = None  # (model, images, device, lock, title)
+
+        self.baseline = QComboBox()
+        self.baseline.addItems(list(BASELINES))
+        self.baseline.setToolTip("What a removed cell shows: the blurred image, its mean colour, or noise")
+        self.steps = QSpinBox()
+        self.steps.setRange(2, 256)
+        self.steps.setValue(16)
+        self.steps.setToolTip("Points of each curve after the first")
+        self.oracle = QCheckBox("Greedy oracle")
+        self.oracle.setChecked(True)
+        self.oracle.setToolTip("The greedy order as a ceiling (about steps/2 forward passes per cell)")
+        self.run_button = QPushButton("Run")
+        self.cancel_button = QPushButton("Cancel")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.plots = FaithfulnessPlots()
+        self.table = AucTable()
+
+        bar = QHBoxLayout()
+        for label, widget in (("Baseline", self.baseline), ("Steps", self.steps)):
+            bar.addWidget(QLabel(label))
+            bar.addWidget(widget)
+        bar.addWidget(self.oracle)
+        bar.addStretch(1)
+        bar.addWidget(self.run_button)
+        bar.addWidget(self.cancel_button)
+        self.table.currentCellChanged.connect(lambda row, *_: self.plots.highlight(self.table.method_at(row)))
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(self.plots)
+        split.addWidget(self.table)
+        split.setSizes([420, 220])
+        layout = QVBoxLayout(self)
+        layout.addLayout(bar)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addWidget(split, 1)
+        self.resize(1100, 720)
+
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        runner.job_progress.connect(self._on_progress)
+        runner.job_finished.connect(self._on_finished)
+        runner.job_failed.connect(self._on_failed)
+        runner.job_cancelled.connect(self._on_cancelled)
+        self._update_buttons()
+
+    def set_pair(self, model, images, device: str, lock: threading.RLock, title: str = "") -> None:
+        """The pair (``PairImages``) and model to score; runs it."""
+        self._source = (model, images, str(device), lock, title)
+        self.result = None
+        self.status.setText(title)
+        self.run()
+
+    def run(self) -> Job | None:
+        if self._source is None or (self.job is not None and not self.job.ended):
+            return None
+        model, images, device, lock, title = self._source
+        # every map of the model but grad_transfer, which needs a feature file's grad weights
+        args = (model, images, None, self.baseline.currentText(), self.steps.value(), self.oracle.isChecked(),
+                device, lock)
+        self.job = self.runner.submit(f"Faithfulness of {title or 'the pair'}", (pair_faithfulness_job, args, {}))
+        self.progress.setValue(0)
+        self.status.setText(f"Running on {title or 'the pair'}…")
+        self._update_buttons()
+        return self.job
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.runner.cancel(self.job)
+
+    def _update_buttons(self) -> None:
+        running = self.job is not None and not self.job.ended
+        self.run_button.setEnabled(self._source is not None and not running)
+        self.cancel_button.setEnabled(running)
+
+    def _mine(self, job: Job) -> bool:
+        return self.job is not None and job.id == self.job.id
+
+    def _on_progress(self, job: Job, event: Progress) -> None:
+        if self._mine(job) and event.total:
+            self.progress.setValue(int(round(1000 * event.fraction)))
+            eta = f"  (ETA {format_eta(event.eta_s)})" if event.eta_s is not None else ""
+            self.status.setText(f"{event.message} {event.current}/{event.total}{eta}")
+
+    def _on_finished(self, job: Job, result: Any) -> None:
+        if not self._mine(job):
+            return
+        self.show_result(result)
+        self._update_buttons()
+
+    def _on_failed(self, job: Job, text: str) -> None:
+        if self._mine(job):
+            first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+            self.status.setText(f"<span style='color:#eb5757'>Failed: {first}</span>")
+            self.status.setToolTip(text)
+            self._update_buttons()
+
+    def _on_cancelled(self, job: Job) -> None:
+        if self._mine(job):
+            self.status.setText("Cancelled.")
+            self._update_buttons()
+
+    def show_result(self, result: dict) -> None:
+        """Plot a ``pair_faithfulness`` result."""
+        self.result = result
+        self.progress.setValue(1000)
+        rows = [{"method": name, "fractions": result["fractions"], **values}
+                for name, values in result["methods"].items()]
+        self.plots.show_curves(rows)
+        self.table.show_rows(rows)
+        title = self._source[4] if self._source else ""
+        self.status.setText(f"{title}  ·  similarity {result['similarity']:+.4f}, {result['baseline']} baseline, "
+                            f"grid {tuple(result['grid'])}, {result['forward_passes']} forward passes in "
+                            f"{result['seconds']:.1f} s")

@@ -1,0 +1,115 @@
+"""Occlusion in the pair view (its Map choice and its point-to-point hover), the faithfulness of
+the pair on screen (Tools menu window) and the Faithfulness tab of the Localization and
+Correspondence window, each checked against the core's results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF
+from PySide6.QtTest import QTest
+
+from dmlviewer.core.explain.grid import bilinear_weights, upsample
+from dmlviewer.core.explain.occlusion import OcclusionMaps, occlusion
+from dmlviewer.core.progress import run_to_end
+from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair_view import overlay_shape
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def loaded(window, demo_root, agroup_ckpt, wait_ready):
+    assert window.open_checkpoint(agroup_ckpt)
+    assert window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    return window
+
+
+def _hover(pane, link, x: float, y: float):
+    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+    QTest.mouseMove(pane.graphics.viewport(), pane.graphics.mapFromScene(scene))
+    link.flush()
+    return link.hover
+
+
+def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
+    view = loaded.pair_view
+    view.set_method("occlusion")
+    qtbot.waitUntil(lambda: isinstance(view._overall.get("occlusion"), OcclusionMaps), timeout=30000)
+    # the same maps as the core computes for these two images (the core's cache holds them)
+    core = run_to_end(occlusion(view.model, view.images.query, view.images.reference, "blur"))
+    assert core is view._overall["occlusion"]
+    q, r = view.panes
+    for pane, side in ((q, "query"), (r, "reference")):
+        shape = view.explanation.image_shape_query if side == "query" else view.explanation.image_shape_reference
+        want = np.maximum(upsample(core.overall_grid(side), shape), 0)
+        np.testing.assert_allclose(pane.overlay_image(), want, atol=1e-7)
+    # hover on the query: the reference shows the occlusion interaction row of that point
+    side, x, y = _hover(q, view.link, 20.0, 30.0)
+    assert side == QUERY
+    expl = view.explanation
+    idx, wts = bilinear_weights(x, y, expl.image_shape_query, expl.grid_query)
+    row = sum(w * core.point_to_point[i] for i, w in zip(idx, wts)).reshape(expl.grid_reference)
+    values = upsample(row, overlay_shape(expl.image_shape_reference))
+    peak = float(row.max())
+    want = overlay_lut(view.cmap_combo.currentData())[np.clip(values * (255.0 / peak), 0, 255).astype(np.uint8)]
+    assert np.mean(np.all(r.overlay_image() == want, axis=-1)) > 0.98
+    assert "occlusion interaction" in loaded.statusBar().currentMessage()
+    # another baseline recomputes; back to Decomposition, hover shows the decomposition again
+    view.set_occlusion_baseline("mean")
+    qtbot.waitUntil(lambda: isinstance(view._overall.get("occlusion"), OcclusionMaps)
+                    and view._overall["occlusion"].baseline == "mean", timeout=30000)
+    view.set_method("decomposition")
+    _hover(r, view.link, 33.0, 12.0)
+    _hover(q, view.link, 20.0, 30.0)
+    assert "explains" in loaded.statusBar().currentMessage()
+    assert view._hover_tensor() is expl.point_to_point
+
+
+def test_pair_faithfulness_window_from_the_tools_menu(loaded, qtbot):
+    action = next(a for a in loaded.tools_menu.actions() if "Faithfulness of This Pair" in a.text())
+    action.trigger()
+    window = loaded.tools.pair_faithfulness
+    assert window is not None and window.isVisible()
+    qtbot.waitUntil(lambda: window.result is not None, timeout=60000)
+    result = window.result
+    methods = list(result["methods"])
+    assert methods[:2] == ["decomposition", "decomposition_bias"]
+    assert {"occlusion", "point_to_point", "group_0", "group_3", "random", "oracle"} <= set(methods)
+    assert "grad_transfer" not in methods  # needs a feature file
+    deletion = window.plots.plots["deletion"].listDataItems()
+    assert len(deletion) == len(methods)
+    x, y = deletion[0].getData()
+    np.testing.assert_allclose(y, result["methods"]["decomposition"]["deletion"])
+    np.testing.assert_allclose(x, result["fractions"])
+    assert window.table.rowCount() == len(methods)
+    assert window.table.item(0, 1).text() == f"{result['methods']['decomposition']['deletion_auc']:.4f}"
+
+
+def test_localization_window_faithfulness_tab(runner, qtbot, demo_root, small_ckpt):
+    from dmlviewer.gui.localization_view import LocalizationView
+
+    view = LocalizationView(runner)
+    qtbot.addWidget(view)
+    view.set_sources(checkpoint=str(small_ckpt), dataset=str(demo_root))
+    view.set_methods(["decomposition", "gradcam"])
+    view.faith_pairs.setValue(4)
+    view.faith_oracle.setValue(0)
+    view.faith_baseline.setCurrentText("mean")
+    view.show()
+    assert view.faithfulness_button.isEnabled()
+    job = view.run_faithfulness()
+    qtbot.waitUntil(lambda: job.ended, timeout=120000)
+    assert job.state == "finished", job.error
+    results = job.result
+    assert [r["method"] for r in results] == ["decomposition", "gradcam", "occlusion", "point_to_point", "random"]
+    assert view.tabs.currentIndex() == 1 and view.tabs.tabText(1) == "Faithfulness"
+    assert view.faith_table.rowCount() == len(results)
+    items = view.faith_plots.plots["insertion"].listDataItems()
+    np.testing.assert_allclose(items[2].getData()[1], results[2]["insertion_curve"])
+    view.faith_pairing.setCurrentIndex(1)  # different-class pairs
+    items = view.faith_plots.plots["insertion"].listDataItems()
+    np.testing.assert_allclose(items[2].getData()[1], results[2]["different_class"]["insertion_curve"])
+    assert all(r["baseline"] == "mean" and r["num_pairs"] == 2 for r in results)
