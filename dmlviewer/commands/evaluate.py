@@ -1,13 +1,16 @@
 """``dmlviewer evaluate``: extract features to HDF5 and print the metrics.
 
 With ``--json`` stdout holds exactly the metrics of DESIGN.md ("Metrics JSON keys"); progress
-goes to stderr.
+goes to stderr. Under ``torchrun`` (``torchrun --nproc_per_node N -m dmlviewer evaluate ...``)
+the ranks share the extraction and only rank 0 writes the file and prints; a failed or killed
+rank ends every rank with one line and status 1, and no feature file is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import exit_on_sigterm
     from dmlviewer.core.evaluate import evaluate
 
     for path, what in ((args.checkpoint, "checkpoint"), (args.dataset, "dataset folder")):
@@ -52,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UsageError("--batch-size must be positive")
     metrics = None
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails
     try:
         for event in evaluate(args.checkpoint, args.dataset, args.split, args.out, args.batch_size,
                               args.device, args.format, args.ks, args.num_workers, args.protocol):
@@ -65,6 +72,16 @@ def run(args: argparse.Namespace) -> int:
                 metrics = event.data["result"]
     except ValueError as exc:  # a bad device or an empty split; bad files are reported by the cli
         raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        if not distributed:
+            raise
+        rank = os.environ.get("RANK", "?")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.stderr.write(f"dmlviewer evaluate: error: rank {rank}: the distributed run failed ({first}); "
+                         "no feature file was written\n")
+        return 1
+    if metrics is None:  # not rank 0 of a distributed run
+        return 0
     if args.json:
         sys.stdout.write(json.dumps(metrics) + "\n")
     else:
