@@ -24,13 +24,18 @@ SUPER_CLASSES = ("bicycle", "cabinet", "chair", "coffee_maker", "fan", "kettle",
 SPLITS = (("Ebay_train.txt", 59_551, 11_318), ("Ebay_test.txt", 60_502, 11_316))
 
 
-def write_sop_listing(root: Path, seed: int = 0) -> int:
-    """Write an SOP-style listing into ``root``; returns the number of images listed."""
+def write_sop_listing(root: Path, seed: int = 0, images: int | None = None) -> int:
+    """Write an SOP-style listing into ``root``; returns the number of images listed. With
+    ``images``, the same layout scaled to that many images (classes scaled alike: about 5.3
+    images per product, as in SOP)."""
     rng = np.random.default_rng(seed)
+    total = sum(n for _, n, _ in SPLITS)
+    splits = SPLITS if images is None else tuple(
+        (name, round(n * images / total), max(1, round(c * images / total))) for name, n, c in SPLITS)
     image_id, class_id = 1, 1
-    for name, images, classes in SPLITS:
-        counts = np.full(classes, images // classes)
-        counts[rng.choice(classes, images - counts.sum(), replace=False)] += 1
+    for name, count, classes in splits:
+        counts = np.full(classes, count // classes)
+        counts[rng.choice(classes, count - counts.sum(), replace=False)] += 1
         lines = ["image_id class_id super_class_id path"]
         for n in counts:
             sc = int(rng.integers(len(SUPER_CLASSES)))

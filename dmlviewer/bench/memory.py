@@ -106,14 +106,15 @@ def write_listing(root: Path, images: int | None = None) -> int:
 
 # -- children --------------------------------------------------------------------------------
 
-def _run_child(entry: str, spec: dict, env: dict[str, str] | None = None, timeout_s: float = 600) -> dict:
-    """Run ``entry(spec)`` of this module in a fresh interpreter; its last stdout line is JSON."""
-    code = f"import json, sys; from dmlviewer.bench.memory import {entry}; {entry}(json.loads(sys.argv[1]))"
+def run_child(module: str, entry: str, spec: dict, env: dict[str, str] | None = None,
+              timeout_s: float = 600) -> dict:
+    """Run ``entry(spec)`` of ``module`` in a fresh interpreter; its last stdout line is JSON."""
+    code = f"import json, sys; from {module} import {entry}; {entry}(json.loads(sys.argv[1]))"
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout_s)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"memory benchmark child {entry} failed (exit {proc.returncode}):\n"
+        raise RuntimeError(f"benchmark child {module}.{entry} failed (exit {proc.returncode}):\n"
                            f"{proc.stderr[-4000:]}")
     return json.loads(lines[-1])
 
@@ -230,7 +231,7 @@ def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float
             root.mkdir()
             write_listing(root, images)
         spec = {"root": None if root is None else str(root), "timeout_s": timeout_s}
-        return _run_child("_app_child", spec, env, timeout_s + 120)
+        return run_child(__name__, "_app_child", spec, env, timeout_s + 120)
 
 
 def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size: int = 128,
@@ -241,7 +242,7 @@ def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size
     with tempfile.TemporaryDirectory(prefix="dmlviewer-bench-memory-") as tmp:
         spec = {"tmp": tmp, "images": images, "device": device, "batch_size": batch_size,
                 "num_workers": num_workers}
-        return _run_child("_extract_child", spec, timeout_s=timeout_s)
+        return run_child(__name__, "_extract_child", spec, timeout_s=timeout_s)
 
 
 def run(args: argparse.Namespace | None = None) -> dict:

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "train-step": "train_step",
     "index": "index",
     "memory": "memory",
+    "search": "search",
 }
 
 

@@ -413,3 +413,27 @@ def search(features, queries: np.ndarray, k: int, exclude: np.ndarray | None = N
     if index is not None:
         return index.search(queries, k, exclude)
     return exact_search(features, queries, k, exclude)
+
+
+def prepare_index(features_path: str | os.PathLike, cancel: CancelToken | None = None,
+                  threads: int | None = None) -> Iterator[Progress]:
+    """Generator for the app's worker: the file's index, built (or rebuilt when stale) first
+    if needed, then loaded. Result: an :class:`ApproximateIndex` (``RuntimeError`` without
+    faiss; ``PermissionError`` when the folder cannot hold the index)."""
+    from .store import open_features
+
+    features = open_features(features_path)
+    state, reason = index_state(features)
+    if state == "unavailable":
+        raise RuntimeError(reason)
+    if state != "ready":
+        folder = Path(features_path).parent
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"cannot write the search index beside {features_path}: {folder} is read-only")
+        yield Progress("log", message=f"building the search index ({reason})")
+        yield from (e for e in build_index(features_path, cancel, threads=threads) if e.kind != "done")
+    yield Progress("log", message="loading the search index")
+    index = load_index(features)
+    if index is None:
+        raise RuntimeError(f"the search index of {features_path} could not be loaded")
+    yield Progress("done", 1, 1, data={"result": index})
