@@ -159,3 +159,22 @@ def test_without_faiss_search_is_exact_and_the_index_says_why(tmp_path, monkeypa
         run_to_end(S.build_index(path))
     stored = read_features(path).embeddings
     assert [r["index"] for r in retrieve(lazy, 4, 6)] == _reference(stored, stored[4], 6, 4)[1].tolist()
+
+
+@needs_faiss
+def test_retrieve_cli_with_index_builds_it_once_and_agrees_with_exact(tmp_path, capsys):
+    import json
+
+    from dmlviewer.cli import main
+
+    emb, labels = _clustered(600)
+    path = _write(tmp_path / "f.h5", emb, labels)
+    assert main(["retrieve", "--features", str(path), "--query", "3", "-k", "5", "--json"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert main(["retrieve", "--features", str(path), "--query", "3", "-k", "5", "--json", "--index"]) == 0
+    approx = json.loads(capsys.readouterr().out)
+    assert S.index_paths(path)[0].exists()
+    # 600 rows: below MIN_IVF_ROWS the index is exact (flat), so the lists agree
+    assert [r["index"] for r in approx["results"]] == [r["index"] for r in exact["results"]]
+    stored = read_features(path).embeddings
+    assert [r["index"] for r in exact["results"]] == _reference(stored, stored[3], 5, 3)[1].tolist()
