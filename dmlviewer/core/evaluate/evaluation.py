@@ -57,7 +57,7 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
     import torch
 
     from dmlviewer.core.data import open_dataset
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
     from dmlviewer.core.train.distributed import from_environment
 
     from .store import FeatureWriter
@@ -68,7 +68,7 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
         if dev.type == "cuda" and ctx.enabled:
             dev = torch.device("cuda", ctx.local_rank)
             torch.cuda.set_device(dev)
-        model, info = load_checkpoint(checkpoint, dev)
+        model, info = open_model(checkpoint, dev)
         dataset = open_dataset(dataset_root, format, protocol).select_split(split)
         if len(dataset) == 0:
             raise ValueError(f"{dataset_root} has no images in split {split!r}")

@@ -21,11 +21,12 @@ from dmlviewer.core.explain.grad_transfer import (
 from dmlviewer.core.explain.hover import HoverRenderer, colormap_lut
 from dmlviewer.core.explain.localization import DEFAULT_THRESHOLDS, PAIRINGS, localize
 from dmlviewer.core.explain.pair import METHODS, SIDES, PairExplanation, as_rgb, explain_pair
+from dmlviewer.core.explain.record import Explanation
 from dmlviewer.core.explain.region import region_feature, region_query
 
 __all__ = [
     "DEFAULT_THRESHOLDS", "METHODS", "PAIRINGS", "SIDES",
-    "GradWeightBank", "HoverRenderer", "PairExplanation",
+    "Explanation", "GradWeightBank", "HoverRenderer", "PairExplanation",
     "add_grad_weights", "as_rgb", "attention_maps", "box_from_map", "colormap_lut",
     "compute_grad_weights", "correspond", "decompose", "explain_pair", "head_function", "iou",
     "localize", "parse_thresholds", "read_grad_weights", "region_feature", "region_query",

@@ -35,7 +35,7 @@ from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.hover import HoverRenderer
 from dmlviewer.core.explain.matches import top_matches
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
-from dmlviewer.core.models import ModelOutput
+from dmlviewer.core.models import FIRST_ORDER, Linearization, ModelOutput
 
 SIDES = ("query", "reference")
 METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
@@ -89,6 +89,7 @@ class _Side:
     bias: torch.Tensor  # D
     out: ModelOutput  # the batch this image was in
     index: int  # its position in that batch
+    linearization: Linearization  # the batch's decomposition (its rule and what it freezes)
 
     @property
     def embedding_raw(self) -> torch.Tensor:
@@ -101,7 +102,9 @@ class PairExplanation:
     Attributes: ``similarity`` (cosine), ``point_to_point`` (``nq x nr`` float32, divided by
     ``|Eq||Er|``), ``bias_query``, ``bias_reference``, ``bias_both`` (Eq. 3, see
     :mod:`.pairwise`), ``grid_query``, ``grid_reference``, ``image_shape_query``,
-    ``image_shape_reference``, ``num_groups``.
+    ``image_shape_reference``, ``num_groups``, ``rule`` (``"exact"`` or ``"first order"``:
+    whether the decomposition of both embeddings is exact at these inputs) and ``rule_detail``
+    (one line: what is frozen, or why it is first order).
     """
 
     def __init__(self, model: torch.nn.Module, query: _Side, reference: _Side, grad_bank: GradWeightBank | None = None):
@@ -117,6 +120,9 @@ class PairExplanation:
         self.point_to_point = _frozen(terms.point_to_point.cpu().numpy())
         self._rows = {"query": self.point_to_point, "reference": _frozen(self.point_to_point.T)}
         self.grid_query, self.grid_reference = query.grid, reference.grid
+        lins = (query.linearization, reference.linearization)
+        worst = next((lin for lin in lins if lin.rule == FIRST_ORDER), lins[0])
+        self.rule, self.rule_detail = worst.rule, worst.description
         self.image_shape_query, self.image_shape_reference = query.image_shape, reference.image_shape
         self._grid_maps: dict[tuple[str, str], np.ndarray] = {
             ("decomposition", "query"): terms.overall_query.cpu().numpy(),
@@ -321,5 +327,6 @@ def explain_pair(
             bias=lin.bias[li].detach().float(),
             out=out,
             index=index,
+            linearization=lin,
         ))
     return PairExplanation(model, sides[0], sides[1], grad_bank)
