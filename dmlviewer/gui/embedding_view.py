@@ -59,7 +59,6 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
     ``total`` (rows in the file), ``projected`` (rows the projection used) and, when not every
     projected row is drawn, ``density`` (``image``: bins x bins counts, ``rect``: x, y, w, h)."""
     from dmlviewer.core.evaluate import open_features
-    from dmlviewer.core.evaluate.projection import pca_project
 
     if method not in METHODS:
         raise ValueError(f"unknown projection {method!r}; choose from {', '.join(METHODS)}")
@@ -69,8 +68,9 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
     density = None
     if method == "pca" or n < 5:
         yield Progress("log", 0, 1, f"PCA of all {n} embeddings of size {features.dim}")
-        xy_all = (pca_project(lambda: features.iter_chunks("embeddings")) if n >= 2 and features.dim >= 2
-                  else np.zeros((n, 2), np.float32))
+        xy_all = np.zeros((n, 2), np.float32)
+        if n >= 2 and features.dim >= 2:
+            yield from _streamed_pca(features, xy_all, cancel)
         projected = n
         rows = np.arange(n)
         if n > SCATTER_MAX:
@@ -95,15 +95,35 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
         with threadpool_limits(max(1, (os.cpu_count() or 2) - 1), user_api="openmp"):
             xy = TSNE(n_components=2, perplexity=perplexity, metric="cosine", init="pca",
                       random_state=seed).fit_transform(x).astype(np.float32)
-    paths = features.paths
-    result = {
-        "rows": rows, "xy": xy, "labels": features.labels[rows], "paths": [paths[i] for i in rows],
+    result = {  # labels and paths of the drawn rows only
+        "rows": rows, "xy": xy, "labels": features.read("labels", rows).astype(np.int64),
+        "paths": features.read("paths", rows).tolist(),
         "root": str(features.attrs.get("dataset_root", "")), "method": method,
         "total": n, "projected": projected,
     }
     if density is not None:
         result["density"] = density
     yield Progress("done", 1, 1, data={"result": result})
+
+
+def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None) -> Iterator[Progress]:
+    """Two passes over the file's embedding chunks (``core.evaluate.projection``): the
+    scatter matrix, then the coordinates into ``out``; progress and cancellation per chunk."""
+    from dmlviewer.core.evaluate.projection import Scatter
+
+    n, scatter = len(features), Scatter()
+    for pass_, what in ((0, "PCA: covariance"), (1, "PCA: projecting")):
+        if pass_ == 1:
+            mean, axes = scatter.axes(2)
+        for start, x in features.iter_chunks("embeddings"):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            if pass_ == 0:
+                scatter.add(x)
+            else:
+                out[start:start + len(x)] = Scatter.project(x, mean, axes)
+            done = pass_ * n + start + len(x)
+            yield Progress("step", done, 2 * n, what)
 
 
 def _density(xy: np.ndarray, bins: int = DENSITY_BINS) -> dict:
@@ -116,10 +136,10 @@ def _density(xy: np.ndarray, bins: int = DENSITY_BINS) -> dict:
 
 def class_brushes(labels: np.ndarray) -> list:
     """One brush per point, a distinct hue per class (hues repeat beyond 24 classes)."""
-    classes = np.unique(labels)
+    classes, which = np.unique(labels, return_inverse=True)
     hues = max(min(len(classes), 24), 1)
-    palette = {c: pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k, c in enumerate(classes)}
-    return [palette[c] for c in labels]
+    palette = [pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k in range(hues)]
+    return [palette[k] for k in (np.asarray(which).reshape(-1) % hues).tolist()]
 
 
 class EmbeddingView(QWidget):

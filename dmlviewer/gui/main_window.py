@@ -25,7 +25,6 @@ from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog, QLabel,
                                QMainWindow, QMenu, QMessageBox, QTabWidget, QToolBar, QWidget)
 
-from dmlviewer.core.data.lookup import PathIndex
 from dmlviewer.gui import errors, settings
 from dmlviewer.gui.browser import DatasetBrowser
 from dmlviewer.gui.group_tabs import GroupTabs
@@ -423,9 +422,8 @@ class MainWindow(QMainWindow):
         """Do the features' paths belong to the open dataset? (checked on a sample)"""
         if self.dataset is None:
             return True
-        known = PathIndex(self.dataset.paths)
-        sample = [str(p) for p in list(features.paths)[:50]]
-        return any(known.find(p) is not None for p in sample)
+        sample = {str(p) for p in features.paths[:50]}
+        return any(p in sample for p in self.dataset.paths)  # one scan, no index of every path
 
     def _choose_default_pair(self) -> None:
         ds = self.dataset

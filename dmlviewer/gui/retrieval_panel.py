@@ -233,23 +233,30 @@ class RetrievalPanel(QWidget):
                 self._auto_requested = True
                 self.extract_requested.emit()
             return
-        row = self._feature_rows.find(ds.paths[index])
-        if row is None:
-            self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
-            self._show([])
-            return
         self._update_source()
         features, k, search_index = self.features, self.k_spin.value(), self.index
+        feature_rows, dataset_rows, path = self._feature_rows, self._row_of_path, ds.paths[index]
 
         def job(cancel):
             from dmlviewer.core.evaluate import retrieve
 
-            return retrieve(features, row, k, index=search_index)
+            # The path look-ups build their indices on first use (a second or so on a million
+            # rows): here in the worker, not on the GUI thread.
+            row = feature_rows.find(path)
+            if row is None:
+                return None
+            results = retrieve(features, row, k, index=search_index)
+            dataset_rows.prepare()
+            return results
 
         self.runner.submit(job, cancel_aware=True)
 
     # -- outputs
     def _on_results(self, _request: int, results: object) -> None:
+        if results is None:
+            self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
+            self._show([])
+            return
         self._show(list(results))
 
     def _on_failed(self, _request: int, text: str) -> None:

@@ -7,30 +7,36 @@ on the first look-up) and checks the candidate rows' paths for equality.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable, Sequence
 
 import numpy as np
 
 
 class PathIndex:
-    """``find(path)`` -> the first row holding ``path`` (None when absent)."""
+    """``find(path)`` -> the first row holding ``path`` (None when absent). Thread-safe: the
+    hashes can be built (:meth:`prepare`) in a worker while another thread looks up."""
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = paths
         self._hashes: np.ndarray | None = None
         self._order: np.ndarray | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def _build(self) -> None:
-        hashes = np.fromiter((hash(str(p)) for p in self.paths), dtype=np.int64, count=len(self.paths))
-        self._order = np.argsort(hashes, kind="stable")  # equal hashes keep row order
-        self._hashes = hashes[self._order]
+    def prepare(self) -> None:
+        """Build the sorted hashes now (else the first :meth:`find` does)."""
+        with self._lock:
+            if self._hashes is None:
+                hashes = np.fromiter((hash(str(p)) for p in self.paths), dtype=np.int64, count=len(self.paths))
+                order = np.argsort(hashes, kind="stable")  # equal hashes keep row order
+                self._order, self._hashes = order, hashes[order]
 
     def find(self, path: str) -> int | None:
         if self._hashes is None:
-            self._build()
+            self.prepare()
         path = str(path)
         h = hash(path)
         lo = int(np.searchsorted(self._hashes, h, side="left"))
