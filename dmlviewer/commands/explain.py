@@ -17,6 +17,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from dmlviewer.commands.common import CHECKPOINT_HELP
+
 log = logging.getLogger(__name__)
 
 #: the overall-map methods (``dmlviewer.core.explain.METHODS``; repeated so that building the
@@ -27,8 +29,7 @@ METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="explain one image pair's similarity (npz)",
                        description="Point-to-point activation maps, bias terms and overall maps of one pair.")
-    p.add_argument("--checkpoint", required=True,
-                   help="model checkpoint (.pt), or imagenet:BACKBONE for a pretrained backbone (GAP, no projection)")
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
     p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")

@@ -63,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if args.region:
         if not args.checkpoint:
             raise UsageError("--region needs --checkpoint (the model that computes the region's feature)")
-        if not Path(args.checkpoint).is_file():
+        from dmlviewer.commands.common import model_source_exists
+
+        if not model_source_exists(args.checkpoint):
             raise UsageError(f"checkpoint not found: {args.checkpoint}")
         results = _region_results(args, features, index)
     else:

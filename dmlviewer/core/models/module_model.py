@@ -9,7 +9,7 @@ and correspondence work on it unchanged.
 - The feature map ``A`` is the output of ``feature_layer`` (a name as in ``named_modules()``),
   taken by a forward hook; ``None`` picks the last module whose output is a spatial map.
 - The *head* is everything the forward computes after that layer. It is decomposed by the
-  Jacobian at this input (seed 000 Sec. 4, :mod:`dmlviewer.core.explain.jacobian`):
+  Jacobian at this input (seed 000 Sec. 4, :mod:`.jacobian`):
   ``C_ij = sum_c A_c,ij dE/dA_c,ij`` and ``B = E - sum_ij C_ij``. A
   :class:`~.tail.TailRecorder` watches the head's ops: when all of them are linear or piecewise
   linear (pooling, Linear, eval BatchNorm, ReLU/LeakyReLU, max, Dropout in eval, Flatten,
@@ -24,6 +24,7 @@ and correspondence work on it unchanged.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import ModelError
+from .jacobian import gradient_x_activation
 from .output import Linearization, ModelOutput
 from .tail import TailRecorder, TailReport
 
@@ -131,8 +133,9 @@ class _Run:
     report: TailReport
 
 
-class _Hook:
-    """Forward hook on the feature layer: keeps (or replaces) its output, then starts recording."""
+class _Capture:
+    """One forward pass's business at the feature layer: keep (or replace) its output, then start
+    recording the head (see :class:`~.tail.TailRecorder`)."""
 
     def __init__(self, layer_name: str, replace: torch.Tensor | None, recorder: TailRecorder,
                  grad_tail: bool) -> None:
@@ -141,7 +144,7 @@ class _Hook:
         self.calls = 0
         self.recording = False
 
-    def __call__(self, _module, _inputs, out):
+    def __call__(self, out):
         self.calls += 1
         if self.calls > 1:
             raise ModelError(f"feature layer {self.layer_name!r} runs more than once in a forward pass: "
@@ -156,6 +159,8 @@ class _Hook:
                                  f"output {tuple(out.shape)}")
             out = self.replace
         if self.grad_tail:
+            if self.replace is None:  # differentiate the head with respect to this very map
+                out = out.detach().requires_grad_(True)
             torch.set_grad_enabled(True)
         self.recorder.start(out)
         self.recorder.__enter__()
@@ -179,6 +184,8 @@ class ModuleModel(nn.Module):
         self.net = module
         self.output_selector = output
         self._preprocess = preprocess
+        self._local = threading.local()  # the capture of the forward pass running in this thread
+        self._handle = None
         device = next((p.device for p in module.parameters()), torch.device("cpu"))
         probe = torch.zeros(1, 3, preprocess.size, preprocess.size, device=device)
         was_training = module.training
@@ -188,6 +195,7 @@ class ModuleModel(nn.Module):
                 feature_layer = self._auto_layer(probe)
             try:
                 self.layer = module.get_submodule(feature_layer)
+                self._handle = self.layer.register_forward_hook(self._hook)
             except AttributeError:
                 raise ModelError(f"the model has no layer {feature_layer!r}; layers with spatial maps: "
                                  f"{', '.join(_outer_names(spatial_layers(module, probe))[-8:]) or 'none'}") from None
@@ -197,6 +205,7 @@ class ModuleModel(nn.Module):
         finally:
             module.train(was_training)
         self._dim = int(run.raw.shape[1])
+        self.stride = max(1, preprocess.size // int(run.feature_map.shape[-2]))  # nominal, for resolutions
         self.probe_report = run.report
         self.config = {
             "backbone": f"module:{type(module).__name__}", "feature_layer": feature_layer,
@@ -239,12 +248,23 @@ class ModuleModel(nn.Module):
 
     def linearize(self, out: ModelOutput) -> Linearization:
         """Jacobian decomposition of the head at this input, batched over images (see the module
-        docstring); ``rule`` exact when the head's ops are piecewise linear, else first order."""
-        x = out.intermediates["input"]
+        docstring); ``rule`` exact when the head's ops are piecewise linear, else first order.
+        Re-runs the module on ``out``'s input; :meth:`forward_decomposed` saves that pass."""
+        leaf = out.feature_map.detach().clone().requires_grad_(True)
+        return self._decompose(self._run(out.intermediates["input"], replace=leaf, grad_tail=True))
+
+    def forward_decomposed(self, x: torch.Tensor) -> tuple[ModelOutput, Linearization]:
+        """``forward`` and ``linearize`` from one pass through the module (the layers before the
+        feature map without a graph, the head with one)."""
+        run = self._run(x, grad_tail=True)
+        out = ModelOutput(F.normalize(run.raw.detach().float(), dim=1), run.raw.detach(),
+                          run.feature_map.detach(), intermediates={"input": x})
+        return out, self._decompose(run)
+
+    def _decompose(self, run: _Run) -> Linearization:
+        leaf = run.feature_map
         with torch.enable_grad():
-            leaf = out.feature_map.detach().clone().requires_grad_(True)
-            run = self._run(x, replace=leaf, grad_tail=True)
-            contributions = _batched_contributions(run.raw, leaf)
+            contributions = gradient_x_activation(run.raw, leaf)
         raw = run.raw.detach()
         bias = raw.float() - contributions.sum(1)
         report = run.report
@@ -267,10 +287,18 @@ class ModuleModel(nn.Module):
         log.info("feature layer not given: using %s (%s), the last spatial map", name, "x".join(map(str, layers[-1][1])))
         return name
 
+    def _hook(self, _module, _inputs, out):
+        """The layer's one forward hook: a no-op unless this thread is inside :meth:`_run` (the
+        module may run elsewhere, or in several threads at once)."""
+        capture = getattr(self._local, "capture", None)
+        return None if capture is None else capture(out)
+
     def _run(self, x: torch.Tensor, replace: torch.Tensor | None = None, grad_tail: bool = False) -> _Run:
         recorder = TailRecorder()
-        hook = _Hook(self.feature_layer, replace, recorder, grad_tail)
-        handle = self.layer.register_forward_hook(hook)
+        hook = _Capture(self.feature_layer, replace, recorder, grad_tail)
+        if getattr(self._local, "capture", None) is not None:
+            raise ModelError("the model's forward pass was re-entered from inside itself")
+        self._local.capture = hook
         previous = torch.is_grad_enabled()
         try:
             if grad_tail:
@@ -287,34 +315,9 @@ class ModuleModel(nn.Module):
         finally:
             if hook.recording:
                 recorder.__exit__(None, None, None)
-            handle.remove()
+            self._local.capture = None
             torch.set_grad_enabled(previous)
         if hook.feature_map is None:
             raise ModelError(f"feature layer {self.feature_layer!r} did not run in the forward pass")
         output = select_output(result, self.output_selector)
         return _Run(hook.feature_map, output, recorder.raw_for(output), recorder.report(output))
-
-
-def _batched_contributions(raw: torch.Tensor, leaf: torch.Tensor, budget: int = 1 << 27) -> torch.Tensor:
-    """``B x (h*w) x D`` with ``C[b, n, d] = sum_c leaf[b, c, n] d raw[b, d] / d leaf[b, c, n]``.
-
-    Vector-Jacobian products for chunks of output dimensions at once (``is_grads_batched``), all
-    images together (image b's embedding depends on its own map only, in eval mode); a chunk's
-    gradients take at most ``budget`` bytes."""
-    b, d = raw.shape
-    per_row = leaf.numel() * 4
-    chunk = max(1, min(d, budget // max(per_row, 1)))
-    eye = torch.eye(d, dtype=raw.dtype, device=raw.device)
-    act = leaf.detach().float()
-    columns = []
-    for start in range(0, d, chunk):
-        rows = eye[start : start + chunk]  # k x D
-        grad_out = rows[:, None, :].expand(-1, b, -1)
-        try:
-            (grads,) = torch.autograd.grad(raw, leaf, grad_outputs=grad_out, retain_graph=True,
-                                           is_grads_batched=True)
-        except RuntimeError:  # an op without a batching rule: one row at a time
-            grads = torch.stack([torch.autograd.grad(raw, leaf, grad_outputs=g, retain_graph=True)[0]
-                                 for g in grad_out])
-        columns.append((grads.float() * act).sum(2).flatten(2))  # k x B x n
-    return torch.cat(columns).permute(1, 2, 0).contiguous()  # B x n x D

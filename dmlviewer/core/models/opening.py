@@ -8,7 +8,7 @@ uses (``forward -> ModelOutput``, ``linearize``, ``head_function``, ``preprocess
 - ``imagenet:BACKBONE``: a backbone with its ImageNet weights and no training, the embedding
   being the GAP of its last map (no projection), so real photographs can be looked at before
   any training;
-- an ``nn.Module`` from Python: a timm vision transformer (:func:`.vit.vit_from_module`) or any
+- an ``nn.Module`` from Python: a timm vision transformer (:func:`vit_from_module`) or any
   other module (:class:`.module_model.ModuleModel`), with ``feature_layer``, ``output`` and the
   preprocessing (``transform``) the user gives.
 
@@ -29,6 +29,9 @@ import torch
 from torch import nn
 
 from .errors import ModelError
+from .model import EmbeddingModel
+from .projection import Projection
+from .vit import TokenHead, ViTBackbone
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +104,9 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
     ``metrics``, ``rule`` (the decomposition rule, one line)."""
     from .checkpoint import load_checkpoint
     from .device import resolve_device
-    from .model import EmbeddingModel, build_model
+    from .model import build_model
     from .module_model import ModuleModel
-    from .vit import is_vit, vit_from_module
+    from .vit import is_vit
 
     dev = resolve_device(device)
     if isinstance(source, (str, os.PathLike)):
@@ -139,6 +142,32 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
     return model, info
 
 
+def vit_from_module(vit: nn.Module, preprocess, pool: str | None = None, name: str | None = None):
+    """A user's timm vision transformer (its own modules, shared, not copied) as an
+    :class:`~dmlviewer.core.models.model.EmbeddingModel`: feature map on the patch-token grid,
+    head per ``pool`` (default: timm's own ``global_pool``), projection = the model's ``head``."""
+    pool = pool or ("gap" if vit.global_pool == "avg" else "token")
+    if pool == "token" and vit.global_pool not in ("token", ""):
+        log.warning("the transformer was built with global_pool=%r; reading out its class token", vit.global_pool)
+    head = vit.head
+    width = int(vit.embed_dim)
+    if isinstance(head, nn.Linear):
+        projection = Projection(width, head.out_features)
+        projection.out = head
+    elif isinstance(head, nn.Identity):
+        projection = Projection(width, width, final=False)
+    else:
+        raise ValueError(f"the transformer's head is a {type(head).__name__}: only Linear or Identity is supported")
+    backbone = ViTBackbone(vit, len(vit.blocks) - 1 if pool == "token" else len(vit.blocks), name or type(vit).__name__)
+    config = {
+        "backbone": f"module:{type(vit).__name__}", "pretrained": None, "pooling": pool, "gem_p": 3.0,
+        "gem_learnable": False, "bn": False, "hidden": 0, "grouping": "none", "groups": 1,
+        "dim": projection.out_dim, "multilayer": [], "image_size": preprocess.size,
+        "mean": list(preprocess.mean), "std": list(preprocess.std), "source": "python",
+    }
+    return EmbeddingModel(config, backbone, TokenHead(vit, pool, projection))
+
+
 def _module_size(module: nn.Module) -> int:
     """The input size a module says it expects (timm's ``pretrained_cfg``), else 224."""
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
@@ -153,7 +182,6 @@ def describe_rule(model: nn.Module) -> str:
     if callable(describe):
         return describe()
     from .model import frozen_quantities
-    from .vit import TokenHead
 
     head = getattr(model, "head", None)
     if isinstance(head, TokenHead):

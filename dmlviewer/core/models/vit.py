@@ -166,7 +166,7 @@ class TokenHead(Head):
                              rule=EXACT, frozen=frozen, nonspatial=nonspatial)
 
     def _first_order(self, out: ModelOutput, reason: str) -> Linearization:
-        from dmlviewer.core.explain.jacobian import jacobian_decomposition
+        from .jacobian import jacobian_decomposition
 
         log.warning("no closed-form rule for this transformer block (%s): first-order decomposition", reason)
         prefix = out.intermediates["prefix"]
@@ -321,34 +321,6 @@ def _per_token_layer_norm(tokens: torch.Tensor, norm: nn.Module) -> tuple[torch.
         lin = lin * norm.weight
     const = norm.bias.float() if norm.bias is not None else tokens.new_zeros(tokens.shape[-1])
     return lin, const
-
-
-def vit_from_module(vit: nn.Module, preprocess, pool: str | None = None, name: str | None = None):
-    """A user's timm vision transformer (its own modules, shared, not copied) as an
-    :class:`~dmlviewer.core.models.model.EmbeddingModel`: feature map on the patch-token grid,
-    head per ``pool`` (default: timm's own ``global_pool``), projection = the model's ``head``."""
-    from .model import EmbeddingModel
-
-    pool = pool or ("gap" if vit.global_pool == "avg" else "token")
-    if pool == "token" and vit.global_pool not in ("token", ""):
-        log.warning("the transformer was built with global_pool=%r; reading out its class token", vit.global_pool)
-    head = vit.head
-    width = int(vit.embed_dim)
-    if isinstance(head, nn.Linear):
-        projection = Projection(width, head.out_features)
-        projection.out = head
-    elif isinstance(head, nn.Identity):
-        projection = Projection(width, width, final=False)
-    else:
-        raise ValueError(f"the transformer's head is a {type(head).__name__}: only Linear or Identity is supported")
-    backbone = ViTBackbone(vit, len(vit.blocks) - 1 if pool == "token" else len(vit.blocks), name or type(vit).__name__)
-    config = {
-        "backbone": f"module:{type(vit).__name__}", "pretrained": None, "pooling": pool, "gem_p": 3.0,
-        "gem_learnable": False, "bn": False, "hidden": 0, "grouping": "none", "groups": 1,
-        "dim": projection.out_dim, "multilayer": [], "image_size": preprocess.size,
-        "mean": list(preprocess.mean), "std": list(preprocess.std), "source": "python",
-    }
-    return EmbeddingModel(config, backbone, TokenHead(vit, pool, projection))
 
 
 # --------------------------------------------------------------------------- built by name

@@ -207,3 +207,17 @@ def test_torchvision_transform_is_read_and_a_timm_cnn_opens():
     pair = explain_pair(model, *_images())
     total = pair.point_to_point.sum(dtype=np.float64) + pair.bias_query + pair.bias_reference + pair.bias_both
     assert pair.rule == EXACT and abs(total - pair.similarity) < 1e-5
+
+
+def test_resolution_choices_follow_the_stride_and_the_head():
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.core.models.resolution import input_sizes
+
+    net = open_model(_resnet(), feature_layer="layer4", transform={"size": 224})[0]
+    assert input_sizes(net, (375, 500)) == [("model (224 px)", 224), ("1.5x (352 px)", 352), ("2x (448 px)", 448),
+                                           ("image (512 px)", 512)]
+    assert [s for _, s in input_sizes(net, (3000, 4000))] == [224, 352, 448, 1024]
+    flat = build_model(default_config(backbone="small_cnn", pooling="flatten", dim=8, image_size=64))
+    assert input_sizes(flat, (500, 500)) == [("model (64 px)", 64)]
+    pair = explain_pair(net, *_images(), size=448)  # a finer grid at a larger size
+    assert pair.grid_query == (14, 14)

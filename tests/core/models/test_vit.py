@@ -18,7 +18,7 @@ from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 from dmlviewer.core.data.transforms import Preprocess  # noqa: E402
 from dmlviewer.core.explain import explain_pair  # noqa: E402
 from dmlviewer.core.models import EXACT, build_model, default_config, load_checkpoint, open_model, save_checkpoint  # noqa: E402
-from dmlviewer.core.models.vit import vit_from_module  # noqa: E402
+from dmlviewer.core.models.opening import vit_from_module  # noqa: E402
 
 SIZE = 64
 
