@@ -178,3 +178,15 @@ def test_retrieve_cli_with_index_builds_it_once_and_agrees_with_exact(tmp_path, 
     assert [r["index"] for r in approx["results"]] == [r["index"] for r in exact["results"]]
     stored = read_features(path).embeddings
     assert [r["index"] for r in exact["results"]] == _reference(stored, stored[3], 5, 3)[1].tolist()
+
+
+def test_lazy_reads_of_scattered_rows_across_storage_chunks(tmp_path):
+    emb, labels = _clustered(20_000, dim=32)  # 8,192-row storage chunks: three of them
+    path = _write(tmp_path / "f.h5", emb, labels)
+    eager, lazy = read_features(path), open_features(path)
+    rows = np.random.default_rng(1).integers(0, 20_000, size=3000)  # unsorted, with repeats
+    rows[:3] = [19_999, 0, 8192]
+    np.testing.assert_array_equal(lazy.read("embeddings", rows), eager.embeddings[rows])
+    np.testing.assert_array_equal(lazy.read("labels", rows), eager.labels[rows])
+    assert lazy.read("paths", rows).tolist() == [eager.paths[i] for i in rows]
+    assert lazy.read("embeddings", []).shape == (0, 32)
