@@ -9,7 +9,7 @@ import pytest
 
 from dmlviewer.bench import search as bench_search
 from dmlviewer.bench.index import browser_timings, write_sop_listing
-from dmlviewer.bench.memory import run_child
+from dmlviewer.bench.child import run_child
 from dmlviewer.core.data import open_dataset
 
 pytestmark = pytest.mark.slow

@@ -80,7 +80,7 @@ def _browser_child(spec: dict) -> None:
     import json
     import sys
 
-    from dmlviewer.bench.memory import peak_rss_mb
+    from dmlviewer.bench.child import peak_rss_mb
     from dmlviewer.gui.app import create_app
     from dmlviewer.gui.main_window import MainWindow
 
@@ -146,7 +146,7 @@ def browser_timings(root: Path, timeout_s: float = 600) -> dict:
     """Run :func:`_browser_child` on the listing in ``root`` (own settings folders)."""
     import os
 
-    from dmlviewer.bench.memory import run_child
+    from dmlviewer.bench.child import run_child
 
     env = {"QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")}
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):

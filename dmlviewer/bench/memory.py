@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from dmlviewer.bench.child import _MB, _maxrss_mb, peak_rss_mb, rss_parts_mb, run_child  # noqa: F401 - re-exported
 from dmlviewer.bench.machine import describe
 
 #: Rows of the extraction run by default (the issue's N) and with ``--quick``.
@@ -59,45 +58,6 @@ LARGE_IMAGES = 1_000_000
 LARGE_IMAGES_QUICK = 100_000
 #: Seconds the app child lets the event loop run after the window is settled (paints, timers).
 SETTLE_S = 0.5
-
-_MB = 1024 * 1024
-
-
-def _proc_status_mb(*fields: str) -> dict[str, float]:
-    """The ``fields`` of ``/proc/self/status`` that exist, in MiB (none without /proc)."""
-    found = {}
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                name, _, value = line.partition(":")
-                if name in fields:
-                    found[name] = int(value.split()[0]) * 1024 / _MB
-    except OSError:
-        pass
-    return found
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (see the module docstring for the source)."""
-    peak = _proc_status_mb("VmHWM").get("VmHWM")
-    return _maxrss_mb() if peak is None else peak
-
-
-def rss_parts_mb() -> dict[str, float]:
-    """Current resident memory split into ``anon`` (heap, arrays) and ``file`` (mapped shared
-    libraries, shared between processes) in MiB; empty without /proc."""
-    return {name[3:].lower(): mb for name, mb in _proc_status_mb("RssAnon", "RssFile").items()}
-
-
-def _maxrss_mb(children: bool = False) -> float:
-    """``ru_maxrss`` of this process (or of its largest reaped child) in MiB."""
-    try:
-        import resource
-    except ImportError as exc:  # Windows
-        raise RuntimeError("bench memory needs /proc or the resource module (Linux, macOS)") from exc
-    value = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
-    return value / _MB if sys.platform == "darwin" else value * 1024 / _MB
-
 
 def write_listing(root: Path, images: int | None = None) -> int:
     """An SOP-style listing in ``root``: the full 120,053 images of :func:`write_sop_listing`,
@@ -139,19 +99,6 @@ def write_feature_file(path: Path, root: Path, dim: int = 512) -> int:
 
 
 # -- children --------------------------------------------------------------------------------
-
-def run_child(module: str, entry: str, spec: dict, env: dict[str, str] | None = None,
-              timeout_s: float = 600) -> dict:
-    """Run ``entry(spec)`` of ``module`` in a fresh interpreter; its last stdout line is JSON."""
-    code = f"import json, sys; from {module} import {entry}; {entry}(json.loads(sys.argv[1]))"
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout_s)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"benchmark child {module}.{entry} failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
-    return json.loads(lines[-1])
-
 
 def _app_child(spec: dict) -> None:
     """Child: open the window (on ``spec["root"]`` if given), wait for the first rows, report."""

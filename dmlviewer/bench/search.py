@@ -78,7 +78,7 @@ def _child(spec: dict) -> None:
     import json
     import sys
 
-    from dmlviewer.bench.memory import peak_rss_mb
+    from dmlviewer.bench.child import peak_rss_mb
     from dmlviewer.core.evaluate import search as S
     from dmlviewer.core.progress import run_to_end
 
@@ -120,7 +120,7 @@ def _child(spec: dict) -> None:
 
 
 def run(args: argparse.Namespace | None = None) -> dict:
-    from dmlviewer.bench.memory import run_child
+    from dmlviewer.bench.child import run_child
 
     n = N_QUICK if getattr(args, "quick", False) else N
     report = run_child("dmlviewer.bench.search", "_child", {"n": n}, timeout_s=3600)
