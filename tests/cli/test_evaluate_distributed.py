@@ -38,9 +38,9 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "OMP_NUM_THREADS": "1", **extra}
 
 
-def _evaluate_args(data: Path, out: Path, split: str = "all") -> list[str]:
+def _evaluate_args(data: Path, out: Path, split: str = "all", batch: int = BATCH) -> list[str]:
     return ["-m", "dmlviewer", "evaluate", "--checkpoint", str(CHECKPOINT), "--dataset", str(data),
-            "--split", split, "--out", str(out), "--json", "--num-workers", "0", "--batch-size", str(BATCH)]
+            "--split", split, "--out", str(out), "--json", "--num-workers", "0", "--batch-size", str(batch)]
 
 
 def _single(data: Path, out: Path) -> dict:
@@ -86,61 +86,60 @@ def test_torchrun_two_gloo_ranks_write_the_single_process_file(data, tmp_path):
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
-def _start_rank(rank: int, port: int, data: Path, out: Path) -> subprocess.Popen:
+def _start_rank(rank: int, port: int, data: Path, out: Path, batch: int = BATCH) -> subprocess.Popen:
     env = _env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port))
-    return subprocess.Popen([sys.executable, *_evaluate_args(data, out)], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, *_evaluate_args(data, out, batch=batch)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _wait_for_reader(fifo: Path, procs: list[subprocess.Popen], timeout_s: float = 120) -> int:
-    """Block until a process opens ``fifo`` for reading; returns our writing end."""
+def _wait_for_temp_file(folder: Path, name: str, procs: list[subprocess.Popen], timeout_s: float = 120) -> str:
+    """Poll until rank 0's writer has opened its temporary file; returns its name."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:  # ENXIO: no reader yet
-            dead = [p.returncode for p in procs if p.poll() is not None]
-            assert not dead, f"a rank ended before reaching the held image: {dead} " + procs[0].stderr.read()
-            time.sleep(0.02)
-    raise AssertionError("no rank opened the held image")
+        temp = [p.name for p in folder.iterdir() if p.name.startswith(f".{name}.tmp-")]
+        if temp:
+            return temp[0]
+        dead = [p.returncode for p in procs if p.poll() is not None]
+        assert not dead, f"a rank ended before writing started: {dead} " + procs[0].stderr.read()
+        time.sleep(0.002)
+    raise AssertionError("rank 0 never opened its temporary file")
+
+
+@pytest.fixture(scope="module")
+def long_data(tmp_path_factory):
+    """160 small images: at batch size 1, 80 rounds of gathering, so the run is still going
+    when the test has seen the temporary file and stopped a rank."""
+    from dmlviewer.core.data import make_demo_data
+
+    return make_demo_data(tmp_path_factory.mktemp("dist-long") / "data", classes=8, per_class=20, size=48, seed=4)
 
 
 @pytest.mark.parametrize("victim", [1, 0])
-def test_a_rank_killed_mid_run_leaves_no_corrupt_output(data, tmp_path, victim):
-    """Image 9 (batch 3, rank 1's second batch) is a FIFO: rank 1 blocks reading it after the
-    first round was written, rank 0 waits in the next gather. Then one rank gets SIGKILL."""
-    import shutil
-
-    data_copy = tmp_path / "data"
-    shutil.copytree(data, data_copy)
-    from dmlviewer.core.data import open_dataset
-
-    held = open_dataset(data_copy).abspath(9)
-    held.unlink()
-    os.mkfifo(held)
+def test_a_rank_killed_mid_run_leaves_no_corrupt_output(long_data, tmp_path, victim):
+    """As soon as rank 0's writer has opened its temporary file, rank 1 is stopped (SIGSTOP:
+    rank 0 then waits in a gather, mid-run); then one rank gets SIGKILL (the other one, if
+    stopped, is continued)."""
     out = tmp_path / "features.h5"
-    _single(data, out)  # an earlier, good file at the target
+    proc = subprocess.run([sys.executable, *_evaluate_args(long_data, out)], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr  # an earlier, good file at the target
     before = out.read_bytes()
 
     port = _free_port()
-    ranks = [_start_rank(r, port, data_copy, out) for r in range(2)]
-    writer_end = None
+    ranks = [_start_rank(r, port, long_data, out, batch=1) for r in range(2)]
     try:
-        writer_end = _wait_for_reader(held, ranks)
-        temp = [p.name for p in tmp_path.iterdir() if p.name.startswith(".features.h5.tmp-")]
-        assert len(temp) == 1  # rank 0 is writing
+        temp = _wait_for_temp_file(tmp_path, out.name, ranks)
+        ranks[1].send_signal(signal.SIGSTOP)
         ranks[victim].send_signal(signal.SIGKILL)
         ranks[victim].wait(30)
-        os.close(writer_end)  # the survivor (if rank 1) reads an empty file and goes on
-        writer_end = None
         survivor = ranks[1 - victim]
+        survivor.send_signal(signal.SIGCONT)
         _, err = survivor.communicate(timeout=120)
     finally:
-        if writer_end is not None:
-            os.close(writer_end)
         for p in ranks:
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
                 p.kill()
                 p.wait()
     assert ranks[victim].returncode == -signal.SIGKILL
@@ -151,8 +150,10 @@ def test_a_rank_killed_mid_run_leaves_no_corrupt_output(data, tmp_path, victim):
     if victim == 0:
         # A killed writer cannot clean up: only its temporary file is left, which the next
         # writer for the same target removes.
-        assert left == temp
-        _single(data, out)
+        assert left == [temp]
+        proc = subprocess.run([sys.executable, *_evaluate_args(long_data, out)], capture_output=True, text=True,
+                              env=_env(), timeout=300)
+        assert proc.returncode == 0, proc.stderr
         assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
     else:
         assert left == []  # rank 0 saw the lost peer and discarded its temporary file

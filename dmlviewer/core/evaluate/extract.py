@@ -101,12 +101,14 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
 def _embed_local(model: torch.nn.Module, loader, dev: torch.device,
                  cancel: CancelToken | None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """``(rows, arrays)`` for each batch of ``loader`` (a :class:`ListingBatches` loader)."""
+    from dmlviewer.core.data.torch_dataset import worker_errors
+
     batches: ListingBatches = loader.batch_sampler
     channels_last = dev.type == "cuda"
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), worker_errors():
             for b, (images, _, index) in zip(batches.batch_ids(), loader):
                 if cancel is not None:
                     cancel.raise_if_cancelled()

@@ -10,6 +10,7 @@ from .module_model import ModuleModel
 from .opening import PRETRAINED_PREFIX, as_preprocess, describe_rule, model_fingerprint, open_model
 from .output import EXACT, FIRST_ORDER, Linearization, ModelOutput
 from .pooling import POOLINGS
+from .timm_backbones import timm_available  # registers the timm:NAME backbones
 
 __all__ = [
     "BACKBONES", "CHECKPOINT_VERSION", "EXACT", "FIRST_ORDER", "GROUPINGS", "POOLINGS", "PRETRAINED_PREFIX",
@@ -17,5 +18,5 @@ __all__ = [
     "as_preprocess", "describe_rule", "model_fingerprint", "open_model",
     "attention_box", "available_devices", "build_backbone", "build_model", "check_config",
     "crop_and_zoom", "default_config", "imagenet_weights_path", "load_checkpoint",
-    "random_walk_attention", "resolve_device", "save_checkpoint", "transition_matrix",
+    "random_walk_attention", "resolve_device", "save_checkpoint", "timm_available", "transition_matrix",
 ]

@@ -235,7 +235,52 @@ _INCEPTION_V3_STRIDES = {**{k: 8 for k in ("Mixed_5b", "Mixed_5c", "Mixed_5d")},
                          **{k: 16 for k in ("Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e")},
                          "Mixed_7a": 32, "Mixed_7b": 32, "Mixed_7c": 32, "last": 32}
 
-BACKBONES: dict[str, BackboneSpec] = {
+class BackboneRegistry(dict):
+    """The fixed architectures (iteration lists these), plus families of names ``PREFIX:NAME``
+    resolved on first use: a module registers a resolver with ``register_family`` (e.g. ``timm``
+    in ``timm_backbones.py``: ``timm:resnet50``). A resolver returns the spec or raises
+    ``ValueError`` saying why the name is not its kind; several may share a prefix and are
+    tried in turn. ``name in BACKBONES`` is True for a fixed or resolvable name; ``BACKBONES[name]``
+    raises ``KeyError`` for an unknown name and that ``ValueError`` (one line: why) for a family
+    name none can resolve."""
+
+    def __init__(self, specs: dict[str, BackboneSpec]) -> None:
+        super().__init__(specs)
+        self._families: dict[str, list[Callable[[str], BackboneSpec]]] = {}
+        self._resolved: dict[str, BackboneSpec] = {}
+
+    def register_family(self, prefix: str, resolve: Callable[[str], BackboneSpec]) -> None:
+        self._families.setdefault(prefix, []).append(resolve)
+
+    def __missing__(self, name: str) -> BackboneSpec:
+        if name in self._resolved:
+            return self._resolved[name]
+        prefix, sep, rest = str(name).partition(":")
+        resolvers = self._families.get(prefix) if sep else None
+        if not resolvers:
+            raise KeyError(name)
+        reasons = []
+        for resolve in resolvers:
+            try:
+                spec = resolve(rest)
+            except ValueError as exc:
+                reasons.append(str(exc))
+                continue
+            self._resolved[name] = spec
+            return spec
+        raise ValueError(f"backbone {name!r}: " + "; ".join(reasons))
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        try:
+            self[name]
+        except (KeyError, ValueError):
+            return False
+        return True
+
+
+BACKBONES: BackboneRegistry = BackboneRegistry({
     "resnet18": _resnet_spec("resnet18", 1),
     "resnet34": _resnet_spec("resnet34", 1),
     "resnet50": _resnet_spec("resnet50", 4),
@@ -264,7 +309,7 @@ BACKBONES: dict[str, BackboneSpec] = {
         "small_cnn", lambda image_size: SmallCNN(), _small_cnn_features,
         {"stage1": 32, "stage2": 64, "stage3": 128, "stage4": 128, "last": 128},
         {"stage1": 2, "stage2": 4, "stage3": 8, "stage4": 16, "last": 16}),
-}
+})
 
 
 # --------------------------------------------------------------------------- weights
@@ -275,31 +320,104 @@ def format_keys(keys: list[str], limit: int = 8) -> str:
     return text + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
+#: what users are told a checkpoint is, when they open something else
+WHAT_IS_A_CHECKPOINT = ("A checkpoint is the .pt file that `dmlviewer train` or `dmlviewer import-model` writes "
+                        "(the model's configuration and weights, saved with torch.save); a torchvision state dict "
+                        "(.pth) is accepted as backbone weights (--pretrained FILE).")
+
+
 def _load_error_reason(exc: Exception) -> str:
-    """The informative line of a torch.load failure (e.g. the refused global), without colours."""
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
-    for line in lines:
-        if "Unsupported" in line or "WeightsUnpickler error" in line:
-            return line.replace("WeightsUnpickler error: ", "").split(" Please use")[0]
-    lines = [line for line in lines if line]
-    return lines[0] if lines else type(exc).__name__
+    """Why torch.load refused a file, in words (the refused global, a damaged archive), without
+    torch's advice to load it unsafely, colours or tracebacks."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"unsupported GLOBAL (\S+)", text, re.IGNORECASE)
+    if found:
+        return (f"it refers to the Python object {found.group(1)}, which a file of tensors and plain "
+                "values never does")
+    found = re.search(r"Unsupported (operand|class|type)[^\n.]*", text)
+    if found:
+        return f"it uses a pickle feature that files of tensors never need ({found.group(0).strip()})"
+    if "Weights only load failed" in text:
+        return "it holds Python objects other than tensors and plain values"
+    if "inline_container" in text or "PytorchStreamReader" in text or "zip archive" in text:
+        return "a damaged or truncated torch file, or a zip archive that is not one"
+    if isinstance(exc, (EOFError, OSError)) or "Invalid argument" in text or "EOF" in text:
+        return "a damaged or truncated file"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0][:160] if lines else type(exc).__name__
+    return first if not first.isdigit() else "not a torch file"
+
+
+def _torch_container(head: bytes) -> bool:
+    """Whether the first bytes can start a torch.save file: a zip archive (the current format)
+    or a pickle (the legacy format)."""
+    return head.startswith(b"PK\x03\x04") or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
+
+
+def _is_safetensors(path: Path) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON header."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return int.from_bytes(head[:8], "little") < path.stat().st_size
+
+
+def _read_safetensors(path: Path) -> dict:
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError:
+        raise CheckpointError(f"{path} is a safetensors file: reading it needs the package safetensors "
+                              "(pip install 'dmlviewer[timm]')") from None
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from None
 
 
 def read_weights_file(path: str | os.PathLike) -> dict:
-    """``torch.load(path, weights_only=True)`` on CPU; anything else is refused with ``CheckpointError``."""
+    """``torch.load(path, weights_only=True)`` on CPU (or a ``.safetensors`` file, tensors only);
+    anything else is refused with ``CheckpointError`` saying what the file looks like and what a
+    checkpoint is. Only regular files up to ``max_checkpoint_bytes`` are opened; torch's warnings
+    are not shown."""
+    import errno
+    import warnings
+
+    from dmlviewer.core.files import file_problem, sniff
+    from dmlviewer.core.limits import get_limit
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+    problem = file_problem(path, get_limit("max_checkpoint_bytes"))
+    if problem == "file not found":
+        raise FileNotFoundError(errno.ENOENT, "weights file not found", str(path))
+    if problem:
+        raise CheckpointError(f"cannot read {path}: it {problem}" if problem.startswith("is ")
+                              else f"cannot read {path}: {problem}")
+    if _is_safetensors(path):
+        return _read_safetensors(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not _torch_container(head):
+        raise CheckpointError(f"refusing to load {path}: it is not a checkpoint, it looks like {sniff(head)}. "
+                              f"{WHAT_IS_A_CHECKPOINT}")
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol ...": the refusal says enough
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise CheckpointError(f"{path}: not enough memory to read it") from None
     except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError ...
         raise CheckpointError(
-            f"refusing to load {path}: not a file of tensors and plain values "
-            f"(torch.load with weights_only=True rejected it: {_load_error_reason(exc)}); "
-            "nothing in it was run"
+            f"refusing to load {path}: not a file of tensors and plain values (torch.load with "
+            f"weights_only=True rejected it: {_load_error_reason(exc)}); nothing in it was run. {WHAT_IS_A_CHECKPOINT}"
         ) from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or checkpoint")
+        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or checkpoint. "
+                              f"{WHAT_IS_A_CHECKPOINT}")
     return data
 
 
@@ -363,9 +481,10 @@ class Backbone(nn.Module):
 
     def __init__(self, name: str, pretrained: str | None = None, image_size: int = 224) -> None:
         super().__init__()
-        if name not in BACKBONES:
-            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}")
-        self.spec = BACKBONES[name]
+        try:
+            self.spec = BACKBONES[name]  # a family name that cannot be resolved raises ValueError: why
+        except KeyError:
+            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}") from None
         self.name = name
         self.net = self.spec.build(int(image_size))
         if pretrained is not None:

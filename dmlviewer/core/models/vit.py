@@ -349,22 +349,11 @@ def read_timm_weights(path: str, ignore: tuple[str, ...] = ("head.", "head_dist.
     """A local timm state dict (``.pth`` read with ``weights_only=True``, or ``.safetensors``),
     unwrapped (``state_dict``/``model`` keys, ``module.`` prefixes), classifier keys dropped."""
     from .backbones import read_weights_file
-    from .errors import CheckpointError
 
-    if str(path).endswith(".safetensors"):
-        try:
-            from safetensors.torch import load_file
-        except ImportError as exc:
-            raise CheckpointError(f"{path}: reading .safetensors needs the safetensors package") from exc
-        try:
-            state = load_file(str(path), device="cpu")
-        except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file
-            raise CheckpointError(f"{path} is not a readable safetensors file ({type(exc).__name__})") from None
-    else:
-        state = read_weights_file(path)
-        for key in ("state_dict", "model"):
-            if isinstance(state.get(key), dict):
-                state = state[key]
+    state = read_weights_file(path)  # .safetensors included
+    for key in ("state_dict", "model"):
+        if isinstance(state.get(key), dict):
+            state = state[key]
     state = {k[len("module."):] if k.startswith("module.") else k: v for k, v in state.items()}
     return {k: v for k, v in state.items() if not k.startswith(ignore)}
 
