@@ -25,20 +25,28 @@ process's size. Elsewhere ``ru_maxrss`` is used (kilobytes on Linux, bytes on ma
 ``*_anon_mb`` figures split the resident memory at the end of a child into private memory
 (``RssAnon``) and the rest, mostly torch's shared libraries (``RssFile``, shared between
 processes), which are most of an otherwise empty app's figure.
-``--quick``: 6,000 extraction rows (the listing stays at full size: it takes seconds).
+- ``large``: the same window with a 1,000,000-image SOP-style listing and a feature file of
+  it open (1,000,000 x 512, :func:`write_feature_file`; its faiss index, when faiss is
+  installed, built beforehand in the parent): the peak after the listing, after opening the
+  features and an exact retrieval (the file is read lazily: paths and labels, embeddings
+  streamed; the index is held back until then so that it does not count here), after the
+  index is loaded and a retrieval through it, and after a PCA of every row in the embedding
+  view (``large_*``).
+
+``--quick``: 6,000 extraction rows and a 100,000-image large app (the 120,053 listing stays at
+full size: it takes seconds).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from dmlviewer.bench.child import _MB, _maxrss_mb, peak_rss_mb, rss_parts_mb, run_child  # noqa: F401 - re-exported
 from dmlviewer.bench.machine import describe
 
 #: Rows of the extraction run by default (the issue's N) and with ``--quick``.
@@ -46,53 +54,21 @@ EXTRACT_IMAGES = 60_000
 EXTRACT_IMAGES_QUICK = 6_000
 #: The synthetic images the extraction rows cycle over (classes x per_class, pixels).
 DEMO_CLASSES, DEMO_PER_CLASS, DEMO_SIZE = 10, 20, 64
+#: The listing and 512-d feature file of the large app measurement (``--quick``: smaller).
+LARGE_IMAGES = 1_000_000
+LARGE_IMAGES_QUICK = 100_000
 #: Seconds the app child lets the event loop run after the window is settled (paints, timers).
 SETTLE_S = 0.5
 
-_MB = 1024 * 1024
-
-
-def _proc_status_mb(*fields: str) -> dict[str, float]:
-    """The ``fields`` of ``/proc/self/status`` that exist, in MiB (none without /proc)."""
-    found = {}
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                name, _, value = line.partition(":")
-                if name in fields:
-                    found[name] = int(value.split()[0]) * 1024 / _MB
-    except OSError:
-        pass
-    return found
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process in MiB (see the module docstring for the source)."""
-    peak = _proc_status_mb("VmHWM").get("VmHWM")
-    return _maxrss_mb() if peak is None else peak
-
-
-def rss_parts_mb() -> dict[str, float]:
-    """Current resident memory split into ``anon`` (heap, arrays) and ``file`` (mapped shared
-    libraries, shared between processes) in MiB; empty without /proc."""
-    return {name[3:].lower(): mb for name, mb in _proc_status_mb("RssAnon", "RssFile").items()}
-
-
-def _maxrss_mb(children: bool = False) -> float:
-    """``ru_maxrss`` of this process (or of its largest reaped child) in MiB."""
-    try:
-        import resource
-    except ImportError as exc:  # Windows
-        raise RuntimeError("bench memory needs /proc or the resource module (Linux, macOS)") from exc
-    value = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
-    return value / _MB if sys.platform == "darwin" else value * 1024 / _MB
-
-
 def write_listing(root: Path, images: int | None = None) -> int:
     """An SOP-style listing in ``root``: the full 120,053 images of :func:`write_sop_listing`,
-    or its first ``images`` rows (half from each split file). Returns the number listed."""
+    its first ``images`` rows (half from each split file), or, above 120,053, the layout
+    scaled to ``images``. Returns the number listed."""
     from dmlviewer.bench.index import SPLITS, write_sop_listing
 
+    full = sum(n for _, n, _ in SPLITS)
+    if images is not None and images > full:
+        return write_sop_listing(root, images=images)
     total = write_sop_listing(root)
     if images is None or images >= total:
         return total
@@ -104,19 +80,26 @@ def write_listing(root: Path, images: int | None = None) -> int:
     return images
 
 
+def write_feature_file(path: Path, root: Path, dim: int = 512) -> int:
+    """A feature file for the listing in ``root``: one row per listed image (same paths and
+    labels), with the clustered unit vectors of ``bench search`` as embeddings (also stored
+    as ``embeddings_raw``, as an extraction writes both). Returns the number of rows."""
+    from dmlviewer.bench import search
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.evaluate import FeatureWriter
+
+    dataset = open_dataset(root)
+    centre = search.centres(dim)
+    with FeatureWriter(path, {"checkpoint_sha256": "0" * 64, "dataset_root": str(root), "dataset_format": "sop",
+                              "model_config": "{}"}) as writer:
+        for start, x in search.chunks(len(dataset), centre):
+            rows = slice(start, start + len(x))
+            writer.append(embeddings_raw=x, embeddings=x, labels=dataset.labels[rows],
+                          paths=dataset.paths[rows], split=[str(v) for v in dataset.split[rows]])
+    return len(dataset)
+
+
 # -- children --------------------------------------------------------------------------------
-
-def _run_child(entry: str, spec: dict, env: dict[str, str] | None = None, timeout_s: float = 600) -> dict:
-    """Run ``entry(spec)`` of this module in a fresh interpreter; its last stdout line is JSON."""
-    code = f"import json, sys; from dmlviewer.bench.memory import {entry}; {entry}(json.loads(sys.argv[1]))"
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout_s)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"memory benchmark child {entry} failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
-    return json.loads(lines[-1])
-
 
 def _app_child(spec: dict) -> None:
     """Child: open the window (on ``spec["root"]`` if given), wait for the first rows, report."""
@@ -159,7 +142,11 @@ def _app_child(spec: dict) -> None:
     if jobs:
         raise RuntimeError(f"{jobs} job(s) ran in the window (automatic feature extraction?): "
                            "the figure would include them")
+    listing_rss = peak_rss_mb()
+    features = _features_in_window(app, window, spec) if spec.get("features") else {}
     result = {
+        "listing_rss_mb": listing_rss,
+        **features,
         "rss_mb": peak_rss_mb(),
         **{f"rss_{k}_mb": v for k, v in rss_parts_mb().items()},
         "images": 0 if window.dataset is None else len(window.dataset),
@@ -170,6 +157,72 @@ def _app_child(spec: dict) -> None:
     }
     window.shutdown()
     sys.stdout.write(json.dumps(result) + "\n")
+
+
+def _wait(app, condition, timeout_s: float, what: str) -> float:
+    """Run the event loop until ``condition()``; seconds it took."""
+    start = time.perf_counter()
+    while not condition():
+        if time.perf_counter() - start > timeout_s:
+            raise RuntimeError(f"{what} did not happen within {timeout_s} s")
+        app.processEvents()
+        time.sleep(0.002)
+    return time.perf_counter() - start
+
+
+def _features_in_window(app, window, spec: dict) -> dict:
+    """Open ``spec["features"]`` in the window, retrieve for two queries (exact, then through
+    the index when one is kept), project the file (PCA over every row) in the embedding view;
+    times and peak RSS after each step."""
+    from dmlviewer.gui.embedding_view import EmbeddingView, projection_job
+
+    from dmlviewer.gui import search_index
+
+    report: dict = {}
+    start = time.perf_counter()
+    threshold, search_index.INDEX_MIN_ROWS = search_index.INDEX_MIN_ROWS, 2**62  # exact first, alone
+    try:
+        if not window.open_features(spec["features"]):
+            raise RuntimeError(f"MainWindow.open_features({spec['features']!r}) failed")
+    finally:
+        search_index.INDEX_MIN_ROWS = threshold
+    report["features_open_s"] = time.perf_counter() - start
+    report["features_rows"] = len(window.features)
+    panel = window.retrieval
+
+    def retrieve(query: int) -> float:
+        panel.results = []
+        start = time.perf_counter()
+        panel.set_query(query)
+        _wait(app, lambda: bool(panel.results), spec["timeout_s"], "retrieval")
+        return time.perf_counter() - start
+
+    report["exact_retrieval_s"] = retrieve(int(spec["queries"][0]))
+    report["features_rss_mb"] = peak_rss_mb()
+    keeper = window.index_keeper
+    keeper.set_features(window.features)  # now the index (a job, when faiss is installed)
+    if keeper.job is not None:
+        report["index_wait_s"] = _wait(app, lambda: keeper.job is None, spec["timeout_s"], "the index job")
+        if panel.index is None:
+            raise RuntimeError("the index job ended without an index")
+        report["index_retrieval_s"] = retrieve(int(spec["queries"][1]))
+        report["index_rss_mb"] = peak_rss_mb()
+    view = EmbeddingView(window.runner)
+    start = time.perf_counter()
+    result = None
+    for event in projection_job(spec["features"], "pca"):
+        if event.kind == "done":
+            result = event.data["result"]
+    view.show_projection(result)
+    view.resize(900, 760)
+    view.show()
+    app.processEvents()
+    report["pca_s"] = time.perf_counter() - start
+    report["pca_points"] = result["projected"]
+    report["pca_drawn"] = len(result["xy"])
+    report["embedding_rss_mb"] = peak_rss_mb()
+    view.close()
+    return report
 
 
 def _extract_child(spec: dict) -> None:
@@ -213,11 +266,15 @@ def _extract_child(spec: dict) -> None:
 
 # -- measurements ----------------------------------------------------------------------------
 
-def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float = 120) -> dict:
+def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float = 120,
+               features: bool = False) -> dict:
     """Peak RSS of a fresh app process with the window shown: with an SOP-style listing of
     ``images`` rows (None: the full 120,053) or, with ``dataset=False``, with nothing open.
-    Returns the child's report (``rss_mb``, ``images``, ``rows_shown``, ``placeholders``,
-    ``jobs``, ``seconds``)."""
+    With ``features``, a feature file of the listing (:func:`write_feature_file`, 512-d) is
+    opened too, retrieved from and projected (:func:`_features_in_window`); when faiss is
+    installed its index is built beforehand in this process, so the window only loads it.
+    Returns the child's report (``rss_mb``, ``listing_rss_mb``, ``images``, ``rows_shown``,
+    ``placeholders``, ``jobs``, ``seconds``, and the features' figures)."""
     with tempfile.TemporaryDirectory(prefix="dmlviewer-bench-memory-") as tmp:
         tmp = Path(tmp)
         env = {"QT_QPA_PLATFORM": "offscreen"}
@@ -225,12 +282,26 @@ def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float
             env[name] = str(tmp / name.lower())
             Path(env[name]).mkdir()
         root = None
+        spec: dict = {"timeout_s": timeout_s}
         if dataset:
             root = tmp / "sop"
             root.mkdir()
-            write_listing(root, images)
-        spec = {"root": None if root is None else str(root), "timeout_s": timeout_s}
-        return _run_child("_app_child", spec, env, timeout_s + 120)
+            n = write_listing(root, images)
+            if features:
+                from dmlviewer.core.evaluate import search
+                from dmlviewer.core.progress import run_to_end
+                from dmlviewer.gui.search_index import INDEX_MIN_ROWS
+
+                path = tmp / "features.h5"
+                write_feature_file(path, root)
+                if search.faiss_module() is not None and n >= INDEX_MIN_ROWS:
+                    spec["index_build_s"] = run_to_end(search.build_index(path))["seconds"]
+                spec.update(features=str(path), queries=[n // 3, (2 * n) // 3])
+        spec["root"] = None if root is None else str(root)
+        report = run_child(__name__, "_app_child", spec, env, timeout_s + 600)
+        if "index_build_s" in spec:
+            report["index_build_s"] = spec["index_build_s"]
+        return report
 
 
 def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size: int = 128,
@@ -241,7 +312,7 @@ def extract_memory(images: int = EXTRACT_IMAGES, device: str = "cpu", batch_size
     with tempfile.TemporaryDirectory(prefix="dmlviewer-bench-memory-") as tmp:
         spec = {"tmp": tmp, "images": images, "device": device, "batch_size": batch_size,
                 "num_workers": num_workers}
-        return _run_child("_extract_child", spec, timeout_s=timeout_s)
+        return run_child(__name__, "_extract_child", spec, timeout_s=timeout_s)
 
 
 def run(args: argparse.Namespace | None = None) -> dict:
@@ -252,6 +323,7 @@ def run(args: argparse.Namespace | None = None) -> dict:
     empty = app_memory(dataset=False)
     listing = app_memory()
     extract = extract_memory(EXTRACT_IMAGES_QUICK if quick else EXTRACT_IMAGES, device)
+    large = app_memory(LARGE_IMAGES_QUICK if quick else LARGE_IMAGES, features=True, timeout_s=1200)
 
     def mb(report: dict, key: str) -> float | None:
         return None if report.get(key) is None else round(report[key], 1)
@@ -274,6 +346,20 @@ def run(args: argparse.Namespace | None = None) -> dict:
         "extract_seconds": round(extract["seconds"], 2),
         "images_per_s": round(extract["images"] / extract["seconds"], 1),
         "extract_file_mb": mb(extract, "file_mb"),
+        "large_images": large["images"],
+        "large_listing_rss_mb": mb(large, "listing_rss_mb"),
+        "large_features_rss_mb": mb(large, "features_rss_mb"),
+        "large_index_rss_mb": mb(large, "index_rss_mb"),
+        "large_embedding_rss_mb": mb(large, "embedding_rss_mb"),
+        "large_rss_mb": mb(large, "rss_mb"),
+        "large_listing_open_s": round(large["seconds"], 2),
+        "large_features_open_s": round(large["features_open_s"], 2),
+        "large_exact_retrieval_s": round(large["exact_retrieval_s"], 3),
+        "large_index_retrieval_s": None if "index_retrieval_s" not in large else round(large["index_retrieval_s"], 3),
+        "large_index_build_s": None if "index_build_s" not in large else round(large["index_build_s"], 1),
+        "large_index_load_s": None if "index_wait_s" not in large else round(large["index_wait_s"], 1),
+        "large_pca_s": round(large["pca_s"], 2),
+        "large_pca_drawn": large["pca_drawn"],
         "model": f"small_cnn@{DEMO_SIZE}",
         "device": device,
         "num_workers": extract["num_workers"],

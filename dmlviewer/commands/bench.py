@@ -24,6 +24,7 @@ BENCHMARKS = {
     "index": "index",
     "memory": "memory",
     "faithfulness": "faithfulness",
+    "search": "search",
 }
 
 
@@ -34,7 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), help="benchmark to run")
     p.add_argument("--all", action="store_true", help="run every benchmark")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
-    p.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke run)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller sizes for a smoke run (search and the large app: 100,000 rows; index: "
+                        "200,000; metrics: 5,000; extraction: 6,000)")
+    p.add_argument("--size", type=int, default=None, metavar="N",
+                   help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
     p.set_defaults(func=run)
 
@@ -72,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(result: dict) -> str:
-    keys = [k for k in ("ratio", "whole_run_s", "scaling", "p50_ms", "p95_ms", "seconds", "events", "app_rss_mb", "listing_rss_mb",
-                        "extract_rss_mb", "images_per_s") if k in result]
+    keys = [k for k in ("ratio", "whole_run_s", "scaling", "p50_ms", "p95_ms", "seconds", "events", "app_rss_mb",
+                        "listing_rss_mb", "extract_rss_mb", "images_per_s", "query_ms", "recall@10", "floor_ratio",
+                        "million_seconds", "browser_filter_worst_ms", "large_rss_mb") if k in result]
     parts = ", ".join(f"{k}={result[k]}" for k in keys)
     return f"{result['benchmark']}: {parts} ({result.get('wall_s')} s)"

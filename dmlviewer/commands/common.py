@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -189,3 +190,13 @@ def drive(job, label: str):
     if tty:
         sys.stderr.write("\n")
     return result
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit(143)`` so that ``finally`` blocks and writers' aborts run
+    (torchrun stops the remaining ranks with SIGTERM when one fails); only from the main thread."""
+
+    def handler(signum, _frame) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)

@@ -1,12 +1,15 @@
 """``dmlviewer evaluate``: extract features to HDF5 and print the metrics.
 
 With ``--json`` stdout holds exactly the metrics of DESIGN.md ("Metrics JSON keys"); progress
-goes to stderr.
+goes to stderr. Under ``torchrun`` (``torchrun --nproc_per_node N -m dmlviewer evaluate ...``)
+the ranks share the extraction and only rank 0 writes the file and prints; a failed or killed
+rank ends every rank with one line and status 1, and no feature file is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -46,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import check_output_file, print_json
+    from dmlviewer.commands.common import check_output_file, exit_on_sigterm, print_json
     from dmlviewer.core.evaluate import evaluate
 
     from dmlviewer.commands.common import model_source_exists
@@ -57,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"dataset folder not found: {args.dataset}")
     check_output_file(args.out, "feature file")
     metrics = None
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails
     try:
         for event in evaluate(args.checkpoint, args.dataset, args.split, args.out, args.batch_size,
                               args.device, args.format, args.ks, args.num_workers, args.protocol):
@@ -70,6 +76,16 @@ def run(args: argparse.Namespace) -> int:
                 metrics = event.data["result"]
     except ValueError as exc:  # a bad device or an empty split; bad files are reported by the cli
         raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        if not distributed:
+            raise
+        rank = os.environ.get("RANK", "?")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.stderr.write(f"dmlviewer evaluate: error: rank {rank}: the distributed run failed ({first}); "
+                         "no feature file was written\n")
+        return 1
+    if metrics is None:  # not rank 0 of a distributed run
+        return 0
     if args.json:
         print_json(metrics)
     else:

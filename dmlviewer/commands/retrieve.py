@@ -4,6 +4,11 @@
 Sec. 5.4): the query is the partial feature of that region (pixels of the original query
 image, read from the feature file's ``dataset_root``), computed and ranked by
 ``dmlviewer.core.explain.region_query``; the query image itself stays among the candidates.
+
+The feature file is opened lazily and searched exactly (streamed in chunks: a million rows
+need no more memory than one chunk). ``--index`` searches through the approximate faiss index
+beside the file instead (``core.evaluate.search``), building it first when it is missing or
+stale (progress on stderr).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "x, y; this order is rows, columns")
     p.add_argument("--checkpoint", metavar="C", help="model for --region")
     add_device(p, default="cpu", what=" (for --region)")
+    p.add_argument("--index", action="store_true",
+                   help="search through the approximate index beside the feature file (faiss, the 'search' "
+                        "extra), building it first when it is missing or stale; default: exact search")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=run)
 
@@ -46,16 +54,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import print_json
-    from dmlviewer.core.evaluate import read_features, retrieve
+    from dmlviewer.core.evaluate import open_features, retrieve
 
     if not Path(args.features).exists():
         raise UsageError(f"feature file not found: {args.features}")
     if args.checkpoint and not args.region:
         raise UsageError("--checkpoint is only used with --region")
-    features = read_features(args.features, include_raw=False, include_groups=False)  # StoreError: cli
+    features = open_features(args.features)  # lazy: embeddings are streamed; StoreError: cli
     if not 0 <= args.query < len(features):
         raise UsageError(f"--query {args.query} out of range: {args.features} has {len(features)} images "
                          f"(0..{len(features) - 1})")
+    index = _index(args) if args.index else None
     if args.region:
         if not args.checkpoint:
             raise UsageError("--region needs --checkpoint (the model that computes the region's feature)")
@@ -63,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
         if not model_source_exists(args.checkpoint):
             raise UsageError(f"checkpoint not found: {args.checkpoint}")
-        results = _region_results(args, features)
+        results = _region_results(args, features, index)
     else:
-        results = retrieve(features, args.query, args.k)
+        results = retrieve(features, args.query, args.k, index=index)
     query = {"index": args.query, "path": features.paths[args.query], "label": int(features.labels[args.query])}
     if args.region:
         query["region"] = list(args.region)
@@ -78,7 +87,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _region_results(args: argparse.Namespace, features) -> list[dict]:
+def _index(args: argparse.Namespace):
+    from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import drive
+    from dmlviewer.core.evaluate.search import faiss_module, prepare_index
+
+    if faiss_module() is None:
+        raise UsageError("--index needs faiss: pip install 'dmlviewer[search]'")
+    try:
+        return drive(prepare_index(args.features), "search index")
+    except PermissionError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _region_results(args: argparse.Namespace, features, index=None) -> list[dict]:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.data import load_image
     from dmlviewer.core.data.images import check_inside
@@ -97,6 +119,6 @@ def _region_results(args: argparse.Namespace, features) -> list[dict]:
         check_inside(root, image_path)
         image = load_image(image_path)
         model, _ = open_model(args.checkpoint, device)
-        return region_query(model, image, args.region, features, k=args.k, device=device)
+        return region_query(model, image, args.region, features, k=args.k, device=device, index=index)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

@@ -1,10 +1,14 @@
 """The dataset browser: a virtualized thumbnail grid with split/class filters and name search.
 
-One ``QListView`` (wrapping left-to-right flow, uniform item sizes, fixed grid) over a
-``QAbstractListModel`` whose rows are an index array into the :class:`Dataset`: no widget per
-image, filtering is numpy on the whole listing (fast on 120,000 rows), and thumbnails come
-from the shared :class:`~dmlviewer.gui.thumbnails.ThumbnailLoader` only for the rows on
-screen.
+The grid is a ``QTableView`` with fixed-size, header-less cells over a table model whose
+cells, read row by row, are an index array into the :class:`Dataset` (``model.rows``; the
+number of columns follows the view's width). A ``QListView`` would be the obvious choice, but
+its layout asks the model for every row (three Python calls per image on every reset, 6 s for
+a million images); the table view only asks for the cells on screen, and its fixed sections
+cost nothing per row. No widget per image; filtering is numpy on the whole listing and name
+search one substring scan over all file names joined into one string (both well under
+200 ms on a million images); thumbnails come from the shared
+:class:`~dmlviewer.gui.thumbnails.ThumbnailLoader` only for the cells on screen.
 
 Choosing images: a click makes the image the query, Ctrl+click (or "Set as reference" in the
 context menu) makes it the reference. The query is framed blue with a "Q" badge, the
@@ -15,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import numpy as np
-from PySide6.QtCore import (QAbstractListModel, QModelIndex, QPoint, QRect, QSize, Qt, QTimer,
-                            Signal)
+from PySide6.QtCore import (QAbstractTableModel, QEvent, QModelIndex, QPoint, QRect, QSize, QStringListModel, Qt,
+                            QTimer, Signal)
 from PySide6.QtGui import QAction, QColor, QFont, QGuiApplication, QPainter, QPen
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QLineEdit, QListView, QMenu,
-                               QStyle, QStyledItemDelegate, QStyleOptionViewItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel,
+                               QLineEdit, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem,
+                               QTableView, QVBoxLayout, QWidget)
 
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 
@@ -35,15 +39,19 @@ MARK_ROLE = Qt.UserRole + 2  # "query", "reference" or None
 BROKEN_ROLE = Qt.UserRole + 3  # reason the image cannot be read, or None
 
 
-class ThumbnailModel(QAbstractListModel):
-    """Rows = filtered dataset indices; decoration = the loader's thumbnail or None."""
+class ThumbnailModel(QAbstractTableModel):
+    """Cells = filtered dataset indices laid out row by row in ``columns`` columns (a
+    position ``p`` of the listing is cell ``(p // columns, p % columns)``); decoration = the
+    loader's thumbnail or None. Cells past the end of the listing are empty."""
 
     def __init__(self, loader: ThumbnailLoader, parent=None) -> None:
         super().__init__(parent)
         self.loader = loader
         self.dataset = None
         self.rows = np.zeros(0, dtype=np.int64)
-        self._names: np.ndarray = np.zeros(0, dtype=object)
+        self.columns = 1
+        self._names = np.zeros(0, dtype=np.uint8)  # every file name, UTF-8, lower case, each after a newline
+        self._name_starts = np.zeros(0, dtype=np.int64)
         self._marks: dict[int, str] = {}
         loader.ready.connect(self._on_ready)
 
@@ -54,11 +62,45 @@ class ThumbnailModel(QAbstractListModel):
         self._marks = {}
         if dataset is None:
             self.rows = np.zeros(0, dtype=np.int64)
-            self._names = np.zeros(0, dtype=object)
+            self._names, self._name_starts = np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
         else:
             self.rows = np.arange(len(dataset), dtype=np.int64)
-            self._names = np.array([p.rsplit("/", 1)[-1].lower() for p in dataset.paths], dtype=object)
+            joined = ("\n" + "\n".join(p.rsplit("/", 1)[-1] for p in dataset.paths)).lower().encode("utf-8")
+            self._names = np.frombuffer(joined, dtype=np.uint8)
+            self._name_starts = np.flatnonzero(self._names == ord("\n"))  # offset of each name's newline
+            if len(self._name_starts) != len(dataset):  # a file name holding a newline
+                joined = ("\n" + "\n".join(p.rsplit("/", 1)[-1].replace("\n", " ") for p in dataset.paths)).lower()
+                self._names = np.frombuffer(joined.encode("utf-8"), dtype=np.uint8)
+                self._name_starts = np.flatnonzero(self._names == ord("\n"))
         self.endResetModel()
+
+    def count(self) -> int:
+        """Images shown (after filtering)."""
+        return len(self.rows)
+
+    def set_columns(self, columns: int) -> None:
+        columns = max(1, int(columns))
+        if columns != self.columns:
+            self.beginResetModel()
+            self.columns = columns
+            self.endResetModel()
+
+    def name_matches(self, text: str) -> np.ndarray:
+        """Sorted dataset indices whose file name contains ``text`` (lower case, no newline).
+
+        The names are one byte array (UTF-8, lower case, each preceded by a newline): the
+        positions of the first byte of ``text`` are found in one vectorized pass, then
+        narrowed byte by byte, and mapped back to names by binary search over their offsets.
+        A match cannot span two names since ``text`` holds no newline."""
+        needle = np.frombuffer(text.lower().encode("utf-8"), dtype=np.uint8)
+        data = self._names
+        if len(needle) == 0 or len(needle) > len(data):
+            return np.zeros(0, dtype=np.int64)
+        cand = np.flatnonzero(data[: len(data) - len(needle) + 1] == needle[0])
+        for j in range(1, len(needle)):
+            cand = cand[data[cand + j] == needle[j]]
+        names = np.searchsorted(self._name_starts, cand, side="right") - 1  # sorted, as cand is
+        return names[np.concatenate(([True], names[1:] != names[:-1]))] if len(names) else names
 
     def set_filter(self, split: str | None = None, label: int | None = None, text: str = "") -> None:
         """Keep rows of ``split`` (None: all), class ``label`` (None: all) whose file name
@@ -71,13 +113,11 @@ class ThumbnailModel(QAbstractListModel):
             mask &= ds.split == split
         if label is not None:
             mask &= ds.labels == label
-        text = text.strip().lower()
+        text = text.strip().lower().replace("\n", "")
         if text:
-            candidates = np.flatnonzero(mask)
-            names = self._names
-            hits = [i for i in candidates.tolist() if text in names[i]]
-            mask[:] = False
-            mask[np.asarray(hits, dtype=np.int64)] = True
+            hits = np.zeros(len(ds), dtype=bool)
+            hits[self.name_matches(text)] = True
+            mask &= hits
         self.beginResetModel()
         self.rows = np.flatnonzero(mask).astype(np.int64)
         self.endResetModel()
@@ -93,18 +133,33 @@ class ThumbnailModel(QAbstractListModel):
             self._emit_changed(index)
 
     def row_of(self, index: int) -> int | None:
-        """Row of dataset index ``index`` in the filtered listing (rows are sorted)."""
+        """Position of dataset index ``index`` in the filtered listing (rows are sorted)."""
         pos = int(np.searchsorted(self.rows, index))
         return pos if pos < len(self.rows) and self.rows[pos] == index else None
 
+    def cell(self, position: int) -> QModelIndex:
+        """The model index of listing position ``position``."""
+        return self.index(position // self.columns, position % self.columns)
+
+    def position(self, index: QModelIndex) -> int | None:
+        p = index.row() * self.columns + index.column()
+        return p if index.isValid() and p < len(self.rows) else None
+
     # -- Qt model
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt API
-        return 0 if parent.isValid() else len(self.rows)
+        return 0 if parent.isValid() else -(-len(self.rows) // self.columns)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: N802 - Qt API
+        return 0 if parent.isValid() else self.columns
+
+    def flags(self, index: QModelIndex):
+        return Qt.ItemIsEnabled | Qt.ItemIsSelectable if self.position(index) is not None else Qt.NoItemFlags
 
     def data(self, index: QModelIndex, role: int = Qt.DisplayRole):
-        if not index.isValid() or self.dataset is None:
+        p = self.position(index)
+        if p is None or self.dataset is None:
             return None
-        i = int(self.rows[index.row()])
+        i = int(self.rows[p])
         if role == Qt.DecorationRole:
             return self.loader.thumbnail(i)
         if role == Qt.DisplayRole:
@@ -126,7 +181,7 @@ class ThumbnailModel(QAbstractListModel):
     def _emit_changed(self, index: int) -> None:
         row = self.row_of(index)
         if row is not None:
-            qi = self.index(row)
+            qi = self.cell(row)
             self.dataChanged.emit(qi, qi, [Qt.DecorationRole])
 
     def _on_ready(self, index: int) -> None:
@@ -189,12 +244,39 @@ class ThumbnailDelegate(QStyledItemDelegate):
         painter.restore()
 
 
-class _GridView(QListView):
-    """The grid; remembers the keyboard modifiers of the last mouse press (Ctrl = reference)."""
+class _GridView(QTableView):
+    """The grid: a header-less table of fixed cells; remembers the keyboard modifiers of the
+    last mouse press (Ctrl = reference)."""
 
-    def __init__(self, parent=None) -> None:
+    def __init__(self, cell: QSize, parent=None) -> None:
         super().__init__(parent)
         self.press_modifiers = Qt.NoModifier
+        self._cell = cell
+        for header, size in ((self.horizontalHeader(), cell.width()), (self.verticalHeader(), cell.height())):
+            header.hide()
+            header.setSectionResizeMode(QHeaderView.Fixed)
+            header.setMinimumSectionSize(1)
+            header.setDefaultSectionSize(size)
+        self.setShowGrid(False)
+        self.setWordWrap(False)
+        self.setCornerButtonEnabled(False)
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.setSelectionBehavior(QAbstractItemView.SelectItems)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.setMouseTracking(True)
+
+    viewport_resized = Signal()
+
+    def gridSize(self) -> QSize:  # noqa: N802 - as QListView's
+        return QSize(self._cell)
+
+    def viewportEvent(self, event) -> bool:  # noqa: N802 - Qt API
+        handled = super().viewportEvent(event)
+        if event.type() == QEvent.Resize:
+            self.viewport_resized.emit()
+        return handled
 
     def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt API
         self.press_modifiers = event.modifiers()
@@ -219,6 +301,8 @@ class DatasetBrowser(QWidget):
         self.class_combo.setToolTip("Show only this class")
         self.class_combo.setMinimumContentsLength(10)
         self.class_combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self._class_names = QStringListModel(self)
+        self.class_combo.setModel(self._class_names)
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search file names…")
         self.search.setClearButtonEnabled(True)
@@ -227,27 +311,16 @@ class DatasetBrowser(QWidget):
         self.count = QLabel("No dataset")
         self.count.setObjectName("browserCount")
 
-        self.view = _GridView()
+        self.view = _GridView(QSize(thumb + 8, thumb + ThumbnailDelegate.TEXT_H + 8))
         self.view.setModel(self.model)
         self.view.setItemDelegate(ThumbnailDelegate(thumb, self.view))
-        self.view.setViewMode(QListView.ListMode)
-        self.view.setFlow(QListView.LeftToRight)
-        self.view.setWrapping(True)
-        self.view.setResizeMode(QListView.Adjust)
-        self.view.setMovement(QListView.Static)
-        self.view.setUniformItemSizes(True)
-        self.view.setLayoutMode(QListView.SinglePass)
-        self.view.setVerticalScrollMode(QListView.ScrollPerPixel)
-        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.view.verticalScrollBar().setSingleStep(thumb // 3)
-        self.view.setGridSize(QSize(thumb + 8, thumb + ThumbnailDelegate.TEXT_H + 8))
-        self.view.setSelectionMode(QListView.SingleSelection)
-        self.view.setMouseTracking(True)
         self.view.setContextMenuPolicy(Qt.CustomContextMenu)
         self.view.customContextMenuRequested.connect(self._context_menu)
         self.view.clicked.connect(self._on_clicked)
         self.view.activated.connect(self._on_activated)
         self.view.verticalScrollBar().valueChanged.connect(self._schedule_visible)
+        self.view.viewport_resized.connect(self._fit_columns)
         self.model.modelReset.connect(self._schedule_visible)
 
         self._search_timer = QTimer(self, singleShot=True, interval=150)
@@ -282,10 +355,11 @@ class DatasetBrowser(QWidget):
         if dataset is not None:
             for split in sorted(set(dataset.split.tolist())):
                 self.split_combo.addItem(str(split), str(split))
-        self.class_combo.addItem("All classes", None)
-        if dataset is not None:
-            for label, name in enumerate(dataset.class_names):
-                self.class_combo.addItem(f"{label}: {name}", label)
+        # One string list model (a C++ list, 0.07 s for 190,000 classes; addItem per class
+        # takes seconds): entry 0 is "All classes", entry label + 1 the class ``label``.
+        names = [] if dataset is None else [f"{label}: {name}" for label, name in enumerate(dataset.class_names)]
+        self._class_names.setStringList(["All classes", *names])
+        self.class_combo.setCurrentIndex(0)
         for combo in (self.split_combo, self.class_combo):
             combo.blockSignals(False)
         self.search.blockSignals(True)
@@ -297,22 +371,34 @@ class DatasetBrowser(QWidget):
     def set_marks(self, query: int | None, reference: int | None) -> None:
         self.model.set_marks(query, reference)
 
+    def class_filter(self) -> int | None:
+        """The class chosen in the class filter (None: all)."""
+        entry = self.class_combo.currentIndex()
+        return entry - 1 if entry > 0 else None
+
+    def set_class_filter(self, label: int | None) -> None:
+        self.class_combo.setCurrentIndex(0 if label is None else int(label) + 1)
+
     def select_index(self, index: int) -> None:
         """Scroll to and select dataset index ``index`` if the filter shows it."""
         row = self.model.row_of(index)
         if row is not None:
-            qi = self.model.index(row)
+            qi = self.model.cell(row)
             self.view.setCurrentIndex(qi)
             self.view.scrollTo(qi)
 
+    def position_rect(self, position: int) -> QRect:
+        """The viewport rectangle of listing position ``position``."""
+        return self.view.visualRect(self.model.cell(position))
+
     def visible_rows(self) -> range:
-        """Rows whose cells intersect the viewport (from the fixed grid geometry)."""
-        n = self.model.rowCount()
+        """Listing positions whose cells intersect the viewport (from the fixed grid geometry)."""
+        n = self.model.count()
         grid = self.view.gridSize()
         vp = self.view.viewport()
-        if n == 0 or grid.width() <= 0 or vp.width() <= 0 or vp.height() <= 0:
+        if n == 0 or vp.width() <= 0 or vp.height() <= 0:
             return range(0)
-        cols = max(1, vp.width() // grid.width())
+        cols = self.model.columns
         top = self.view.verticalScrollBar().value()
         first_line = top // grid.height()
         last_line = (top + vp.height() - 1) // grid.height()
@@ -330,9 +416,21 @@ class DatasetBrowser(QWidget):
         super().resizeEvent(event)
         self._schedule_visible()
 
+    def _fit_columns(self) -> None:
+        """As many columns as whole cells fit the viewport (keeping the current image in view)."""
+        width = self.view.viewport().width()
+        if width <= 0:
+            return
+        columns = max(1, width // self.view.gridSize().width())
+        if columns != self.model.columns:
+            current = self.model.position(self.view.currentIndex())
+            self.model.set_columns(columns)
+            if current is not None:
+                self.view.setCurrentIndex(self.model.cell(current))
+                self.view.scrollTo(self.model.cell(current))
+
     def _apply_filter(self) -> None:
-        self.model.set_filter(self.split_combo.currentData(), self.class_combo.currentData(),
-                              self.search.text())
+        self.model.set_filter(self.split_combo.currentData(), self.class_filter(), self.search.text())
         self._update_count()
 
     def _update_count(self) -> None:
@@ -340,10 +438,10 @@ class DatasetBrowser(QWidget):
         if ds is None:
             self.count.setText("No dataset")
         else:
-            self.count.setText(f"{self.model.rowCount():,} of {len(ds):,} images")
+            self.count.setText(f"{self.model.count():,} of {len(ds):,} images")
 
     def _index_at(self, qi: QModelIndex) -> int | None:
-        return None if not qi.isValid() else int(qi.data(INDEX_ROLE))
+        return None if self.model.position(qi) is None else int(qi.data(INDEX_ROLE))
 
     def _on_clicked(self, qi: QModelIndex) -> None:
         index = self._index_at(qi)

@@ -6,9 +6,14 @@ minutes); the GUI only draws it as one ``ScatterPlotItem``. Hovering a point sho
 point emits ``query_selected(row, path)`` so the main window can make that image the query.
 
 PCA: the embeddings are centred and projected on their first two right singular vectors (the
-directions of largest variance). t-SNE: scikit-learn's ``TSNE`` (cosine metric, PCA
-initialisation, perplexity min(30, (n - 1) / 3)) on at most ``max_points`` rows drawn at
-random (seeded), with its OpenMP threads limited to all cores but one.
+directions of largest variance), always over every row: the file is read in chunks of rows
+(``core.evaluate.projection``), so a million rows need no more memory than their 2-D
+coordinates. t-SNE: scikit-learn's ``TSNE`` (cosine metric, PCA initialisation, perplexity
+min(30, (n - 1) / 3)) on at most ``max_points`` rows drawn at random (seeded), with its OpenMP
+threads limited to all cores but one; the status line says how many of how many rows it used.
+Above :data:`SCATTER_MAX` projected points, all of them are shown as a shaded density image
+and a seeded sample of ``SCATTER_MAX`` as the interactive points (hover, click): a scatter
+item of a million points would take seconds to draw and to hit-test.
 """
 
 from __future__ import annotations
@@ -32,36 +37,55 @@ from dmlviewer.gui.worker import Job, JobRunner
 log = logging.getLogger(__name__)
 
 METHODS = ("pca", "tsne")
+#: Most points drawn as individual (hoverable) markers; beyond, a density image shows them all.
+SCATTER_MAX = 50_000
+DENSITY_BINS = 400
 
 
 def pca_2d(x: np.ndarray) -> np.ndarray:
-    """N x 2 coordinates on the two directions of largest variance."""
-    x = np.asarray(x, dtype=np.float64)
-    centred = x - x.mean(axis=0, keepdims=True)
-    _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    return (centred @ vt[:2].T).astype(np.float32) if vt.shape[0] >= 2 else np.zeros((len(x), 2), np.float32)
+    """N x 2 coordinates on the two directions of largest variance (of rows in memory)."""
+    from dmlviewer.core.evaluate.projection import pca_project
+
+    x = np.asarray(x)
+    if len(x) < 2 or x.shape[1] < 2:
+        return np.zeros((len(x), 2), np.float32)
+    return pca_project(lambda: iter([(0, x)]))
 
 
 def projection_job(features_path: str, method: str = "pca", max_points: int = 5000, seed: int = 0,
                    cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Read a features file and project its embeddings to 2-D. Result: ``rows`` (the file's
-    rows that were projected), ``xy`` (len(rows) x 2), ``labels``, ``paths``, ``root``."""
-    from dmlviewer.core.evaluate import read_features
+    rows drawn as points), ``xy`` (len(rows) x 2), ``labels``, ``paths``, ``root``, ``method``,
+    ``total`` (rows in the file), ``projected`` (rows the projection used) and, when not every
+    projected row is drawn, ``density`` (``image``: bins x bins counts, ``rect``: x, y, w, h)."""
+    from dmlviewer.core.evaluate import open_features
 
     if method not in METHODS:
         raise ValueError(f"unknown projection {method!r}; choose from {', '.join(METHODS)}")
-    features = read_features(features_path, include_raw=False, include_groups=False)
+    features = open_features(features_path)
     n = len(features)
-    rows = np.arange(n)
-    if method == "tsne" and n > max_points:
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=max_points, replace=False))
-    x = features.embeddings[rows]
-    yield Progress("log", 0, 1, f"{method.upper()} of {len(rows)} embeddings of size {x.shape[1]}")
-    if cancel is not None:
-        cancel.raise_if_cancelled()
-    if method == "pca" or len(rows) < 5:
-        xy = pca_2d(x)
+    rng = np.random.default_rng(seed)
+    density = None
+    if method == "pca" or n < 5:
+        yield Progress("log", 0, 1, f"PCA of all {n} embeddings of size {features.dim}")
+        xy_all = np.zeros((n, 2), np.float32)
+        if n >= 2 and features.dim >= 2:
+            yield from _streamed_pca(features, xy_all, cancel)
+        projected = n
+        rows = np.arange(n)
+        if n > SCATTER_MAX:
+            density = _density(xy_all)
+            rows = np.sort(rng.choice(n, size=SCATTER_MAX, replace=False))
+        xy = xy_all[rows]
     else:
+        rows = np.arange(n)
+        if n > max_points:
+            rows = np.sort(rng.choice(n, size=max_points, replace=False))
+        x = features.read("embeddings", rows)
+        projected = len(rows)
+        yield Progress("log", 0, 1, f"t-SNE of {len(rows)} of {n} embeddings of size {x.shape[1]}")
+        if cancel is not None:
+            cancel.raise_if_cancelled()
         from sklearn.manifold import TSNE
         from threadpoolctl import threadpool_limits
 
@@ -71,19 +95,51 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
         with threadpool_limits(max(1, (os.cpu_count() or 2) - 1), user_api="openmp"):
             xy = TSNE(n_components=2, perplexity=perplexity, metric="cosine", init="pca",
                       random_state=seed).fit_transform(x).astype(np.float32)
-    yield Progress("done", 1, 1, data={"result": {
-        "rows": rows, "xy": xy, "labels": features.labels[rows],
-        "paths": [features.paths[i] for i in rows],
+    result = {  # labels and paths of the drawn rows only
+        "rows": rows, "xy": xy, "labels": features.read("labels", rows).astype(np.int64),
+        "paths": features.read("paths", rows).tolist(),
         "root": str(features.attrs.get("dataset_root", "")), "method": method,
-    }})
+        "total": n, "projected": projected,
+    }
+    if density is not None:
+        result["density"] = density
+    yield Progress("done", 1, 1, data={"result": result})
+
+
+def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None) -> Iterator[Progress]:
+    """Two passes over the file's embedding chunks (``core.evaluate.projection``): the
+    scatter matrix, then the coordinates into ``out``; progress and cancellation per chunk."""
+    from dmlviewer.core.evaluate.projection import Scatter
+
+    n, scatter = len(features), Scatter()
+    for pass_, what in ((0, "PCA: covariance"), (1, "PCA: projecting")):
+        if pass_ == 1:
+            mean, axes = scatter.axes(2)
+        for start, x in features.iter_chunks("embeddings"):
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            if pass_ == 0:
+                scatter.add(x)
+            else:
+                out[start:start + len(x)] = Scatter.project(x, mean, axes)
+            done = pass_ * n + start + len(x)
+            yield Progress("step", done, 2 * n, what)
+
+
+def _density(xy: np.ndarray, bins: int = DENSITY_BINS) -> dict:
+    """Point counts on a ``bins x bins`` grid over the points' bounding box (x along axis 0)."""
+    lo, hi = xy.min(0), xy.max(0)
+    span = np.maximum(hi - lo, 1e-9)
+    counts, _, _ = np.histogram2d(xy[:, 0], xy[:, 1], bins=bins, range=[[lo[0], hi[0]], [lo[1], hi[1]]])
+    return {"image": counts.astype(np.float32), "rect": (float(lo[0]), float(lo[1]), float(span[0]), float(span[1]))}
 
 
 def class_brushes(labels: np.ndarray) -> list:
     """One brush per point, a distinct hue per class (hues repeat beyond 24 classes)."""
-    classes = np.unique(labels)
+    classes, which = np.unique(labels, return_inverse=True)
     hues = max(min(len(classes), 24), 1)
-    palette = {c: pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k, c in enumerate(classes)}
-    return [palette[c] for c in labels]
+    palette = [pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k in range(hues)]
+    return [palette[k] for k in (np.asarray(which).reshape(-1) % hues).tolist()]
 
 
 class EmbeddingView(QWidget):
@@ -119,6 +175,9 @@ class EmbeddingView(QWidget):
         self.plot.hideAxis("bottom")
         self.scatter = pg.ScatterPlotItem(size=8, pen=None, hoverable=True, hoverSize=13,
                                           hoverPen=pg.mkPen("k", width=1.5), tip=None)
+        self.density = pg.ImageItem()
+        self.density.setZValue(-1)
+        self.plot.addItem(self.density)
         self.plot.addItem(self.scatter)
         self.preview = QLabel(self.plot)
         self.preview.setFrameShape(QFrame.Box)
@@ -177,13 +236,39 @@ class EmbeddingView(QWidget):
         """Draw a ``projection_job`` result."""
         self.projection = projection
         xy, labels = projection["xy"], projection["labels"]
-        self.scatter.setData(x=xy[:, 0], y=xy[:, 1], data=np.arange(len(xy)), brush=class_brushes(labels))
+        self.scatter.setData(x=xy[:, 0], y=xy[:, 1], data=np.arange(len(xy)), brush=class_brushes(labels),
+                             size=8 if "density" not in projection else 4)
+        self._show_density(projection.get("density"))
         self.plot.autoRange()
         self.loader.set_paths(projection["root"], list(projection["paths"]))
         self.hovered = None
         self.preview.hide()
-        self.status.setText(f"{projection['method'].upper()}: {len(xy)} images, {len(np.unique(labels))} classes. "
+        total, projected = projection.get("total", len(xy)), projection.get("projected", len(xy))
+        what = projection["method"].upper().replace("TSNE", "t-SNE")
+        if projected < total:
+            text = (f"{what} of {projected:,} of the {total:,} images (a seeded random sample; "
+                    "t-SNE does not scale to every point)")
+        else:
+            text = f"{what} of all {total:,} images"
+        if len(xy) < projected:
+            text += f", shaded by density; {len(xy):,} drawn as points"
+        self.status.setText(f"{text}, {len(np.unique(labels))} classes shown. "
                             "Hover a point to see its image; click to make it the query.")
+
+    def _show_density(self, density: dict | None) -> None:
+        if density is None:
+            self.density.clear()
+            self.density.hide()
+            return
+        counts = np.ascontiguousarray(np.log1p(density["image"]), dtype=np.float32)
+        top = float(counts.max()) or 1.0
+        lut = np.zeros((256, 4), np.uint8)
+        lut[:, :3] = np.linspace(255, 90, 256)[:, None].astype(np.uint8)  # white to grey
+        lut[:, 3] = 255
+        self.density.setImage(counts, levels=(0.0, top), lut=lut, autoLevels=False)
+        x, y, w, h = density["rect"]
+        self.density.setRect(x, y, w, h)
+        self.density.show()
 
     # -- interaction
     def _on_hovered(self, item, points, event) -> None:

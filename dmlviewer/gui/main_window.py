@@ -31,6 +31,7 @@ from dmlviewer.gui.group_tabs import GroupTabs
 from dmlviewer.gui.pair_view import PairImages, PairView
 from dmlviewer.gui.problems import ProblemsList
 from dmlviewer.gui.retrieval_panel import RetrievalPanel
+from dmlviewer.gui.search_index import IndexKeeper
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.worker import JobRunner, confirm_close
 
@@ -89,6 +90,9 @@ class MainWindow(QMainWindow):
         self.browser = DatasetBrowser(self.loader)
         self.browser.setMinimumWidth(2 * self.browser.view.gridSize().width() + 40)  # two columns at least
         self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock)
+        self.index_keeper = IndexKeeper(self.runner, self)
+        self.index_keeper.index_ready.connect(self.retrieval.set_index)
+        self.index_keeper.status.connect(self.retrieval.set_search_note)
         self.problems = ProblemsList()
         self.browser_dock = self._dock("Dataset", "browserDock", self.browser, Qt.LeftDockWidgetArea)
         self.retrieval_dock = self._dock("Retrieval", "retrievalDock", self.retrieval, Qt.RightDockWidgetArea)
@@ -307,12 +311,12 @@ class MainWindow(QMainWindow):
 
     def open_features(self, path: str | Path) -> bool:
         """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""
-        from dmlviewer.core.evaluate import read_features
+        from dmlviewer.core.evaluate import open_features
 
         path = str(Path(path).expanduser())
         try:
             with _busy():
-                features = read_features(path)
+                features = open_features(path)  # lazy: rows are read when needed
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot open features", exc)
             return False
@@ -414,15 +418,15 @@ class MainWindow(QMainWindow):
         self.features_path = path
         self.settings.setValue("session/features", path or "")
         self.retrieval.set_features(features)
+        self.index_keeper.set_features(features)
         self.features_changed.emit(features)
 
     def _features_match(self, features) -> bool:
         """Do the features' paths belong to the open dataset? (checked on a sample)"""
         if self.dataset is None:
             return True
-        known = set(self.dataset.paths)
-        sample = [str(p) for p in list(features.paths)[:50]]
-        return any(p in known for p in sample)
+        sample = {str(p) for p in features.paths[:50]}
+        return any(p in sample for p in self.dataset.paths)  # one scan, no index of every path
 
     def _choose_default_pair(self) -> None:
         ds = self.dataset

@@ -24,6 +24,7 @@ from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QSizePolicy,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
+from dmlviewer.core.data.lookup import PathIndex
 from dmlviewer.gui import errors
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.worker import LatestRunner
@@ -85,13 +86,15 @@ class RetrievalPanel(QWidget):
         self.model_lock = model_lock or threading.RLock()
         self.dataset = None
         self.features = None
+        self.index = None  # approximate search index of the features (None: exact search)
+        self.search_note = ""
         self.model = None
         self.device = "cpu"
         self.query_index: int | None = None
         self.region: tuple | None = None
         self.results: list[dict] = []
-        self._row_of_path: dict[str, int] = {}
-        self._feature_rows: dict[str, int] = {}
+        self._row_of_path = PathIndex([])  # dataset row of a path
+        self._feature_rows = PathIndex([])  # feature-file row of a path
         self._auto_requested = False
 
         self.header = QLabel("Neighbours")
@@ -145,7 +148,7 @@ class RetrievalPanel(QWidget):
     # -- inputs
     def set_dataset(self, dataset) -> None:
         self.dataset = dataset
-        self._row_of_path = {} if dataset is None else {p: i for i, p in enumerate(dataset.paths)}
+        self._row_of_path = PathIndex([] if dataset is None else dataset.paths)
         self._auto_requested = False
         self.query_index = None
         self._show([])
@@ -159,9 +162,26 @@ class RetrievalPanel(QWidget):
 
     def set_features(self, features) -> None:
         self.features = features
-        self._feature_rows = {} if features is None else {str(p): i for i, p in enumerate(features.paths)}
+        self.index = None
+        self.search_note = ""
+        self._feature_rows = PathIndex([] if features is None else features.paths)
         self._update_source()
         self.refresh()
+
+    def set_index(self, index) -> None:
+        """Search through ``index`` (an ``ApproximateIndex`` of the open features; None: exact)."""
+        self.index = index if index is not None and self.features is not None and len(index) == len(self.features) else None
+        if self.index is not None:
+            meta = self.index.meta
+            self.search_note = (f"approximate search ({meta.get('kind')}, nprobe {meta.get('nprobe')}, "
+                                f"recall@10 {meta.get('recall', float('nan')):.2f})")
+        self._update_source()
+        self.refresh()
+
+    def set_search_note(self, text: str) -> None:
+        if self.index is None:
+            self.search_note = text
+            self._update_source()
 
     def set_query(self, index: int | None) -> None:
         """Neighbours of dataset image ``index`` by its whole embedding."""
@@ -181,6 +201,7 @@ class RetrievalPanel(QWidget):
         y0, x0, y1, x1 = self.region
         self.header.setText(f"Neighbours of the query region x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f}")
         model, device, lock, features, k = self.model, self.device, self.model_lock, self.features, self.k_spin.value()
+        search_index = self.index
 
         region = self.region
 
@@ -189,7 +210,7 @@ class RetrievalPanel(QWidget):
 
             with lock:
                 cancel.raise_if_cancelled()
-                return region_query(model, image, region, features, k=k, device=device)
+                return region_query(model, image, region, features, k=k, device=device, index=search_index)
 
         self.runner.submit(job, cancel_aware=True)
 
@@ -212,23 +233,30 @@ class RetrievalPanel(QWidget):
                 self._auto_requested = True
                 self.extract_requested.emit()
             return
-        row = self._feature_rows.get(ds.paths[index])
-        if row is None:
-            self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
-            self._show([])
-            return
         self._update_source()
-        features, k = self.features, self.k_spin.value()
+        features, k, search_index = self.features, self.k_spin.value(), self.index
+        feature_rows, dataset_rows, path = self._feature_rows, self._row_of_path, ds.paths[index]
 
         def job(cancel):
             from dmlviewer.core.evaluate import retrieve
 
-            return retrieve(features, row, k)
+            # The path look-ups build their indices on first use (a second or so on a million
+            # rows): here in the worker, not on the GUI thread.
+            row = feature_rows.find(path)
+            if row is None:
+                return None
+            results = retrieve(features, row, k, index=search_index)
+            dataset_rows.prepare()
+            return results
 
         self.runner.submit(job, cancel_aware=True)
 
     # -- outputs
     def _on_results(self, _request: int, results: object) -> None:
+        if results is None:
+            self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
+            self._show([])
+            return
         self._show(list(results))
 
     def _on_failed(self, _request: int, text: str) -> None:
@@ -244,7 +272,8 @@ class RetrievalPanel(QWidget):
             query_label = int(ds.labels[self.query_index])
         shown = []
         for rank, r in enumerate(results, 1):
-            index = self._row_of_path.get(str(r["path"]), -1)
+            index = self._row_of_path.find(str(r["path"]))
+            index = -1 if index is None else index
             label = int(r["label"])
             name = ds.class_names[label] if ds is not None and 0 <= label < ds.num_classes else str(label)
             item = QListWidgetItem()
@@ -264,7 +293,9 @@ class RetrievalPanel(QWidget):
 
     def _features_text(self) -> str:
         f = self.features
-        return "No features loaded" if f is None else f"Features: {len(f.paths):,} images"
+        if f is None:
+            return "No features loaded"
+        return f"Features: {len(f):,} images" + (f"<br><i>{self.search_note}</i>" if self.search_note else "")
 
     def _update_source(self) -> None:
         has = self.features is not None

@@ -61,7 +61,8 @@ def settle(qtbot, browser) -> None:
 
 def test_scrolling_120k_rows_decodes_only_the_visible_thumbnails(qtbot, browser):
     browser.set_dataset(fake_listing())
-    assert browser.model.rowCount() == N
+    assert browser.model.count() == N
+    assert browser.model.rowCount() * browser.model.columns >= N  # grid rows x columns
     settle(qtbot, browser)
     bar = browser.view.verticalScrollBar()
     shown: set[int] = set(browser.model.rows[browser.visible_rows().start:browser.visible_rows().stop].tolist())
@@ -72,10 +73,10 @@ def test_scrolling_120k_rows_decodes_only_the_visible_thumbnails(qtbot, browser)
         assert 0 < len(rows) < 100
         # The geometric range is what the view shows: first and last cells intersect the viewport.
         vp = browser.view.viewport().rect()
-        assert browser.view.visualRect(browser.model.index(rows.start)).intersects(vp)
-        assert browser.view.visualRect(browser.model.index(rows.stop - 1)).intersects(vp)
-        assert not browser.view.visualRect(browser.model.index(rows.stop)).intersects(vp) \
-            if rows.stop < N else True
+        assert browser.position_rect(rows.start).intersects(vp)
+        assert browser.position_rect(rows.stop - 1).intersects(vp)
+        assert not browser.position_rect(rows.stop).intersects(vp) if rows.stop < N else True
+        assert not browser.position_rect(rows.start - 1).intersects(vp) if rows.start > 0 else True
         shown |= set(browser.model.rows[rows.start:rows.stop].tolist())
     decoded = browser.load.paths
     assert len(decoded) == len(set(decoded))  # nothing decoded twice
@@ -105,17 +106,18 @@ def test_filters_and_search_select_the_right_rows(qtbot, browser):
     ds = fake_listing()
     browser.set_dataset(ds)
     browser.split_combo.setCurrentIndex(browser.split_combo.findData("test"))
-    browser.class_combo.setCurrentIndex(browser.class_combo.findData(7))
+    browser.set_class_filter(7)
+    assert browser.class_combo.currentText() == "7: class7"
     np.testing.assert_array_equal(browser.model.rows, np.flatnonzero((ds.split == "test") & (ds.labels == 7)))
     browser.search.setText("IMG_0012")  # case-insensitive substring of the file name
-    qtbot.waitUntil(lambda: browser.model.rowCount() < 600, timeout=2000)
+    qtbot.waitUntil(lambda: browser.model.count() < 600, timeout=2000)
     want = [i for i in range(N) if ds.split[i] == "test" and ds.labels[i] == 7 and "img_0012" in ds.paths[i]]
     assert browser.model.rows.tolist() == want
     assert browser.count.text() == f"{len(want)} of {N:,} images"
     browser.class_combo.setCurrentIndex(0)
     browser.split_combo.setCurrentIndex(0)
     browser.search.clear()
-    qtbot.waitUntil(lambda: browser.model.rowCount() == N, timeout=2000)
+    qtbot.waitUntil(lambda: browser.model.count() == N, timeout=2000)
 
 
 def test_click_chooses_the_query_and_ctrl_click_the_reference(qtbot, browser):
@@ -125,10 +127,36 @@ def test_click_chooses_the_query_and_ctrl_click_the_reference(qtbot, browser):
     browser.reference_chosen.connect(lambda i: chosen.append(("reference", i)))
     view = browser.view
     for row, modifier in ((3, Qt.NoModifier), (5, Qt.ControlModifier)):
-        rect = view.visualRect(browser.model.index(row))
-        QTest.mouseClick(view.viewport(), Qt.LeftButton, modifier, rect.center())
+        QTest.mouseClick(view.viewport(), Qt.LeftButton, modifier, browser.position_rect(row).center())
     assert chosen == [("query", 3), ("reference", 5)]
     browser.set_marks(3, 5)
-    assert browser.model.index(3).data(Qt.UserRole + 2) == "query"
-    assert browser.model.index(5).data(Qt.UserRole + 2) == "reference"
-    assert browser.model.index(5).data(INDEX_ROLE) == 5
+    assert browser.model.cell(3).data(Qt.UserRole + 2) == "query"
+    assert browser.model.cell(5).data(Qt.UserRole + 2) == "reference"
+    assert browser.model.cell(5).data(INDEX_ROLE) == 5
+    # the empty cells after the last image choose nothing
+    last = browser.model.cell(browser.model.rowCount() * browser.model.columns - 1)
+    if browser.model.position(last) is None:
+        QTest.mouseClick(view.viewport(), Qt.LeftButton, Qt.NoModifier, view.visualRect(last).center())
+        assert chosen == [("query", 3), ("reference", 5)]
+
+
+def test_name_search_matches_substrings_like_python(qtbot, browser):
+    names = ["Äpfel_01.JPG", "apfel_02.jpg", "Birne.png", "x/y/zz_äpfel.jpg", "nested/Äpfel_03.jpeg", "a"]
+    ds = Dataset(root="/nonexistent-dmlviewer", format="folder", paths=names, labels=np.zeros(6, int),
+                 class_names=["c"], split=np.array(["test"] * 6), boxes=None)
+    browser.set_dataset(ds)
+    for text in ("äpfel", "PFEL_0", ".jp", "a", "g", "zz", "l_01.jpg", "birne.png", "nothing", "/"):
+        want = [i for i, p in enumerate(names) if text.lower() in p.rsplit("/", 1)[-1].lower()]
+        assert browser.model.name_matches(text).tolist() == want, text
+
+
+def test_columns_follow_the_width_and_keep_the_current_image(qtbot, browser):
+    browser.set_dataset(fake_listing(1000))
+    browser.select_index(500)
+    cell = browser.view.gridSize().width()
+    for width in (3 * cell + 60, 5 * cell + 60, 2 * cell + 60):
+        browser.resize(width, 640)
+        qtbot.wait(30)
+        assert browser.model.columns == max(1, browser.view.viewport().width() // cell)
+        assert browser.model.position(browser.view.currentIndex()) == 500
+        assert browser.position_rect(500).intersects(browser.view.viewport().rect())

@@ -12,9 +12,11 @@ from typing import Any
 # HDF5 feature store
 from .store import (
     FORMAT_VERSION,
+    FeatureFile,
     FeatureWriter,
     Features,
     StoreError,
+    open_features,
     read_features,
     update_attrs,
     write_features,

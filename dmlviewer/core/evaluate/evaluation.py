@@ -1,4 +1,12 @@
-"""Evaluate a checkpoint on a dataset split: features into HDF5, metrics as its attributes."""
+"""Evaluate a checkpoint on a dataset split: features into HDF5, metrics as its attributes.
+
+Started under ``torchrun`` (``WORLD_SIZE`` > 1), every rank joins the process group (gloo on
+CPU, NCCL on GPUs, one GPU per local rank) and embeds its share of the batches; rank 0
+receives them in listing order, writes the one feature file (the same file, row for row, as a
+single process writes) and computes the metrics once. A rank that fails or is killed makes
+the others fail too (the collectives see the lost peer; torchrun also stops them), and rank
+0's writer then discards its temporary file: the target is never half written.
+"""
 
 from __future__ import annotations
 
@@ -44,36 +52,53 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
              protocol: str = "default", cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Generator: load ``checkpoint``, embed ``split`` of the dataset at ``dataset_root`` into the
     feature file ``out`` (skipped when ``None``), compute the metrics of DESIGN.md and store them
-    as the file's attributes (in the same atomic write). Result: the metrics dict."""
+    as the file's attributes (in the same atomic write). Result: the metrics dict; under
+    ``torchrun`` (module docstring) only on rank 0, ``None`` on the other ranks."""
+    import torch
+
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.models import open_model, resolve_device
+    from dmlviewer.core.train.distributed import from_environment
 
     from .store import FeatureWriter
 
     dev = resolve_device(device)
-    model, info = open_model(checkpoint, dev)
-    dataset = open_dataset(dataset_root, format, protocol).select_split(split)
-    if len(dataset) == 0:
-        raise ValueError(f"{dataset_root} has no images in split {split!r}")
-    yield Progress("log", message=f"evaluating {Path(checkpoint).name} on {len(dataset)} {split} images")
-
-    writer = FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"])) if out else _NoFile()
-    writer.open()
+    ctx = from_environment(dev.type)
     try:
-        result: dict = {}
-        for event in write_batches(writer, model, dataset, batch_size, dev, num_workers, cancel, collect=True):
-            if event.kind == "done":
-                result = event.data["result"]
-            else:
-                yield event
-        rows = result["rows"]
-        queries, gallery = query_gallery(dataset, rows)
-        metrics = compute_metrics(result["embeddings"], dataset.labels[rows], ks, dev,
-                                  queries=queries, gallery=gallery)
-        writer.set_attrs(**metrics)
-        writer.close()
-    except BaseException:
-        writer.abort()
-        raise
-    yield Progress("eval", 1, 1, data={"metrics": dict(metrics)})
+        if dev.type == "cuda" and ctx.enabled:
+            dev = torch.device("cuda", ctx.local_rank)
+            torch.cuda.set_device(dev)
+        model, info = open_model(checkpoint, dev)
+        dataset = open_dataset(dataset_root, format, protocol).select_split(split)
+        if len(dataset) == 0:
+            raise ValueError(f"{dataset_root} has no images in split {split!r}")
+        ranks = f" on {ctx.world_size} ranks" if ctx.enabled else ""
+        yield Progress("log", message=f"evaluating {Path(checkpoint).name} on {len(dataset)} {split} images{ranks}")
+
+        main = ctx.is_main
+        writer = FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"])) if out and main else _NoFile()
+        writer.open()
+        try:
+            result: dict = {}
+            for event in write_batches(writer, model, dataset, batch_size, dev, num_workers, cancel,
+                                       collect=main, dist=ctx):
+                if event.kind == "done":
+                    result = event.data["result"]
+                elif main:
+                    yield event
+            metrics = None
+            if main:
+                rows = result["rows"]
+                queries, gallery = query_gallery(dataset, rows)
+                metrics = compute_metrics(result["embeddings"], dataset.labels[rows], ks, dev,
+                                          queries=queries, gallery=gallery)
+                writer.set_attrs(**metrics)
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+    finally:
+        ctx.close()
+    if metrics is not None:
+        yield Progress("eval", 1, 1, data={"metrics": dict(metrics)})
     yield Progress("done", 1, 1, data={"result": metrics})

@@ -4,6 +4,15 @@ A ``DataLoader`` with worker processes decodes and resizes images while the mode
 (pinned memory and non-blocking copies on CUDA), under ``torch.inference_mode``. Images that
 cannot be read are left out (the loader logs each with its path and reason), so every stored
 row belongs to the image named in ``paths``.
+
+Batches are always consecutive runs of the listing: batch ``b`` holds positions
+``b*B .. (b+1)*B - 1``. Under ``torch.distributed`` (``dist``: a
+:class:`~dmlviewer.core.train.distributed.DistContext` with more than one rank) rank ``r``
+embeds the batches ``b = r, r + W, r + 2W, ...`` of the ``W`` ranks, and after every round of
+``W`` batches the ranks ``gather`` theirs to rank 0 (gloo on CPU, NCCL on GPUs), which
+receives them in batch order: rank 0's stream of ``(rows, arrays)`` is the single-process
+stream, batch for batch (the same images in the same batches, so a model gives the same
+numbers), and no rank holds more than one round in memory. The other ranks yield nothing.
 """
 
 from __future__ import annotations
@@ -25,16 +34,42 @@ def default_workers() -> int:
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
+class ListingBatches(torch.utils.data.Sampler):
+    """Batches of consecutive listing positions (batch ``b``: ``b*B .. (b+1)*B - 1``, the last
+    one shorter); with ``world_size > 1`` only the batches ``b = rank (mod world_size)``."""
+
+    def __init__(self, n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
+        if batch_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"bad batching: batch size {batch_size}, rank {rank} of {world_size}")
+        self.n, self.batch_size, self.rank, self.world_size = int(n), int(batch_size), int(rank), int(world_size)
+        self.num_batches = -(-self.n // self.batch_size)
+
+    def batch_ids(self) -> range:
+        return range(self.rank, self.num_batches, self.world_size)
+
+    def rows(self, b: int) -> np.ndarray:
+        return np.arange(b * self.batch_size, min(self.n, (b + 1) * self.batch_size), dtype=np.int64)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b in self.batch_ids():
+            yield self.rows(b).tolist()
+
+    def __len__(self) -> int:
+        return len(self.batch_ids())
+
+
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
-                num_workers: int | None = None) -> torch.utils.data.DataLoader:
+                num_workers: int | None = None, rank: int = 0,
+                world_size: int = 1) -> torch.utils.data.DataLoader:
     """An evaluation loader over ``dataset`` (a ``core.data.Dataset``) in listing order;
-    ``preprocess``: the model's :class:`~dmlviewer.core.data.transforms.Preprocess` (or a size)."""
+    ``preprocess``: the model's :class:`~dmlviewer.core.data.transforms.Preprocess` (or a size);
+    ``rank``/``world_size``: only this rank's batches (:class:`ListingBatches`)."""
     from dmlviewer.core.data import ImageFolderDataset
 
     workers = default_workers() if num_workers is None else num_workers
     return torch.utils.data.DataLoader(
         ImageFolderDataset(dataset, preprocess, train=False),
-        batch_size=batch_size, shuffle=False, num_workers=workers,
+        batch_sampler=ListingBatches(len(dataset), batch_size, rank, world_size), num_workers=workers,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
         generator=torch.Generator().manual_seed(0),
@@ -44,26 +79,40 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
 
 def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
-                  cancel: CancelToken | None = None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+                  cancel: CancelToken | None = None,
+                  dist=None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Yield ``(rows, arrays)`` per batch: the dataset positions embedded and their
     ``embeddings``, ``embeddings_raw`` and (for grouping heads) ``groups`` as float32 arrays.
-    The model is put in eval mode; its training mode is restored afterwards."""
-    from dmlviewer.core.data.torch_dataset import worker_errors
+    The model is put in eval mode; its training mode is restored afterwards. ``dist``: a
+    ``DistContext``; with several ranks, rank 0 yields every rank's batches in listing order
+    and the others yield nothing (module docstring)."""
     from dmlviewer.core.models import resolve_device
 
     dev = resolve_device(device) if isinstance(device, str) else device
-    loader = make_loader(dataset, model.preprocess, batch_size, dev, num_workers)
+    rank, world = (dist.rank, dist.world_size) if dist is not None and dist.enabled else (0, 1)
+    loader = make_loader(dataset, model.preprocess, batch_size, dev, num_workers, rank, world)
+    local = _embed_local(model, loader, dev, cancel)
+    if world == 1:
+        yield from local
+    else:
+        yield from _gather_in_order(local, loader.batch_sampler, dist, dev)
+
+
+def _embed_local(model: torch.nn.Module, loader, dev: torch.device,
+                 cancel: CancelToken | None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """``(rows, arrays)`` for each batch of ``loader`` (a :class:`ListingBatches` loader)."""
+    from dmlviewer.core.data.torch_dataset import worker_errors
+
+    batches: ListingBatches = loader.batch_sampler
     channels_last = dev.type == "cuda"
     was_training = model.training
     model.eval()
-    start = 0
     try:
         with torch.inference_mode(), worker_errors():
-            for images, _, index in loader:
+            for b, (images, _, index) in zip(batches.batch_ids(), loader):
                 if cancel is not None:
                     cancel.raise_if_cancelled()
-                expected = np.arange(start, start + len(index))
-                start += len(index)
+                expected = batches.rows(b)
                 images = images.to(dev, non_blocking=True)
                 if channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
@@ -80,16 +129,69 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
         model.train(was_training)
 
 
+def _gather_in_order(local: Iterator[tuple[np.ndarray, dict[str, np.ndarray]]], batches: ListingBatches,
+                     dist, dev: torch.device) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Round by round, every rank's batch to rank 0 (three collectives a round: the row width,
+    the rows padded with -1, the arrays flattened to one float32 row each and zero-padded);
+    rank 0 yields them in listing order. Every rank runs every round, with or without a batch."""
+    import torch.distributed as tdist
+
+    world, rank, size = dist.world_size, dist.rank, batches.batch_size
+    comm = dev if tdist.get_backend() == "nccl" else torch.device("cpu")
+    layout: list[tuple[str, tuple[int, ...]]] | None = None  # names and row shapes (rank 0's)
+    try:
+        for round_ in range(-(-batches.num_batches // world)):
+            mine = next(local) if round_ * world + rank < batches.num_batches else None
+            rows = torch.full((size,), -1, dtype=torch.int64)
+            flat = None
+            if mine is not None:
+                rows[: len(mine[0])] = torch.from_numpy(mine[0])
+                names = sorted(mine[1])
+                flat = np.concatenate([mine[1][k].reshape(len(mine[0]), -1) for k in names], axis=1)
+                if layout is None:
+                    layout = [(k, mine[1][k].shape[1:]) for k in names]
+            width = torch.tensor([0 if flat is None else flat.shape[1]], dtype=torch.int64, device=comm)
+            tdist.all_reduce(width, op=tdist.ReduceOp.MAX)
+            payload = torch.zeros((size, int(width)), dtype=torch.float32)
+            if flat is not None:
+                if flat.shape[1] != int(width):
+                    raise RuntimeError(f"rank {rank}: embedding rows of width {flat.shape[1]}, another rank's {int(width)}")
+                payload[: len(flat)] = torch.from_numpy(flat)
+            rows, payload = rows.to(comm), payload.to(comm)
+            main = rank == 0
+            all_rows = [torch.empty_like(rows) for _ in range(world)] if main else None
+            all_payload = [torch.empty_like(payload) for _ in range(world)] if main else None
+            tdist.gather(rows, all_rows, dst=0)
+            tdist.gather(payload, all_payload, dst=0)
+            if not main:
+                continue
+            for r, (r_rows, r_payload) in enumerate(zip(all_rows, all_payload)):
+                if round_ * world + r >= batches.num_batches:
+                    break  # ranks without a batch in the last round
+                r_rows = r_rows.cpu().numpy()
+                n = int((r_rows >= 0).sum())
+                data = r_payload[:n].cpu().numpy()
+                arrays, start = {}, 0
+                for name, shape in layout:
+                    step = int(np.prod(shape, dtype=np.int64))
+                    arrays[name] = np.ascontiguousarray(data[:, start:start + step]).reshape(n, *shape)
+                    start += step
+                yield r_rows[:n], arrays
+    finally:
+        local.close()
+
+
 def embed_dataset(model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
-                  cancel: CancelToken | None = None) -> Iterator[Progress]:
+                  cancel: CancelToken | None = None, dist=None) -> Iterator[Progress]:
     """Generator: embed every image of ``dataset`` in memory. Result: ``{"rows",
-    "embeddings", "embeddings_raw", ["groups"]}`` (numpy arrays, rows = dataset positions)."""
+    "embeddings", "embeddings_raw", ["groups"]}`` (numpy arrays, rows = dataset positions).
+    ``dist``: see :func:`embed_batches`; ranks other than 0 get only ``{"rows"}`` (empty)."""
     total = len(dataset)
     clock = EtaClock(total)
     rows, parts = [], {}
     done = 0
-    for batch_rows, arrays in embed_batches(model, dataset, batch_size, device, num_workers, cancel):
+    for batch_rows, arrays in embed_batches(model, dataset, batch_size, device, num_workers, cancel, dist):
         rows.append(batch_rows)
         for k, v in arrays.items():
             parts.setdefault(k, []).append(v)
@@ -113,14 +215,15 @@ def feature_attrs(model: torch.nn.Module, dataset, checkpoint_sha256: str | None
 
 def write_batches(writer, model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
-                  cancel: CancelToken | None = None, collect: bool = False) -> Iterator[Progress]:
+                  cancel: CancelToken | None = None, collect: bool = False, dist=None) -> Iterator[Progress]:
     """Generator: embed ``dataset`` and append every batch to an open ``FeatureWriter``.
-    Result: ``{"rows", "num_images", "skipped"}`` and, with ``collect``, the ``embeddings``."""
+    Result: ``{"rows", "num_images", "skipped"}`` and, with ``collect``, the ``embeddings``.
+    ``dist``: see :func:`embed_batches` (only rank 0 receives batches to write)."""
     total = len(dataset)
     clock = EtaClock(total)
     rows_done, kept = [], []
     written = 0
-    for rows, arrays in embed_batches(model, dataset, batch_size, device, num_workers, cancel):
+    for rows, arrays in embed_batches(model, dataset, batch_size, device, num_workers, cancel, dist):
         writer.append(
             embeddings=arrays["embeddings"],
             embeddings_raw=arrays["embeddings_raw"],

@@ -46,27 +46,22 @@ def region_query(
     features,
     k: int = 10,
     device: str | torch.device = "cpu",
+    index=None,
 ) -> list[dict]:
     """Top ``k`` stored images by cosine with the region's partial feature.
 
-    ``features``: a :class:`dmlviewer.core.evaluate.Features` or the path of a feature file.
-    Returns dicts ``index path label similarity`` (as ``retrieve``), most similar first.
+    ``features``: a :class:`dmlviewer.core.evaluate.Features`, a lazily opened ``FeatureFile``
+    or the path of a feature file; ``index``: an approximate index of that file (exact search
+    without one). Returns dicts ``index path label similarity`` (as ``retrieve``), most
+    similar first.
     """
+    from dmlviewer.core.evaluate.retrieval import neighbours
+
     if isinstance(features, (str, Path)):
         from dmlviewer.core.evaluate import read_features
 
         features = read_features(features, include_raw=False, include_groups=False)
     feat = region_feature(model, image, region, device)
-    stored = np.asarray(features.embeddings, dtype=np.float32)
-    if stored.shape[1] != feat.shape[0]:
-        raise ValueError(f"the feature file holds {stored.shape[1]}-d embeddings but the model gives {feat.shape[0]}-d")
-    norm = float(np.linalg.norm(feat))
-    if not norm > 0:
+    if not float(np.linalg.norm(feat)) > 0:
         raise ValueError("the region's partial feature is zero: the region covers no contributing position")
-    sims = stored @ (feat / norm)
-    k = max(0, min(int(k), len(sims)))
-    order = np.argsort(-sims, kind="stable")[:k]
-    return [
-        {"index": int(i), "path": features.paths[i], "label": int(features.labels[i]), "similarity": float(sims[i])}
-        for i in order
-    ]
+    return neighbours(features, feat, k, index=index)

@@ -357,17 +357,19 @@ class Trainer:
     # ------------------------------------------------------------------ epochs
 
     def evaluate(self) -> dict:
-        """Metrics of the current model on the test split (rank 0; others wait)."""
+        """Metrics of the current model on the test split: every rank embeds its share of the
+        batches, rank 0 computes the metrics (others get ``{}``)."""
         from dmlviewer.core.evaluate.evaluation import query_gallery
         from dmlviewer.core.evaluate.extract import embed_dataset
         from dmlviewer.core.evaluate.metrics import compute_metrics
         from dmlviewer.core.progress import run_to_end
 
         metrics: dict = {}
-        if self.dist.is_main and len(self.test_set):
+        if len(self.test_set):
             c = self.config
             result = run_to_end(embed_dataset(self.model, self.test_set, c.eval_batch_size, self.device,
-                                              c.num_workers, self.cancel))
+                                              c.num_workers, self.cancel, dist=self.dist))
+        if self.dist.is_main and len(self.test_set):
             rows = result["rows"]
             queries, gallery = query_gallery(self.test_set, rows)
             metrics = compute_metrics(result["embeddings"], self.test_set.labels[rows], c.ks, self.device,
