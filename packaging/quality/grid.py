@@ -99,18 +99,26 @@ def main(argv: list[str] | None = None) -> int:
         budget["epochs"] = args.epochs
     overrides = dict(kv.split("=", 1) for kv in args.set)
     overrides = {k: _value(v) for k, v in overrides.items()}
-    done = set()
-    if results.exists():
-        for line in results.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["set"], r["arm"], r["backbone"], r["seed"]))
-    for name in args.sets.split(","):
-        for arm in args.arms.split(","):
-            for seed in (int(s) for s in args.seeds.split(",")):
+    claims = out / "claims.txt"  # runs started by any grid process (several may run side by side)
+
+    def taken(key: tuple) -> bool:
+        done = set()
+        if results.exists():
+            for line in results.read_text().splitlines():
+                r = json.loads(line)
+                done.add((r["set"], r["arm"], r["backbone"], r["seed"]))
+        started = set(claims.read_text().splitlines()) if claims.exists() else set()
+        return key in done or json.dumps(key) in started
+
+    for seed in (int(s) for s in args.seeds.split(",")):  # every set and arm with the first seed first
+        for name in args.sets.split(","):
+            for arm in args.arms.split(","):
                 label = arm + (f"+{args.tag}" if args.tag else "")
                 key = (name, label, args.backbone, seed)
-                if key in done:
+                if taken(key):
                     continue
+                with open(claims, "a") as fh:
+                    fh.write(json.dumps(key) + "\n")
                 if arm == "plain":
                     record = run_plain(paths[name], args.backbone, seed, budget)
                 else:
