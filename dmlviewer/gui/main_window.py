@@ -154,6 +154,9 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.open_checkpoint_action)
         file_menu.addMenu(self.recent_checkpoints_menu)
+        from dmlviewer.gui.import_dialog import import_action
+
+        file_menu.addAction(import_action(self))
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)
@@ -269,31 +272,38 @@ class MainWindow(QMainWindow):
         return True
 
     def open_checkpoint(self, path: str | Path) -> bool:
-        """Load a checkpoint on the selected device. False (and a dialog) on error."""
-        from dmlviewer.core.models import load_checkpoint
+        """Load a checkpoint (or ``imagenet:BACKBONE``, a pretrained backbone) on the selected
+        device. False (and a dialog) on error."""
+        from dmlviewer.core.models import PRETRAINED_PREFIX, open_model
 
-        path = str(Path(path).expanduser())
+        path = str(path) if str(path).startswith(PRETRAINED_PREFIX) else str(Path(path).expanduser())
         try:
             with _busy():
-                model, info = load_checkpoint(path, device=self.device)
+                model, info = open_model(path, device=self.device)
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot open checkpoint", exc)
             return False
+        settings.add_recent("checkpoints", path, self.settings)
+        self.settings.setValue("session/checkpoint", path)
+        self.use_model(model, info, path)
+        return True
+
+    def use_model(self, model, info: dict, label: str) -> None:
+        """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone or a
+        live module, see ``core.models.open_model``) with ``info`` from ``open_model``."""
         with self.model_lock:
             self.model = model
         self.checkpoint_info = info
-        self.checkpoint_path = path
-        settings.add_recent("checkpoints", path, self.settings)
-        self.settings.setValue("session/checkpoint", path)
+        self.checkpoint_path = info.get("path")
         self.model_label.setText(model_summary(model))
-        self.model_label.setToolTip(f"{path}\nepoch {info.get('epoch')}\nsha256 {info.get('sha256', '')[:16]}…")
+        self.model_label.setToolTip(f"{label}\nepoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
+                                    f"decomposition: {info.get('rule', '')}")
         self.pair_view.set_model(model, self.device)
         self.group_tabs.set_model(model)
         if self.pair_view.images is not None:
             self.group_tabs.set_pair(self.pair_view.images)
         self.retrieval.set_model(model, self.device)
         self.model_changed.emit(model)
-        return True
 
     def open_features(self, path: str | Path) -> bool:
         """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""

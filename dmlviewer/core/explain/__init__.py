@@ -2,7 +2,7 @@
 the Grad-CAM family and grad-weight transfer (seed 000 Sec. 4.3, seed 002), attention maps
 (seeds 001, 003, 004), localization and part-correspondence scores, region retrieval.
 
-Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition``/``jacobian`` (E = sum C + B),
+Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition`` (E = sum C + B; the generic rule is ``core.models.jacobian``),
 ``pair`` (:class:`PairExplanation`), ``grid`` (pixel/grid alignment), ``hover`` (allocation-free
 hover rendering), ``gradcam``, ``grad_transfer``, ``attention``, ``boxes``, ``localization``,
 ``matches``, ``correspondence``, ``region``.
@@ -20,12 +20,14 @@ from dmlviewer.core.explain.grad_transfer import (
 )
 from dmlviewer.core.explain.hover import HoverRenderer, colormap_lut
 from dmlviewer.core.explain.localization import DEFAULT_THRESHOLDS, PAIRINGS, localize
-from dmlviewer.core.explain.pair import METHODS, SIDES, PairExplanation, as_rgb, explain_pair
+from dmlviewer.core.explain.inputs import as_rgb
+from dmlviewer.core.explain.pair import METHODS, SIDES, PairExplanation, explain_pair
+from dmlviewer.core.explain.record import Explanation
 from dmlviewer.core.explain.region import region_feature, region_query
 
 __all__ = [
     "DEFAULT_THRESHOLDS", "METHODS", "PAIRINGS", "SIDES",
-    "GradWeightBank", "HoverRenderer", "PairExplanation",
+    "Explanation", "GradWeightBank", "HoverRenderer", "PairExplanation",
     "add_grad_weights", "as_rgb", "attention_maps", "box_from_map", "colormap_lut",
     "compute_grad_weights", "correspond", "decompose", "explain_pair", "head_function", "iou",
     "localize", "parse_thresholds", "read_grad_weights", "region_feature", "region_query",

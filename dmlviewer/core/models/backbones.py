@@ -235,7 +235,52 @@ _INCEPTION_V3_STRIDES = {**{k: 8 for k in ("Mixed_5b", "Mixed_5c", "Mixed_5d")},
                          **{k: 16 for k in ("Mixed_6a", "Mixed_6b", "Mixed_6c", "Mixed_6d", "Mixed_6e")},
                          "Mixed_7a": 32, "Mixed_7b": 32, "Mixed_7c": 32, "last": 32}
 
-BACKBONES: dict[str, BackboneSpec] = {
+class BackboneRegistry(dict):
+    """The fixed architectures (iteration lists these), plus families of names ``PREFIX:NAME``
+    resolved on first use: a module registers a resolver with ``register_family`` (e.g. ``timm``
+    in ``timm_backbones.py``: ``timm:resnet50``). A resolver returns the spec or raises
+    ``ValueError`` saying why the name is not its kind; several may share a prefix and are
+    tried in turn. ``name in BACKBONES`` is True for a fixed or resolvable name; ``BACKBONES[name]``
+    raises ``KeyError`` for an unknown name and that ``ValueError`` (one line: why) for a family
+    name none can resolve."""
+
+    def __init__(self, specs: dict[str, BackboneSpec]) -> None:
+        super().__init__(specs)
+        self._families: dict[str, list[Callable[[str], BackboneSpec]]] = {}
+        self._resolved: dict[str, BackboneSpec] = {}
+
+    def register_family(self, prefix: str, resolve: Callable[[str], BackboneSpec]) -> None:
+        self._families.setdefault(prefix, []).append(resolve)
+
+    def __missing__(self, name: str) -> BackboneSpec:
+        if name in self._resolved:
+            return self._resolved[name]
+        prefix, sep, rest = str(name).partition(":")
+        resolvers = self._families.get(prefix) if sep else None
+        if not resolvers:
+            raise KeyError(name)
+        reasons = []
+        for resolve in resolvers:
+            try:
+                spec = resolve(rest)
+            except ValueError as exc:
+                reasons.append(str(exc))
+                continue
+            self._resolved[name] = spec
+            return spec
+        raise ValueError(f"backbone {name!r}: " + "; ".join(reasons))
+
+    def __contains__(self, name: object) -> bool:
+        if dict.__contains__(self, name):
+            return True
+        try:
+            self[name]
+        except (KeyError, ValueError):
+            return False
+        return True
+
+
+BACKBONES: BackboneRegistry = BackboneRegistry({
     "resnet18": _resnet_spec("resnet18", 1),
     "resnet34": _resnet_spec("resnet34", 1),
     "resnet50": _resnet_spec("resnet50", 4),
@@ -264,7 +309,7 @@ BACKBONES: dict[str, BackboneSpec] = {
         "small_cnn", lambda image_size: SmallCNN(), _small_cnn_features,
         {"stage1": 32, "stage2": 64, "stage3": 128, "stage4": 128, "last": 128},
         {"stage1": 2, "stage2": 4, "stage3": 8, "stage4": 16, "last": 16}),
-}
+})
 
 
 # --------------------------------------------------------------------------- weights
@@ -285,11 +330,36 @@ def _load_error_reason(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _is_safetensors(path: Path) -> bool:
+    """A safetensors file: an 8-byte little-endian header length, then a JSON header."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return int.from_bytes(head[:8], "little") < path.stat().st_size
+
+
+def _read_safetensors(path: Path) -> dict:
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError:
+        raise CheckpointError(f"{path} is a safetensors file: reading it needs the package safetensors "
+                              "(pip install 'dmlviewer[timm]')") from None
+    try:
+        return load_file(str(path), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from None
+
+
 def read_weights_file(path: str | os.PathLike) -> dict:
-    """``torch.load(path, weights_only=True)`` on CPU; anything else is refused with ``CheckpointError``."""
+    """``torch.load(path, weights_only=True)`` on CPU (or a ``.safetensors`` file, tensors only);
+    anything else is refused with ``CheckpointError``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"weights file not found: {path}")
+    if _is_safetensors(path):
+        return _read_safetensors(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError ...
@@ -363,9 +433,10 @@ class Backbone(nn.Module):
 
     def __init__(self, name: str, pretrained: str | None = None, image_size: int = 224) -> None:
         super().__init__()
-        if name not in BACKBONES:
-            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}")
-        self.spec = BACKBONES[name]
+        try:
+            self.spec = BACKBONES[name]  # a family name that cannot be resolved raises ValueError: why
+        except KeyError:
+            raise ValueError(f"unknown backbone {name!r}; choose from {', '.join(BACKBONES)}") from None
         self.name = name
         self.net = self.spec.build(int(image_size))
         if pretrained is not None:

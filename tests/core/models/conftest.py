@@ -41,3 +41,9 @@ def images() -> torch.Tensor:
 def make_model():
     """Factory: ``make_model(seed=0, **config_overrides)`` -> small eval-mode model."""
     return small_model
+
+
+@pytest.fixture
+def randomize():
+    """``randomize(module, seed=0)``: :func:`randomize_batchnorm` as a fixture."""
+    return randomize_batchnorm

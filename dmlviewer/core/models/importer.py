@@ -1,0 +1,1026 @@
+"""Import a model trained elsewhere from its weights file(s) into a dmlviewer checkpoint
+(``dmlviewer import-model``, File > Import Model; docs/internals.md "core.models.importer").
+
+1. **Read** every file with ``read_weights_file`` (``torch.load(weights_only=True)`` or
+   safetensors), unwrap common containers (``state_dict``, ``model``, ``net``, ...; a dict of
+   state dicts such as ``{"trunk": ..., "embedder": ...}`` is flattened with those prefixes),
+   and strip the ``module.`` (DDP/DataParallel) and ``_orig_mod.`` (torch.compile) prefixes a
+   whole file carries. Several files (pytorch-metric-learning's ``trunk_*.pth`` and
+   ``embedder_*.pth``) are merged: the file holding the backbone comes first, the others follow
+   in the order given, as the forward pass does.
+2. **Recognize** the backbone from key names and shapes: every architecture in ``BACKBONES`` and,
+   when timm is installed, ``TIMM_SHORTLIST`` plus any ``timm:NAME`` given as ``arch``. Candidates
+   are built on the meta device (no memory, no initialization); a candidate matches under a key
+   prefix when every backbone key is present with its shape (BatchNorm's
+   ``num_batches_tracked`` may be absent). Several full matches with the same keys are compared
+   on a random input with the file's weights: if they compute the same features the built-in one
+   is taken, otherwise the file is ambiguous and ``arch`` must say which.
+3. **Propose the head** from the keys left over: Linear (2-D weight, or a 1x1 convolution on the
+   pooled vector), eval-mode BatchNorm (running statistics) and GeM (a scalar ``p``) layers in
+   the files' key order. Parameterless layers are not in a weights file: where the original
+   architecture defines them (torchvision's and timm's own classifier modules) their types are
+   taken from it; where a gap in a ``Sequential``'s indices implies one, or two linear layers
+   meet in different named modules, a ReLU is assumed and the notes say so. A ``head`` spec
+   overrides the proposal (``HEAD_SPEC_HELP``).
+4. **Fold** the layers exactly into dmlviewer's head ``[BN] -> [Linear(hidden) -> ReLU] ->
+   Linear(dim)`` (projection.py): consecutive affine layers (Linear, eval BatchNorm) compose into
+   one; a ReLU right after the pooling is dropped when the backbone's last map is the output of a
+   ReLU (the pooled feature is then non-negative), and otherwise becomes an identity hidden layer
+   so that it stays exact. Heads with two ReLU layers, a trailing ReLU or other nonlinearities are
+   refused with one line.
+5. **Write** the checkpoint (``save_checkpoint``; ``extra["import"]`` records the sources, their
+   SHA-256, the mapping, the notes and the measured difference between the folded head and the
+   layer sequence it replaces).
+
+Nothing here runs code from a file: only tensors and plain values are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dmlviewer.core.progress import CancelToken, Progress
+
+from .backbones import BACKBONES, CHECKPOINT_FORMAT, format_keys, read_weights_file
+from .errors import CheckpointError
+from .model import EmbeddingModel, build_model, default_config
+
+log = logging.getLogger(__name__)
+
+#: timm CNNs tried when no ``arch`` is given (timm's resnet18/34/50/101 are left out: their keys
+#: and function equal torchvision's, which the built-in backbones cover; tests/core/models/
+#: test_importer.py checks that). ``tf_`` twins share their layout with the plain models but
+#: pad differently, so a match of one is always compared with the other.
+TIMM_SHORTLIST = (
+    "resnet50d", "resnext50_32x4d", "seresnext50_32x4d", "wide_resnet50_2", "resnetv2_50",
+    "densenet121", "inception_resnet_v2", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
+    "efficientnet_b3", "efficientnetv2_rw_s", "mobilenetv2_100", "mobilenetv3_large_100",
+    "regnety_016", "convnext_tiny", "convnext_small",
+)
+
+HEAD_SPEC_HELP = (
+    "auto (propose from the keys), none (no projection: the embedding is the pooled feature), or "
+    "a comma-separated list in forward order of source modules (as the report names them, e.g. "
+    "fc or embedder.net.0) and parameterless layers relu / identity, optionally starting with the "
+    "pooling gap, gmp or gem (p from a module named by gem=MODULE, or gem=NUMBER)"
+)
+
+_WRAPPERS = ("state_dict", "model_state_dict", "model", "net", "network", "weights",
+             "params", "module")
+_STRIP = ("module.", "_orig_mod.")
+_NOOP = (nn.Identity, nn.Flatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)
+_BN_KEYS = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
+BN_EPS = 1e-5  # BatchNorm eps of head layers: not stored in weights files; PyTorch's default
+CHECK_TOLERANCE = 1e-4  # folded head against the layer sequence, relative to the output scale
+
+
+class LayoutError(CheckpointError):
+    """The files' layout is not recognized or the head cannot be represented (one line);
+    ``ranking`` holds the closest candidates ``(name, matched, total, jaccard)``, ``unmatched``
+    the keys no layout explains."""
+
+    def __init__(self, message: str, ranking: Sequence[tuple] = (), unmatched: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.ranking = list(ranking)
+        self.unmatched = list(unmatched)
+
+
+# --------------------------------------------------------------------------- reading
+
+@dataclass
+class Sources:
+    """The tensors of the weights files, merged: ``tensors`` (key -> tensor, in file order),
+    ``origin`` (key -> file index), ``notes`` (what unwrapping did), ``ignored`` (entry -> why)."""
+
+    files: list[str]
+    tensors: dict[str, torch.Tensor]
+    origin: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+    ignored: dict[str, str] = field(default_factory=dict)
+
+
+def _tensor_dict(value) -> bool:
+    return isinstance(value, dict) and bool(value) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items())
+
+
+def _unwrap(data: dict, label: str, notes: list[str], ignored: dict[str, str]) -> dict[str, torch.Tensor]:
+    """The state dict inside ``data`` (see module docstring, step 1)."""
+    where = label
+    while True:
+        if _tensor_dict(data):
+            return dict(data)
+        wrapper = next((w for w in _WRAPPERS if isinstance(data.get(w), dict)
+                        and any(isinstance(v, (torch.Tensor, dict)) for v in data[w].values())), None)
+        if wrapper is None:
+            break
+        for k in data:
+            if k != wrapper:
+                ignored[f"{where}[{k!r}]"] = "not the model's weights"
+        notes.append(f"{label}: took the weights from {where}[{wrapper!r}]")
+        where = f"{where}[{wrapper!r}]"
+        data = data[wrapper]
+    out: dict[str, torch.Tensor] = {}
+    groups = []
+    for k, v in data.items():
+        if isinstance(k, str) and isinstance(v, torch.Tensor):
+            out[k] = v
+        elif isinstance(k, str) and _tensor_dict(v):
+            groups.append(k)
+            out.update({f"{k}.{name}": t for name, t in v.items()})
+        else:
+            ignored[f"{where}[{k!r}]"] = "not a tensor or a state dict"
+    if groups:
+        notes.append(f"{label}: merged the state dicts {', '.join(groups)} as key prefixes")
+    if not out:
+        raise CheckpointError(f"{label} holds no model weights (no tensors found)")
+    return out
+
+
+def read_sources(paths: Sequence[str | os.PathLike]) -> Sources:
+    """Read and merge the weights files (module docstring, step 1); ``CheckpointError`` for an
+    unreadable file, a dmlviewer checkpoint, or a key that two files both hold."""
+    if not paths:
+        raise CheckpointError("no weights file given")
+    files = [str(p) for p in paths]
+    sources = Sources(files, {}, {})
+    for index, path in enumerate(files):
+        data = read_weights_file(path)
+        if data.get("format") == CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path} is already a dmlviewer checkpoint: open it directly")
+        label = Path(path).name
+        tensors = _unwrap(data, label, sources.notes, sources.ignored)
+        for prefix in _STRIP:
+            while tensors and all(k.startswith(prefix) for k in tensors):
+                tensors = {k[len(prefix):]: v for k, v in tensors.items()}
+                sources.notes.append(f"{label}: stripped the prefix {prefix!r} from every key")
+        clash = sorted(tensors.keys() & sources.tensors.keys())
+        if clash:
+            raise CheckpointError(f"{path} and {files[sources.origin[clash[0]]]} both hold the keys "
+                                  f"[{format_keys(clash)}]: give files of one model")
+        sources.tensors.update(tensors)
+        sources.origin.update(dict.fromkeys(tensors, index))
+    return sources
+
+
+# --------------------------------------------------------------------------- candidates
+
+@dataclass(frozen=True)
+class Candidate:
+    """A known architecture as the importer sees it (built once on the meta device)."""
+
+    name: str
+    keys: dict[str, tuple[int, ...]]      # backbone state-dict keys -> shape (classifier-less)
+    ignored_prefixes: tuple[str, ...]      # auxiliary classifiers: keys ignored when present
+    head: tuple[tuple[str, str], ...]      # the original net's modules after the features: (path, type)
+    head_modules: dict[str, nn.Module]     # those modules (meta), to classify parameterless ones
+    pool: str                              # gap, gmp, or the name of an unsupported pooling
+    nonnegative: bool                      # the last map is a ReLU's output
+    channels: int
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    image_size: int = 224
+
+
+def _is_leaf(module: nn.Module) -> bool:
+    return next(module.children(), None) is None
+
+
+@lru_cache(maxsize=None)
+def candidate(name: str) -> Candidate:
+    """Build ``name`` on the meta device and read its keys, head and pooling (``ValueError``
+    for a name that is neither in ``BACKBONES`` nor a resolvable ``timm:NAME``)."""
+    try:
+        spec = BACKBONES[name]  # ValueError for a timm:NAME that is not a CNN, or without timm
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; choose from {', '.join(BACKBONES)} or timm:NAME") from None
+    mean, std, size = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), 224
+    if name.startswith("timm:"):
+        from .timm_backbones import timm_info
+
+        info = timm_info(name[5:])
+        mean, std, size = info.mean, info.std, max(info.input_size, 32)
+    with torch.device("meta"):
+        net = spec.build(size)
+    net.eval()
+    ignored = spec.dropped_keys + tuple(f"{c}." for c in spec.classifier)
+    keys = {k: tuple(v.shape) for k, v in net.state_dict().items() if not k.startswith(ignored)}
+    leaves = {n: m for n, m in net.named_modules() if n and _is_leaf(m)}
+    record: list[tuple[str, object]] = []
+    hooks = [m.register_forward_hook(lambda _m, _i, o, n=n: record.append((n, o))) for n, m in leaves.items()]
+    x = torch.empty(1, 3, size, size, device="meta")
+    try:
+        with torch.no_grad():
+            last = spec.features(net, x)["last"]
+            in_features = list(record)
+            record.clear()
+            try:
+                net(x)
+            except Exception:  # noqa: BLE001 - no forward of its own (small_cnn): no known head
+                log.debug("%s: no full forward on meta", name, exc_info=True)
+                record.clear()
+    finally:
+        for h in hooks:
+            h.remove()
+    producer = next((n for n, o in reversed(in_features) if o is last), None)
+    nonnegative = producer is not None and isinstance(leaves[producer], (nn.ReLU, nn.ReLU6))
+    seen = {n for n, _ in in_features}
+    head: list[tuple[str, str]] = []
+    for n, _ in record:
+        if n not in seen and all(n != h for h, _ in head):
+            head.append((n, type(leaves[n]).__name__))
+    pool = "gap"
+    if head:
+        first = leaves[head[0][0]]
+        size_one = getattr(first, "output_size", None) in (1, (1, 1))
+        pool = ("gap" if isinstance(first, nn.AdaptiveAvgPool2d) and size_one else
+                "gmp" if isinstance(first, nn.AdaptiveMaxPool2d) and size_one else type(first).__name__)
+        head = head[1:]
+    return Candidate(name, keys, spec.dropped_keys, tuple(head), {h: leaves[h] for h, _ in head},
+                     pool, nonnegative, spec.channels_of["last"], mean, std, size)
+
+
+def candidate_names(arch: str | None = None) -> list[list[str]]:
+    """The candidates in the order they are tried: ``[[arch]]``, or the built-in backbones and
+    then, when timm is installed, the timm shortlist. The shortlist is tried only when no built-in
+    one fits: no shortlist model holds every key of a built-in one (test_importer.py checks it)."""
+    if arch:
+        return [[arch]]
+    from .timm_backbones import timm_available
+
+    stages = [list(BACKBONES)]
+    if timm_available():
+        stages.append([f"timm:{n}" for n in TIMM_SHORTLIST])
+    return stages
+
+
+@dataclass(frozen=True)
+class Match:
+    """``candidate``'s backbone keys found in the sources under ``prefix``."""
+
+    name: str
+    prefix: str
+    matched: tuple[str, ...]         # candidate keys present with the right shape
+    mismatched: tuple[str, ...]      # present with another shape
+    missing: tuple[str, ...]         # absent (num_batches_tracked not counted)
+    scope: int                       # source keys under the prefix
+
+    @property
+    def full(self) -> bool:
+        return not self.mismatched and not self.missing
+
+    @property
+    def jaccard(self) -> float:
+        total = len(self.matched) + len(self.mismatched) + len(self.missing)
+        return len(self.matched) / max(total + self.scope - len(self.matched) - len(self.mismatched), 1)
+
+    def describe(self) -> str:
+        total = len(self.matched) + len(self.mismatched) + len(self.missing)
+        where = f" under {self.prefix!r}" if self.prefix else ""
+        return f"{self.name} ({len(self.matched)}/{total} keys{where})"
+
+
+def matches(cand: Candidate, tensors: dict[str, torch.Tensor], prefix: str | None = None) -> list[Match]:
+    """``cand``'s keys looked up under each plausible prefix (the key prefixes that end in one of a
+    few of its keys, or ``prefix``), best first (most keys matched)."""
+    keys = list(cand.keys)
+    if prefix is None:
+        votes: Counter[str] = Counter()
+        probes = keys[:4] + keys[len(keys) // 2 : len(keys) // 2 + 2] + keys[-4:]
+        for k in probes:
+            for s in tensors:
+                if s.endswith(k) and (len(s) == len(k) or s[-len(k) - 1] == "."):
+                    votes[s[: len(s) - len(k)]] += 1
+        prefixes = [p for p, _ in votes.most_common(8)] or [""]
+    else:
+        prefixes = [prefix]
+    found = []
+    for p in prefixes:
+        matched, mismatched, missing = [], [], []
+        for k in keys:
+            t = tensors.get(p + k)
+            if t is None:
+                if not k.endswith("num_batches_tracked"):
+                    missing.append(k)
+            elif tuple(t.shape) == cand.keys[k]:
+                matched.append(k)
+            else:
+                mismatched.append(k)
+        scope = sum(1 for s in tensors if s.startswith(p))
+        found.append(Match(cand.name, p, tuple(matched), tuple(mismatched), tuple(missing), scope))
+    return sorted(found, key=lambda m: (len(m.matched), -len(m.missing)), reverse=True)
+
+
+def match(cand: Candidate, tensors: dict[str, torch.Tensor], prefix: str | None = None) -> Match:
+    """The best prefix under which ``cand``'s keys appear in ``tensors``, and what matched."""
+    return matches(cand, tensors, prefix)[0]
+
+
+# --------------------------------------------------------------------------- head
+
+@dataclass
+class Layer:
+    """One layer of the source head, in forward order."""
+
+    kind: str                        # linear bn relu identity gem
+    module: str | None = None        # source module path (None: parameterless)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
+    note: str = ""                   # how it was known (assumed, from the architecture, given)
+
+    def describe(self) -> str:
+        if self.kind == "linear":
+            w = self.params["weight"]
+            text = f"Linear {w.shape[1]}->{w.shape[0]}" + ("" if "bias" in self.params else " (no bias)")
+        elif self.kind == "bn":
+            text = f"BatchNorm {self.params['running_mean'].numel()}"
+        elif self.kind == "gem":
+            text = f"GeM p={float(self.params['p'].reshape(-1)[0]):.4g}"
+        else:
+            text = {"relu": "ReLU", "identity": "Identity", "gap": "global average pooling",
+                    "gmp": "global max pooling"}[self.kind]
+        where = f"{self.module}: " if self.module else ""
+        return where + text + (f" ({self.note})" if self.note else "")
+
+    @property
+    def token(self) -> str:
+        """This layer in ``head`` spec syntax."""
+        if self.kind == "gem":
+            return f"gem={self.module or float(self.params['p'].reshape(-1)[0])}"
+        return self.module if self.module else self.kind
+
+
+def _module_params(keys: Sequence[str], tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """Group keys by module path (the key minus its last component), in key order."""
+    modules: dict[str, dict[str, torch.Tensor]] = {}
+    for k in keys:
+        path, _, leaf = k.rpartition(".")
+        modules.setdefault(path, {})[leaf] = tensors[k]
+    return modules
+
+
+def classify(params: dict[str, torch.Tensor]) -> str | None:
+    """``linear``, ``bn`` or ``gem`` from a module's tensors, or None when it is none of them."""
+    names = set(params)
+    w = params.get("weight")
+    if {"running_mean", "running_var"} <= names <= _BN_KEYS:
+        n = params["running_mean"].numel()
+        if all(params[k].dim() == 1 and params[k].numel() == n for k in names - {"num_batches_tracked"}):
+            return "bn"
+        return None
+    if names <= {"weight", "bias"} and w is not None:
+        flat = w.dim() == 2 or (w.dim() == 4 and tuple(w.shape[2:]) == (1, 1))
+        if flat and ("bias" not in params or tuple(params["bias"].shape) == (w.shape[0],)):
+            return "linear"
+    if names == {"p"} and params["p"].numel() == 1:
+        return "gem"
+    return None
+
+
+def _shapes(params: dict[str, torch.Tensor]) -> str:
+    return ", ".join(f"{k} {list(v.shape)}" for k, v in params.items())
+
+
+def _siblings(a: str, b: str) -> bool:
+    """Both paths are numbered children of one ``Sequential`` (``net.1``, ``net.2``)."""
+    pa, _, ia = a.rpartition(".")
+    pb, _, ib = b.rpartition(".")
+    return pa == pb and ia.isdigit() and ib.isdigit()
+
+
+def _parameterless_before(path: str, sources: Sources, file: int) -> str | None:
+    """The indices right before ``path`` in its ``Sequential`` that hold no weights (``net.0`` or
+    ``net.1-2``), or None: a parameterless layer (ReLU, Dropout, ...) sits there."""
+    parent, _, last = path.rpartition(".")
+    if not last.isdigit() or int(last) == 0:
+        return None
+    head = f"{parent}." if parent else ""
+    weighted = set()
+    for k in sources.tensors:
+        if sources.origin[k] == file and k.startswith(head):
+            first = k[len(head):].split(".", 1)[0]
+            if first.isdigit() and int(first) < int(last):
+                weighted.add(int(first))
+    start = max(weighted) + 1 if weighted else 0
+    if start >= int(last):
+        return None
+    return f"{head}{start}" + ("" if start == int(last) - 1 else f"-{int(last) - 1}")
+
+
+def _known_between(cand: Candidate, rel_a: str | None, rel_b: str) -> list[tuple[str, str]] | None:
+    """The original architecture's parameterless modules between head modules ``rel_a`` (None:
+    the pooling) and ``rel_b``, when both are modules of it; else None."""
+    paths = [p for p, _ in cand.head]
+    if rel_b not in paths or (rel_a is not None and rel_a not in paths):
+        return None
+    start = 0 if rel_a is None else paths.index(rel_a) + 1
+    end = paths.index(rel_b)
+    if end < start:
+        return None
+    return list(cand.head[start:end])
+
+
+def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str]) -> list[Layer]:
+    """The layers the leftover ``keys`` form, in forward order (module docstring, step 3);
+    ``LayoutError`` for a module that is not a Linear, BatchNorm or GeM layer, or a known
+    parameterless module that is not a ReLU or a no-op."""
+    modules = _module_params(keys, sources.tensors)
+    unknown = {p: v for p, v in modules.items() if classify(v) is None}
+    if unknown:
+        path, params = next(iter(unknown.items()))
+        rel = path[len(m.prefix):] if path.startswith(m.prefix) else None
+        what = f" ({m.name}'s {rel} is a {dict(cand.head)[rel]})" if rel in dict(cand.head) else ""
+        usable = [p for p in modules if p not in unknown]
+        example = ",".join(usable) if 0 < len(usable) <= 4 else "none"
+        raise LayoutError(
+            f"cannot tell what {path or '(top level)'} ({_shapes(params)}) does{what}: it is not a Linear, "
+            f"BatchNorm or GeM layer ({len(unknown)} such module(s)); give --head with the layers that make "
+            f"the embedding, e.g. --head {example}",
+            unmatched=[k for k in keys if k.rpartition('.')[0] in unknown])
+    layers: list[Layer] = []
+    previous: str | None = None   # previous module path (source naming)
+    previous_rel: str | None = None
+    previous_file = None
+    for path, params in modules.items():
+        kind = classify(params)
+        rel = path[len(m.prefix):] if path.startswith(m.prefix) else None
+        file = sources.origin[next(k for k in keys if k.rpartition(".")[0] == path)]
+        known = _known_between(cand, previous_rel if previous is not None else None, rel) if rel else None
+        if known is not None and (previous is None or previous_rel is not None):
+            for kpath, ktype in known:
+                module = cand.head_modules[kpath]
+                if isinstance(module, _NOOP):
+                    continue
+                if isinstance(module, nn.ReLU):
+                    layers.append(Layer("relu", note=f"{kpath} of {cand.name}"))
+                    continue
+                raise LayoutError(
+                    f"{m.name}'s head has {kpath} ({ktype}) between its layers: dmlviewer decomposes "
+                    "Linear, BatchNorm and ReLU heads exactly, not this one; if your head differs, give "
+                    "--head with its layers")
+        else:
+            gap = _parameterless_before(path, sources, file)
+            if gap:
+                why = "; pytorch-metric-learning's MLP starts with a ReLU" if gap.endswith(".0") else ""
+                layers.append(Layer("relu", note=f"assumed for {gap}, which has no weights{why}"))
+            elif (kind == "linear" and layers and layers[-1].kind == "linear" and previous_file == file
+                  and not _siblings(previous, path)):
+                layers.append(Layer("relu", note=f"assumed between {previous} and {path}: named modules "
+                                    "do not show what runs between them"))
+        layers.append(Layer(kind, path, dict(params)))
+        previous, previous_rel, previous_file = path, rel, file
+    return layers
+
+
+def parse_head_spec(spec: str, sources: Sources, available: Sequence[str]) -> list[Layer]:
+    """The layers of a ``head`` spec (``HEAD_SPEC_HELP``); ``LayoutError`` for a bad item."""
+    spec = spec.strip()
+    if spec.lower() == "none":
+        return []
+    modules = _module_params(available, sources.tensors)
+    layers = []
+    for i, item in enumerate(t.strip() for t in spec.split(",")):
+        low = item.lower()
+        if low in ("relu", "identity"):
+            layers.append(Layer(low, note="given"))
+        elif low in ("gap", "gmp") and i == 0:
+            layers.append(Layer(low, note="given"))
+        elif low.startswith("gem") and i == 0:
+            _, _, arg = item.partition("=")
+            try:
+                p = float(arg) if arg else None
+            except ValueError:
+                p = None
+            if p is not None:
+                layers.append(Layer("gem", None, {"p": torch.tensor(p)}, note="given"))
+            elif arg in modules and classify(modules[arg]) == "gem":
+                layers.append(Layer("gem", arg, dict(modules[arg])))
+            else:
+                raise LayoutError(f"--head {item}: give gem=NUMBER or gem=MODULE with a module holding p")
+        elif item in modules and classify(modules[item]) in ("linear", "bn"):
+            layers.append(Layer(classify(modules[item]), item, dict(modules[item]), note="given"))
+        elif item in modules:
+            raise LayoutError(f"--head {item}: {item} ({_shapes(modules[item])}) is not a Linear or BatchNorm layer")
+        else:
+            choices = [p for p, v in modules.items() if classify(v) in ("linear", "bn", "gem")]
+            raise LayoutError(f"--head: no module {item!r} among the keys left after the backbone "
+                              f"(modules: {', '.join(choices) or 'none'}; or relu, identity, gap, gmp, gem)")
+    return layers
+
+
+# --------------------------------------------------------------------------- folding
+
+@dataclass
+class FoldedHead:
+    """dmlviewer's head stack for the layers: ``pooling``, ``gem_p``, ``bn`` (BatchNorm tensors or
+    None), ``hidden``/``out`` ((W, b) float64 or None), the source modules each came from
+    (``sources``: target -> module names) and what folding did (``notes``)."""
+
+    pooling: str
+    gem_p: float | None
+    bn: dict[str, torch.Tensor] | None
+    hidden: tuple[torch.Tensor, torch.Tensor] | None
+    out: tuple[torch.Tensor, torch.Tensor] | None
+    notes: list[str]
+    sources: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _affine(layer: Layer, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W, b) float64 of a linear or eval-mode BatchNorm layer (BN eps ``BN_EPS``)."""
+    p = {k: v.detach().double() for k, v in layer.params.items()}
+    if layer.kind == "linear":
+        w = p["weight"].reshape(p["weight"].shape[0], -1)
+        return w, p.get("bias", torch.zeros(w.shape[0], dtype=torch.float64))
+    scale = torch.rsqrt(p["running_var"] + BN_EPS) * p.get("weight", torch.ones(dim, dtype=torch.float64))
+    shift = p.get("bias", torch.zeros(dim, dtype=torch.float64)) - p["running_mean"] * scale
+    return torch.diag(scale), shift
+
+
+def _compose(run: list[Layer], dim: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    w = torch.eye(dim, dtype=torch.float64)
+    b = torch.zeros(dim, dtype=torch.float64)
+    for layer in run:
+        lw, lb = _affine(layer, w.shape[0])
+        w, b = lw @ w, lw @ b + lb
+    return w, b, w.shape[0]
+
+
+def fold_head(layers: list[Layer], channels: int, pooling: str, nonnegative: bool) -> FoldedHead:
+    """Fold the layer sequence into dmlviewer's head (module docstring, step 4); ``LayoutError``
+    when its sizes do not chain or its shape cannot be represented exactly."""
+    notes: list[str] = []
+    gem_p = None
+    layers = list(layers)
+    if layers and layers[0].kind in ("gap", "gmp", "gem"):
+        first = layers.pop(0)
+        pooling = first.kind
+        if first.kind == "gem":
+            gem_p = float(first.params["p"].reshape(-1)[0])
+    dim = channels
+    for layer in layers:
+        if layer.kind == "linear":
+            w = layer.params["weight"]
+            if w.shape[1] != dim:
+                raise LayoutError(f"head layer {layer.module} takes {w.shape[1]} inputs but receives {dim}"
+                                  + (" (the pooled feature)" if dim == channels else ""))
+            dim = w.shape[0]
+        elif layer.kind == "bn" and layer.params["running_mean"].numel() != dim:
+            raise LayoutError(f"head layer {layer.module} normalizes {layer.params['running_mean'].numel()} "
+                              f"features but receives {dim}")
+        elif layer.kind in ("gem", "gap", "gmp"):
+            raise LayoutError(f"a pooling ({layer.kind}) can only come first in the head")
+    ops = [la for la in layers if la.kind != "identity"]
+    if any(la.kind == "bn" for la in ops):
+        notes.append(f"BatchNorm eps assumed {BN_EPS:g} (PyTorch's default; weights files do not store it)")
+    if ops and ops[0].kind == "relu" and (nonnegative or pooling == "gem"):
+        why = "GeM output" if pooling == "gem" else "pooled output of a ReLU"
+        notes.append(f"the ReLU right after the pooling changes nothing on the non-negative {why}: left out")
+        ops.pop(0)
+    runs: list[list[Layer]] = [[]]
+    for layer in ops:
+        if layer.kind == "relu":
+            if runs[-1] or len(runs) == 1:
+                runs.append([])
+        else:
+            runs[-1].append(layer)
+    if len(runs) > 2:
+        raise LayoutError(f"the head has {len(runs) - 1} ReLU layers: dmlviewer's head holds at most one "
+                          "hidden FC+ReLU layer, so it cannot reproduce this one exactly")
+    bn = None
+    first = runs[0]
+    sources: dict[str, list[str]] = {}
+    if first and first[0].kind == "bn" and any(la.kind == "linear" for la in first[1:] + sum(runs[1:], [])):
+        if len(first) == 1 or any(la.kind == "linear" for la in first[1:]) or len(runs) == 1:
+            bn = dict(first[0].params)
+            sources["bn"] = [first[0].module]
+            first = first[1:]
+
+    def fold(run: list[Layer], width: int, target: str) -> tuple[torch.Tensor, torch.Tensor]:
+        sources[target] = [la.module for la in run]
+        if len(run) > 1:
+            notes.append(f"{' + '.join(la.module or la.kind for la in run)} folded exactly into "
+                         f"head.projection.{target}")
+        w, b, _ = _compose(run, width)
+        return w, b
+
+    if len(runs) == 1:
+        if not first:
+            return FoldedHead(pooling, gem_p, bn, None, None, notes, sources)
+        if all(la.kind == "bn" for la in first) and bn is None:  # dim 0 with BatchNorm
+            sources["bn"] = [la.module for la in first]
+            if len(first) == 1:
+                return FoldedHead(pooling, gem_p, dict(first[0].params), None, None, notes, sources)
+            w, b, _ = _compose(first, channels)
+            notes.append(f"{' + '.join(sources['bn'])} folded exactly into one BatchNorm")
+            return FoldedHead(pooling, gem_p, _bn_from_affine(w, b), None, None, notes, sources)
+        return FoldedHead(pooling, gem_p, bn, None, fold(first, channels, "out"), notes, sources)
+    second = runs[1]
+    if not second:
+        raise LayoutError("the head ends with a ReLU: dmlviewer's head ends with a linear layer, so it cannot "
+                          "reproduce this one exactly")
+    if not first:
+        hidden = (torch.eye(channels, dtype=torch.float64), torch.zeros(channels, dtype=torch.float64))
+        sources["hidden"] = []
+        notes.append("the ReLU right after the pooling is kept exactly as an identity hidden layer "
+                     f"({channels} units): the pooled feature may be negative")
+    else:
+        hidden = fold(first, channels, "hidden")
+    return FoldedHead(pooling, gem_p, bn, hidden, fold(second, hidden[0].shape[0], "out"), notes, sources)
+
+
+def _bn_from_affine(w: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """BatchNorm tensors computing ``diag(w) z + b`` (running_var = 1 - eps, so the scale is 1)."""
+    scale = torch.diagonal(w)
+    return {"weight": scale.float(), "bias": b.float(), "running_mean": torch.zeros_like(scale).float(),
+            "running_var": torch.full_like(scale, 1.0 - BN_EPS).float()}
+
+
+def reference_head(layers: list[Layer], z: torch.Tensor) -> torch.Tensor:
+    """The source layers applied one after another to pooled features ``z`` (float32, eval mode)."""
+    for layer in layers:
+        p = {k: v.float() for k, v in layer.params.items()}
+        if layer.kind == "linear":
+            z = nn.functional.linear(z, p["weight"].reshape(p["weight"].shape[0], -1), p.get("bias"))
+        elif layer.kind == "bn":
+            z = nn.functional.batch_norm(z, p["running_mean"], p["running_var"], p.get("weight"),
+                                         p.get("bias"), False, 0.0, BN_EPS)
+        elif layer.kind == "relu":
+            z = torch.relu(z)
+    return z
+
+
+# --------------------------------------------------------------------------- plan
+
+@dataclass
+class ImportPlan:
+    """What an import will do; ``report()`` is the text the CLI prints and the dialog shows."""
+
+    sources: Sources
+    arch: str
+    match: Match
+    layers: list[Layer]
+    folded: FoldedHead
+    config: dict
+    head_spec: str
+    head_auto: bool
+    notes: list[str]
+    unmatched: dict[str, str]                  # source key -> why it is not used
+    ranking: list[Match]
+    equivalents: list[str] = field(default_factory=list)
+
+    @property
+    def backbone_mapping(self) -> dict[str, str]:
+        """Source key -> key in the dmlviewer model's state dict."""
+        return {self.match.prefix + k: f"backbone.net.{k}" for k in self.match.matched}
+
+    @property
+    def head_mapping(self) -> dict[str, str]:
+        """Source key -> where it went: a key of the dmlviewer model, or the layer it was folded into."""
+        where = {}
+        for target, modules in self.folded.sources.items():
+            for module in modules:
+                where[module] = (target, len(modules) == 1)
+        mapping = {}
+        for layer in self.layers:
+            if layer.module is None:
+                continue
+            for name in layer.params:
+                if layer.kind == "gem":
+                    mapping[f"{layer.module}.{name}"] = "head.pooling.p"
+                    continue
+                target, alone = where[layer.module]
+                mapping[f"{layer.module}.{name}"] = (f"head.projection.{target}.{name}" if alone
+                                                     else f"folded into head.projection.{target}")
+        return mapping
+
+    def summary(self) -> str:
+        c = self.config
+        parts = [f"pooling {c['pooling']}" + (f" (p={c['gem_p']:.4g})" if c["pooling"] == "gem" else "")]
+        if c["bn"]:
+            parts.append("BatchNorm")
+        if c["hidden"]:
+            parts.append(f"Linear {c['hidden']} + ReLU")
+        parts.append(f"Linear {c['dim']}" if c["dim"] else "no projection")
+        return " -> ".join(parts)
+
+    def report(self, full_mapping: bool = False) -> str:
+        """Several lines: the recognized architecture, head, mapping, unmatched keys, notes."""
+        m = self.match
+        lines = [f"architecture: {self.arch}" + (f" (keys under {m.prefix!r})" if m.prefix else "")
+                 + f", {len(m.matched)} backbone keys matched"]
+        if self.equivalents:
+            lines.append(f"  also fits {', '.join(self.equivalents)}, which compute the same features")
+        lines.append(f"head ({'proposed' if self.head_auto else 'given'}): --head {self.head_spec}")
+        for layer in self.layers:
+            lines.append(f"  {layer.describe()}")
+        dim = self.config["dim"] or candidate(self.arch).channels
+        lines.append(f"dmlviewer model: {self.arch} -> {self.summary()} (embedding dimension {dim})")
+        lines.append(f"input: {self.config['image_size']} px, mean {_fmt(self.config['mean'])}, "
+                     f"std {_fmt(self.config['std'])} (not stored in weights files: check them)")
+        lines.append("mapping:")
+        mapping = self.backbone_mapping
+        if full_mapping:
+            lines += [f"  {s} -> {t}" for s, t in mapping.items()]
+        else:
+            lines.append(f"  {m.prefix or ''}* -> backbone.net.* ({len(mapping)} keys)")
+        lines += [f"  {s} -> {t}" for s, t in self.head_mapping.items()]
+        if self.unmatched:
+            lines.append(f"unmatched ({len(self.unmatched)}, not used):")
+            lines += [f"  {k}: {why}" for k, why in self.unmatched.items()]
+        else:
+            lines.append("unmatched: none")
+        if self.notes:
+            lines.append("notes:")
+            lines += [f"  {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _fmt(values) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
+
+
+def _features_close(a: str, b: str, m: Match, sources: Sources) -> bool:
+    """Whether architectures ``a`` and ``b`` compute the same last map with the files' weights."""
+    from .backbones import Backbone
+
+    x = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
+    outs = []
+    for name in (a, b):
+        net = Backbone(name, None, 128).eval()
+        state = {k: sources.tensors[m.prefix + k] for k in net.net.state_dict() if m.prefix + k in sources.tensors}
+        net.net.load_state_dict(state, strict=False)
+        with torch.no_grad():
+            outs.append(net(x)["last"])
+    if outs[0].shape != outs[1].shape:
+        return False
+    return bool(torch.allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4 * float(outs[0].abs().max()) + 1e-6))
+
+
+def _timm_twins(name: str) -> list[str]:
+    """timm models sharing ``name``'s layout with another padding (``tf_`` variants)."""
+    if not name.startswith("timm:"):
+        return []
+    from .timm_backbones import import_timm
+
+    base = name[5:]
+    twin = base[3:] if base.startswith("tf_") else f"tf_{base}"
+    return [f"timm:{twin}"] if import_timm().is_model(twin) else []
+
+
+def shape_overlap(cand: Candidate, tensors: dict[str, torch.Tensor]) -> float:
+    """Share of ``cand``'s backbone tensors whose shapes occur in ``tensors`` (as multisets): how
+    close a file is to an architecture whatever its key names (renamed modules)."""
+    have = Counter(tuple(t.shape) for t in tensors.values())
+    need = Counter(s for k, s in cand.keys.items() if not k.endswith("num_batches_tracked"))
+    return sum((have & need).values()) / max(sum(need.values()), 1)
+
+
+def _layout_error(what: str, sources: Sources, ranking: list[Match]) -> LayoutError:
+    """One line: ``what``, the closest layouts ranked by key overlap plus tensor-shape overlap
+    (which finds an architecture whose modules were renamed), the unmatched keys."""
+    scored = sorted(((mm.jaccard + shape_overlap(candidate(mm.name), sources.tensors), mm) for mm in ranking),
+                    key=lambda t: t[0], reverse=True)
+    best = max(ranking, key=lambda mm: len(mm.matched), default=None)
+    explained = {best.prefix + k for k in best.matched} if best else set()
+    unmatched = [k for k in sources.tensors if k not in explained]
+    parts = []
+    for score, mm in scored[:3]:
+        share = score - mm.jaccard
+        text = f"{mm.describe()[:-1]}, {share:.0%} of its tensor shapes present)"
+        if mm.matched and mm.missing:
+            text += f", missing {format_keys(list(mm.missing), 3)}"
+        if mm.matched and mm.mismatched:
+            text += f", other shapes {format_keys(list(mm.mismatched), 3)}"
+        parts.append(text)
+    closest = "closest: " + "; ".join(parts) if parts else "no architecture to compare with"
+    return LayoutError(f"{what}; {closest}; unmatched keys: [{format_keys(unmatched, 12)}]",
+                       ranking=[(mm.name, len(mm.matched), len(mm.matched) + len(mm.missing) + len(mm.mismatched),
+                                 score / 2) for score, mm in scored[:5]], unmatched=unmatched)
+
+
+def _recognize(sources: Sources, arch: str | None, prefix: str | None,
+               cancel: CancelToken | None) -> Iterator[Progress | tuple[Match, list[Match], list[str]]]:
+    """Step 2 of the module docstring; the last item is ``(match, ranking, equivalents)``."""
+    stages = candidate_names(arch)
+    total = sum(len(stage) for stage in stages)
+    found: list[Match] = []
+    for stage in stages:
+        for name in stage:
+            if cancel is not None:
+                cancel.raise_if_cancelled()
+            yield Progress("step", len(found), total, f"trying {name}")
+            try:
+                cand = candidate(name)
+            except (ValueError, ImportError) as exc:
+                if arch:
+                    raise LayoutError(f"--arch {arch}: {exc}") from None
+                log.debug("candidate %s unavailable: %s", name, exc)
+                continue
+            found.append(match(cand, sources.tensors, prefix))
+        if any(mm.full for mm in found):
+            break
+    ranking = sorted(found, key=lambda mm: mm.jaccard, reverse=True)
+    full = [mm for mm in found if mm.full]
+    if not full:
+        raise _layout_error(f"--arch {arch} does not fit" if arch else "unknown layout: no known architecture fits",
+                            sources, ranking)
+    most = max(len(mm.matched) for mm in full)
+    best = [mm for mm in full if len(mm.matched) == most]
+    chosen, equivalents = best[0], []
+    copies = [mm.prefix for mm in matches(candidate(chosen.name), sources.tensors, prefix) if mm.full]
+    if len(copies) > 1:
+        raise LayoutError(f"the files hold {chosen.name} under several prefixes ({', '.join(map(repr, copies))}): "
+                          "choose one with --prefix")
+    if arch:
+        yield chosen, ranking, equivalents
+        return
+    larger = [mm for mm in found if not mm.full and len(mm.matched) > most]
+    if larger:
+        raise _layout_error(f"the keys fit {chosen.name} but hold more layers of the same kind (a larger network "
+                            f"with keys missing or reshaped?); give --arch {chosen.name} if it is one", sources,
+                            sorted(larger, key=lambda mm: len(mm.matched), reverse=True))
+    for twin in _timm_twins(chosen.name):
+        try:
+            tm = match(candidate(twin), sources.tensors, chosen.prefix)
+        except (ValueError, ImportError):
+            continue
+        if tm.full and len(tm.matched) == most:
+            best.append(tm)
+    different = []
+    for other in best[1:]:
+        yield Progress("step", total, total, f"comparing {chosen.name} with {other.name}")
+        if _features_close(chosen.name, other.name, chosen, sources):
+            equivalents.append(other.name)
+        else:
+            different.append(other.name)
+    if different:
+        raise LayoutError(f"the layout fits {' and '.join([chosen.name] + different)}, which compute different "
+                          f"features with these weights (padding, normalization): choose one with --arch")
+    yield chosen, ranking, equivalents
+
+
+def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: str = "auto",
+            prefix: str | None = None, image_size: int | None = None,
+            mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+            cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Generator: read, recognize, propose and fold (module docstring, steps 1-4); the ``done``
+    event's result is an :class:`ImportPlan`. ``LayoutError`` (one line) when the layout is not
+    recognized or the head cannot be represented; ``CheckpointError``/``FileNotFoundError`` for
+    unreadable files."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    yield Progress("log", message=f"reading {len(paths)} file(s)")
+    sources = read_sources(paths)
+    recognized = None
+    for event in _recognize(sources, arch, prefix, cancel):
+        if isinstance(event, Progress):
+            yield event
+        else:
+            recognized = event
+    m, ranking, equivalents = recognized
+    cand = candidate(m.name)
+    used = {m.prefix + k for k in cand.keys}
+    rest = [k for k in sources.tensors if k not in used]
+    unmatched: dict[str, str] = {}
+    aux = tuple(m.prefix + p for p in cand.ignored_prefixes)
+    for k in [k for k in rest if aux and k.startswith(aux)]:
+        unmatched[k] = f"auxiliary classifier of {cand.name} (not part of the embedding)"
+    for copy in matches(cand, sources.tensors):
+        if copy.full and copy.prefix != m.prefix:  # e.g. a teacher beside the student chosen by --prefix
+            for k in copy.matched:
+                unmatched.setdefault(copy.prefix + k, f"another copy of the backbone (under {copy.prefix!r})")
+    rest = [k for k in rest if k not in unmatched]
+    storage: dict[tuple, str] = {}
+    for k in list(sources.tensors):
+        t = sources.tensors[k]
+        if t.numel() == 0:
+            continue
+        ident = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+        if ident in storage and k in rest:
+            unmatched[k] = f"the same tensor as {storage[ident]} (an alias, e.g. pytorch-metric-learning's last_linear)"
+        else:
+            storage.setdefault(ident, k)
+    rest = [k for k in rest if k not in unmatched]
+    if sources.files and len(sources.files) > 1:  # the backbone's file first, the others in the order given
+        home = Counter(sources.origin[k] for k in used if k in sources.origin).most_common(1)[0][0]
+        rest.sort(key=lambda k: (sources.origin[k] != home, sources.origin[k]))
+    notes = list(sources.notes)
+    if head.strip().lower() == "auto":
+        layers = propose_head(cand, m, sources, rest)
+        used_head = {f"{la.module}.{n}" for la in layers if la.module for n in la.params}
+        head_auto = True
+    else:
+        layers = parse_head_spec(head, sources, rest)
+        used_head = {f"{la.module}.{n}" for la in layers if la.module for n in la.params}
+        head_auto = False
+    for k in rest:
+        if k not in used_head:
+            unmatched[k] = "not part of the given head" if not head_auto else "not used"
+    for layer in layers:
+        if layer.note.startswith("assumed"):
+            notes.append(f"a ReLU was {layer.note} (give --head to say otherwise)")
+    for key, why in sources.ignored.items():
+        unmatched[key] = why
+    pooling = cand.pool
+    explicit_pool = layers and layers[0].kind in ("gap", "gmp", "gem")
+    if pooling not in ("gap", "gmp") and not explicit_pool:
+        raise LayoutError(f"{cand.name} pools with {pooling}, which dmlviewer does not decompose; "
+                          "give the pooling first in --head (gap, gmp or gem=...) if yours differs")
+    folded = fold_head(layers, cand.channels, pooling, cand.nonnegative)
+    notes += folded.notes
+    spec_tokens = [la.token for la in layers]
+    head_spec = ",".join(spec_tokens) if spec_tokens else "none"
+    if cand.name in ("googlenet", "inception_v3"):
+        notes.append(f"{cand.name}: torchvision's transform_input is applied (its default with ImageNet "
+                     "weights); a network trained without it is timm:inception_v3 (give --arch)")
+    last = next((la for la in reversed(layers) if la.kind == "linear"), None)
+    if head_auto and last is not None and last.params["weight"].shape[0] > last.params["weight"].shape[1]:
+        notes.append(f"{last.module} widens {last.params['weight'].shape[1]} -> {last.params['weight'].shape[0]}: "
+                     "if it is a classifier rather than part of the embedding, leave it out with --head")
+    size = int(image_size or cand.image_size)
+    config = default_config(
+        backbone=cand.name, pretrained=None, pooling=folded.pooling,
+        gem_p=folded.gem_p if folded.gem_p is not None else 3.0, gem_learnable=True,
+        bn=folded.bn is not None, hidden=int(folded.hidden[0].shape[0]) if folded.hidden is not None else 0,
+        dim=int(folded.out[0].shape[0]) if folded.out is not None else 0,
+        image_size=size, mean=[float(v) for v in (mean or cand.mean)], std=[float(v) for v in (std or cand.std)])
+    plan = ImportPlan(sources, cand.name, m, layers, folded, config, head_spec, head_auto, notes,
+                      unmatched, ranking, equivalents)
+    yield Progress("done", data={"result": plan})
+
+
+# --------------------------------------------------------------------------- building
+
+def build_imported(plan: ImportPlan) -> EmbeddingModel:
+    """The dmlviewer model of ``plan`` with the files' weights (eval mode, CPU)."""
+    model = build_model(plan.config, "cpu", load_pretrained=False).eval()
+    m = plan.match
+    state = {}
+    for k, target in model.backbone.net.state_dict().items():
+        source = plan.sources.tensors.get(m.prefix + k)
+        if source is None:  # an absent num_batches_tracked
+            state[k] = torch.zeros_like(target)
+        else:
+            state[k] = source.detach().to(target.dtype)
+    model.backbone.net.load_state_dict(state, strict=True)
+    head, f = model.head, plan.folded
+    with torch.no_grad():
+        if f.pooling == "gem":
+            head.pooling.p.copy_(torch.tensor(float(f.gem_p)))
+        proj = head.projection
+        if f.bn is not None:
+            for name in ("weight", "bias", "running_mean", "running_var"):
+                if name in f.bn:
+                    getattr(proj.bn, name).copy_(f.bn[name].reshape(-1))
+            proj.bn.eps = BN_EPS
+        if f.hidden is not None:
+            proj.hidden.weight.copy_(f.hidden[0])
+            proj.hidden.bias.copy_(f.hidden[1])
+        if f.out is not None:
+            proj.out.weight.copy_(f.out[0])
+            proj.out.bias.copy_(f.out[1])
+    return model
+
+
+def check_head(plan: ImportPlan, model: EmbeddingModel, samples: int = 64) -> float:
+    """Max |folded head - source layer sequence| on random pooled features (non-negative where
+    the folding relied on it), relative to the largest output; the check that folding was exact."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(samples, model.backbone.channels, generator=g)
+    if plan.config["pooling"] == "gem" or candidate(plan.arch).nonnegative:
+        z = z.abs()
+    layers = [la for la in plan.layers if la.kind not in ("gap", "gmp", "gem")]
+    with torch.no_grad():
+        ours, _ = model.head.projection(z)
+        ref = reference_head(layers, z)
+    return float((ours - ref).abs().max() / ref.abs().max().clamp(min=1e-12))
+
+
+def write_checkpoint(plan: ImportPlan, out: str | os.PathLike) -> tuple[Path, float]:
+    """Build, check and save the imported model atomically; returns ``(path, relative head
+    difference)``. ``LayoutError`` (nothing written) when the check fails."""
+    from .checkpoint import file_sha256, save_checkpoint
+
+    model = build_imported(plan)
+    diff = check_head(plan, model)
+    if not diff <= CHECK_TOLERANCE:
+        raise LayoutError(f"the folded head differs from the source layers by {diff:.3g} (relative): "
+                          "not written")
+    extra = {"import": {
+        "sources": [{"path": str(Path(p).resolve()), "sha256": file_sha256(p)} for p in plan.sources.files],
+        "arch": plan.arch, "prefix": plan.match.prefix, "head": plan.head_spec,
+        "head_auto": plan.head_auto, "notes": list(plan.notes),
+        "unmatched": dict(plan.unmatched), "head_check_relative_diff": diff,
+    }}
+    path = save_checkpoint(out, model, epoch=0, extra=extra)
+    log.info("imported %s as %s (%s)", ", ".join(plan.sources.files), plan.arch, plan.summary())
+    return path, diff
+

@@ -1,0 +1,77 @@
+"""File > Import Model: the dialog recognizes the files, shows head, mapping and unmatched keys,
+and "Import and Open" writes the checkpoint and opens it in the main window."""
+
+from __future__ import annotations
+
+import torch
+import torchvision
+from PySide6.QtCore import Qt
+from torch import nn
+
+
+def _weights(tmp_path):
+    torch.manual_seed(0)
+    trunk = torchvision.models.resnet18()
+    trunk.fc = nn.Identity()
+    torch.save(trunk.state_dict(), tmp_path / "trunk_best2.pth")
+    embedder = nn.Sequential(nn.ReLU(), nn.Linear(512, 64), nn.Linear(64, 16))  # PML's MLP([512, 64, 16])
+    state = {f"net.{k}": v for k, v in embedder.state_dict().items()}
+    state.update({"last_linear.weight": state["net.2.weight"], "last_linear.bias": state["net.2.bias"]})
+    torch.save(state, tmp_path / "embedder_best2.pth")
+    return [str(tmp_path / "trunk_best2.pth"), str(tmp_path / "embedder_best2.pth")]
+
+
+def test_menu_action_opens_the_dialog(window, qtbot):
+    from dmlviewer.gui.import_dialog import ImportDialog
+
+    action = next(a for a in window.menuBar().actions()[0].menu().actions() if a.text() == "&Import Model…")
+    action.trigger()
+    qtbot.waitUntil(lambda: any(isinstance(w, ImportDialog) and w.isVisible() for w in window.findChildren(ImportDialog)))
+    dialog = window.findChildren(ImportDialog)[0]
+    dialog.reject()
+
+
+def test_import_and_open(window, qtbot, tmp_path, demo_root, wait_ready):
+    from dmlviewer.gui.import_dialog import ImportDialog
+
+    assert window.open_dataset(demo_root)
+    dialog = ImportDialog(window, _weights(tmp_path))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(lambda: dialog.plan is not None, timeout=120000)
+    assert "resnet18" in dialog.status.text() and "relu,net.1,net.2" in dialog.status.text()
+    assert dialog.unmatched.rowCount() == 2  # last_linear aliases net.2
+    assert dialog.mapping.rowCount() == 120 + 4
+    assert dialog.out.text() == str(tmp_path / "trunk_best2_dmlviewer.pt")  # proposed beside the weights
+    # override the head: stop after the first layer
+    dialog.head.setText("relu,net.1")
+    qtbot.waitUntil(lambda: dialog.plan is not None and dialog.plan.head_spec == "relu,net.1", timeout=60000)
+    assert dialog.plan.config["dim"] == 64 and dialog.unmatched.rowCount() == 4
+    out = tmp_path / "folder" / "imported.pt"
+    dialog.out.setText(str(out))
+    dialog.image_size.setValue(64)
+    qtbot.waitUntil(lambda: dialog.plan is not None and dialog.plan.config["image_size"] == 64, timeout=60000)
+    assert dialog.import_button.isEnabled()
+    qtbot.mouseClick(dialog.import_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: window.model is not None and window.checkpoint_path == str(out), timeout=120000)
+    assert out.is_file() and window.model.dim == 64 and not dialog.isVisible()
+    wait_ready(window.pair_view)  # the imported model explains the pair in the app
+    assert window.pair_view.explanation.grid_query == (2, 2)
+    assert window.dialogs == []
+
+
+def test_unknown_layout_shows_closest_layouts_and_cannot_import(window, qtbot, tmp_path):
+    from dmlviewer.gui.import_dialog import ImportDialog
+
+    state = torchvision.models.resnet34().state_dict()
+    del state["layer3.2.conv1.weight"]  # resnet18 has no layer3.2: its keys all fit
+    torch.save(state, tmp_path / "damaged.pth")
+    dialog = ImportDialog(window, [str(tmp_path / "damaged.pth")])
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(lambda: "resnet34" in dialog.status.text(), timeout=120000)
+    assert "fit resnet18 but hold more layers" in dialog.status.text()
+    assert dialog.plan is None and not dialog.import_button.isEnabled()
+    assert dialog.ranking.item(0, 0).text() == "resnet34"
+    assert dialog.tabs.currentWidget() is dialog.ranking
+    assert window.dialogs == []
