@@ -20,6 +20,7 @@ share) follow, unless they were edited.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -191,6 +192,7 @@ class TrainingForm(QWidget):
         self._base = TrainConfig()
         self._recipe: str | None = None  # the recipe the form was last filled from
         self._pretrained_state = False
+        self._backbone_state = self._base.backbone
         self.recipe = _combo([(r.name, r.title) for r in RECIPES.values()])
         self.recipe.setObjectName("recipe")
         self.recipe_note = QLabel()
@@ -263,6 +265,7 @@ class TrainingForm(QWidget):
         self.pretrained_file.changed.connect(self._on_changed)
         self.recipe.activated.connect(lambda _index: self.apply_recipe(self.recipe.currentData()))
         w["pretrained"].currentIndexChanged.connect(self._follow_pretrained)
+        w["backbone"].currentIndexChanged.connect(self._follow_backbone)
         self._show_recipe_note()
 
     # -- layout
@@ -436,6 +439,17 @@ class TrainingForm(QWidget):
             if math.isclose(widget.value(), old.get(name, defaults[name]), rel_tol=1e-9, abs_tol=1e-12):
                 widget.setValue(new.get(name, defaults[name]))
 
+    def _follow_backbone(self) -> None:
+        """Seed 003's attended maps (no widget) follow the backbone when they are the recipe's
+        choice for the previous one."""
+        from dmlviewer.core.train.recipes import MULTILAYER
+
+        backbone = self.widgets["backbone"].currentData()
+        before, self._backbone_state = self._backbone_state, backbone
+        if self._base.multilayer and self._base.multilayer == MULTILAYER.get(before):
+            self._base = dataclasses.replace(self._base, multilayer=list(MULTILAYER.get(backbone, [])))
+            self._on_changed()
+
     # -- values
     def config(self):
         """The :class:`TrainConfig` the widgets describe."""
@@ -482,6 +496,7 @@ class TrainingForm(QWidget):
             finally:
                 widget.blockSignals(False)
         self._pretrained_state = config.pretrained != "none"
+        self._backbone_state = config.backbone
         self._on_changed()
 
 

@@ -188,3 +188,9 @@ def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp
     assert form.config().val_fraction == 0 and form.config().warmup_epochs == 0
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
     assert form.config().val_fraction == pytest.approx(0.2) and form.config().warmup_epochs == 1
+    # seed 003's attended intermediate map (no widget of its own) follows the backbone
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    form.apply_recipe("adversarial")
+    assert form.config().multilayer == ["stage3"] and dialog.start_button.isEnabled(), dialog.problems.text()
+    w["backbone"].setCurrentIndex(w["backbone"].findData("resnet18"))
+    assert form.config().multilayer == ["layer3"]

@@ -130,7 +130,6 @@ class Trainer:
         self.resume_info: dict | None = None
         self.selection = Selection(config.select_metric)
         self.epoch0_metrics: dict | None = None
-        self.last_test: dict = {}
         self.early_stopped = False
         self.val_set = None
         self.clock: RunClock | None = None
@@ -306,7 +305,6 @@ class Trainer:
         self.log_sums = np.asarray(extra["log_sums"], dtype=np.float64)
         self.log_count = int(extra["log_count"])
         self.metrics = dict(info.get("metrics") or {})
-        self.last_test = dict(self.metrics)
         if "selection" in extra:
             self.selection.load_state_dict(extra["selection"])
         self.epoch0_metrics = dict(extra.get("epoch0_metrics") or {}) or None
@@ -558,7 +556,8 @@ class Trainer:
         return n + (1 if self._epoch0_pending() else 0)
 
     def _epoch0_pending(self) -> bool:
-        return self.global_step == 0 and self.epoch == 0 and self.config.eval_every > 0
+        return (self.global_step == 0 and self.epoch == 0 and self.config.eval_every > 0
+                and self.epoch0_metrics is None)
 
     def _set_train_mode(self) -> None:
         """Training mode, except the backbone's BatchNorm layers when their statistics are frozen;
@@ -581,7 +580,7 @@ class Trainer:
         val, test = yield from self.evaluate_splits()
         best = False
         if test or val:
-            self.metrics = self.last_test = test
+            self.metrics = test
             if self.epoch == 0:
                 self.epoch0_metrics = dict(test)
             best = self.val_set is not None and bool(val) and self.selection.offer(self.epoch, val, test)
