@@ -9,7 +9,11 @@ use, so ``import dmlviewer`` stays light.
 
 from typing import Any
 
+from dmlviewer.core.limits import opencv_limit
+
 __version__ = "0.1.0"
+
+opencv_limit()  # before anything loads OpenCV, which reads its image-size limit once
 
 _API = ("explain", "view", "open_model")
 

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from dmlviewer.bench import BenchError
 from dmlviewer.bench.machine import describe
 
 CLASSES = 100
@@ -72,12 +73,27 @@ def _theirs(n: int, device: str, queue) -> None:
 
 
 def _in_child(fn, n: int, device: str) -> dict:
+    """Run ``fn`` in a fresh process and return what it puts on the queue; a child that dies
+    first (a bad device, out of memory) ends the wait with an error naming its exit code."""
+    import queue as queues
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=fn, args=(n, device, queue))
     proc.start()
-    result = queue.get()
-    proc.join()
+    try:
+        while True:
+            try:
+                result = queue.get(timeout=0.5)
+                break
+            except queues.Empty:
+                if not proc.is_alive():
+                    raise BenchError(f"the benchmark process {fn.__name__} ended (exit code {proc.exitcode}) "
+                                       "without a result; its error is above") from None
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.terminate()
     return result
 
 

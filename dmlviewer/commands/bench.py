@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import sys
 import time
@@ -29,16 +28,19 @@ BENCHMARKS = {
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import add_device
+
     p = sub.add_parser("bench", help="run benchmarks (ratios against a baseline measured in the same run)")
     p.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), help="benchmark to run")
     p.add_argument("--all", action="store_true", help="run every benchmark")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke run)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (where the benchmark uses a model)")
+    add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from dmlviewer.bench import BenchError
     from dmlviewer.cli import UsageError
 
     if args.all:
@@ -52,15 +54,20 @@ def run(args: argparse.Namespace) -> int:
         module = importlib.import_module(f"dmlviewer.bench.{BENCHMARKS[name]}")
         log.info("running bench %s", name)
         start = time.perf_counter()
-        result = module.run(args)
+        try:
+            result = module.run(args)
+        except BenchError as exc:
+            sys.stderr.write(f"dmlviewer bench: error: {name}: {exc}\n")
+            return 1
         result.setdefault("benchmark", name)
         result["wall_s"] = round(time.perf_counter() - start, 2)
         results.append(result)
         if not args.json:
             sys.stdout.write(_summary(result) + "\n")
     if args.json:
-        out = results[0] if len(results) == 1 else results
-        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        from dmlviewer.commands.common import print_json
+
+        print_json(results[0] if len(results) == 1 else results)
     return 0
 
 

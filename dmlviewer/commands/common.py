@@ -1,17 +1,120 @@
-"""Helpers the commands share: loading a checkpoint for a command, and the text progress
-display that drives a core job generator (the CLI's counterpart of the GUI's worker).
+"""Helpers the commands share: argument types that check ranges when the command line is
+parsed, the one JSON style of every command, output-path checks, loading a checkpoint for a
+command, and the text progress display that drives a core job generator (the CLI's
+counterpart of the GUI's worker).
 
 Bad dataset, image, checkpoint and feature files need no handling here: ``dmlviewer.cli``
 reports them in one line with exit status 2.
+
+JSON on stdout (``--json``): every command prints one JSON document, indented by two spaces,
+keys in the order the contract lists them, followed by a newline; it is strict JSON (a
+non-finite number is written as ``null``, never ``NaN`` or ``Infinity``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
+import math
+import re
 import sys
 import time
+from pathlib import Path
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
+
+#: the largest square input size a command accepts (as model configs, see core.models.model)
+MAX_IMAGE_SIZE = 4096
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d{1,3})?)$")
+DEVICE_HELP = "auto | cpu | cuda | cuda:N | mps"
+
+
+def int_range(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer from ``low`` to ``high`` (inclusive)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer from {low} to {high}, got {text}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_range(low: float, high: float, low_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+#: seeds as numpy and torch take them
+seed_type = int_range(0, 2**32 - 1)
+
+
+def device_type(text: str) -> str:
+    """argparse type: a device name, refused at once when unknown or not present here."""
+    spec = text.strip().lower()
+    if not DEVICE_PATTERN.match(spec):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}: use {DEVICE_HELP}")
+    if spec not in ("auto", "cpu"):
+        from dmlviewer.core.models.device import resolve_device
+
+        try:
+            resolve_device(spec)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return spec
+
+
+def add_device(parser: argparse.ArgumentParser, default: str = "auto", what: str = "") -> None:
+    parser.add_argument("--device", default=default, type=device_type, metavar="DEVICE",
+                        help=f"where the model runs{what}: {DEVICE_HELP}")
+
+
+def _strict(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
+        return _strict(value.item())
+    return value
+
+
+def print_json(value: Any) -> None:
+    """Write ``value`` to stdout in the one JSON style of the command line (see the module
+    docstring)."""
+    sys.stdout.write(json.dumps(_strict(value), indent=2, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def check_output_file(path: str, what: str = "output") -> Path:
+    """The output path, or :class:`~dmlviewer.cli.UsageError` when no file can be written there
+    (no such folder, a folder, a device or FIFO)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.files import output_problem
+
+    problem = output_problem(path, what)
+    if problem:
+        raise UsageError(problem)
+    return Path(path)
 
 
 #: How the commands' ``--checkpoint`` help names what it takes.
@@ -20,10 +123,11 @@ CHECKPOINT_HELP = ("checkpoint file (.pt: from training or import-model), or ima
 
 
 def model_source_exists(source: str) -> bool:
-    """True for an existing file or an ``imagenet:BACKBONE`` spec (checked when it is opened)."""
+    """True for an existing path or an ``imagenet:BACKBONE`` spec (checked when it is opened: a
+    folder, a FIFO or a device is refused there with its reason)."""
     from pathlib import Path
 
-    return str(source).startswith("imagenet:") or Path(source).is_file()
+    return str(source).startswith("imagenet:") or Path(source).exists()  # the reader says what else is wrong
 
 
 def load_model(checkpoint: str, device: str, size: int | None = None):

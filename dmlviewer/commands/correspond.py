@@ -7,32 +7,34 @@ baseline on a dataset with part masks (see :mod:`dmlviewer.core.explain.correspo
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import add_device, int_range, seed_type
+
     p = sub.add_parser("correspond", help="part-correspondence accuracy on a dataset with part masks (JSON)",
                        description="Does the partial map of a query part peak on the same part of the reference?")
     p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
     p.add_argument("--dataset", required=True, help="dataset folder with parts/masks (make-demo-data)")
-    p.add_argument("--split", default="test", help="train | test | all (default test)")
-    p.add_argument("--pairs", type=int, default=200, help="number of same-class pairs (default 200)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the pairing")
-    p.add_argument("--format", help="dataset format (default: detected)")
-    p.add_argument("--protocol", default="default", help="split protocol (default, zero-shot, official)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to pair")
+    p.add_argument("--pairs", type=int_range(1, 1_000_000), default=200, metavar="N",
+                   help="number of same-class pairs")
+    p.add_argument("--seed", type=seed_type, default=0, help="seed of the pairing")
+    p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
+                   help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", choices=["default", "zero-shot", "official"],
+                   help="split protocol")
+    add_device(p)
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import drive, load_model
+    from dmlviewer.commands.common import drive, load_model, print_json
     from dmlviewer.core.explain import correspond
 
-    if args.pairs < 1:
-        raise UsageError(f"--pairs must be positive, got {args.pairs}")
     from dmlviewer.core.data import open_dataset
 
     dataset = open_dataset(args.dataset, args.format, args.protocol)
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        print_json(result)
     else:
         sys.stdout.write(
             f"partial map {result['partial_map_accuracy']:.3f}, overall map {result['overall_map_accuracy']:.3f} "

@@ -7,7 +7,6 @@ goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,29 +18,35 @@ def _ks(text: str) -> list[int]:
         ks = [int(k) for k in text.split(",") if k.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"K values must be positive integers, got {text!r}")
+    if not ks or min(ks) < 1 or max(ks) > 100_000 or len(ks) > 64:
+        raise argparse.ArgumentTypeError(f"K values must be integers from 1 to 100000 (at most 64), got {text!r}")
     return ks
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import add_device, int_range
+
     p = sub.add_parser("evaluate", help="extract features to HDF5 and print retrieval/clustering metrics")
     p.add_argument("--checkpoint", required=True, metavar="C", help=CHECKPOINT_HELP)
-    p.add_argument("--dataset", required=True, metavar="P")
-    p.add_argument("--format", help="dataset format (default: detected)")
-    p.add_argument("--protocol", default="default", help="split protocol: default | zero-shot | official")
-    p.add_argument("--split", default="test", help="train | test | all")
-    p.add_argument("--out", required=True, metavar="F.h5", help="feature file to write")
+    p.add_argument("--dataset", required=True, metavar="P", help="dataset folder")
+    p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
+                   help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", choices=["default", "zero-shot", "official"],
+                   help="split protocol")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to evaluate")
+    p.add_argument("--out", required=True, metavar="F.h5", help="feature file to write (replaced atomically)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON on stdout")
-    p.add_argument("--batch-size", type=int, default=64, metavar="B")
-    p.add_argument("--device", default="cpu", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument("--num-workers", type=int, default=None, metavar="N", help="data loader processes")
+    p.add_argument("--batch-size", type=int_range(1, 65_536), default=64, metavar="B", help="images per batch")
+    add_device(p, default="cpu")
+    p.add_argument("--num-workers", type=int_range(0, 256), default=None, metavar="N",
+                   help="data loader processes (default: chosen from the CPU count)")
     p.add_argument("--ks", type=_ks, default=[1, 2, 4, 8], metavar="K,K,...", help="Recall@K values")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import check_output_file, print_json
     from dmlviewer.core.evaluate import evaluate
 
     from dmlviewer.commands.common import model_source_exists
@@ -50,12 +55,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"checkpoint not found: {args.checkpoint}")
     if not Path(args.dataset).exists():
         raise UsageError(f"dataset folder not found: {args.dataset}")
-    if not Path(args.out).parent.is_dir():
-        raise UsageError(f"output folder not found: {Path(args.out).parent}")
-    if args.split not in ("train", "test", "all"):
-        raise UsageError(f"--split must be train, test or all (got {args.split!r})")
-    if args.batch_size < 1:
-        raise UsageError("--batch-size must be positive")
+    check_output_file(args.out, "feature file")
     metrics = None
     try:
         for event in evaluate(args.checkpoint, args.dataset, args.split, args.out, args.batch_size,
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a bad device or an empty split; bad files are reported by the cli
         raise UsageError(str(exc)) from None
     if args.json:
-        sys.stdout.write(json.dumps(metrics) + "\n")
+        print_json(metrics)
     else:
         for key, value in metrics.items():
             sys.stdout.write(f"{key:12s} {value:.4f}\n" if isinstance(value, float) else f"{key:12s} {value}\n")

@@ -8,7 +8,7 @@ maps of ``--method``), ``grid_query``, ``grid_reference``. Completeness holds in
 
 ``--method grad_transfer`` needs ``--features F.h5`` holding ``grad_weights`` (seed 002): the
 Grad-CAM weights of the file's labelled images; when the file has none they are computed from the
-images it lists and stored in it.
+images it lists, for this run only: the user's file is changed only with ``--save-grad-weights``.
 """
 
 from __future__ import annotations
@@ -27,50 +27,72 @@ METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import MAX_IMAGE_SIZE, add_device, int_range
+
     p = sub.add_parser("explain", help="explain one image pair's similarity (npz)",
                        description="Point-to-point activation maps, bias terms and overall maps of one pair.")
     p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
     p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
-    p.add_argument("--out", required=True, help="output .npz")
-    p.add_argument("--features", help="feature file with grad_weights (for --method grad_transfer)")
-    p.add_argument("--size", type=int, help="network input size (default: the model's image_size)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    p.add_argument("--out", required=True, help="output .npz (.npz is added to a name without it)")
+    p.add_argument("--features", help="feature file with grad_weights (for --method grad_transfer); it is only "
+                                      "read, unless --save-grad-weights")
+    add_save_grad_weights(p)
+    p.add_argument("--size", type=int_range(16, MAX_IMAGE_SIZE), metavar="S",
+                   help="network input size in pixels (default: the model's image_size)")
+    add_device(p)
     p.set_defaults(func=run)
+
+
+def add_save_grad_weights(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--save-grad-weights", action="store_true",
+                   help="when --features has no grad_weights, store the computed ones in it (the file is "
+                        "rewritten atomically); without this flag they are computed for this run only")
+
+
+def npz_path(out: str) -> Path:
+    """Where ``numpy.savez`` puts ``out`` (it adds ``.npz`` to a name without it)."""
+    path = Path(out)
+    return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import load_model
+    from dmlviewer.commands.common import check_output_file, load_model
 
-    out = Path(args.out)
-    if not out.parent.exists():
-        raise UsageError(f"output folder not found: {out.parent}")
-    if args.size is not None and args.size < 16:
-        raise UsageError(f"--size must be at least 16, got {args.size}")
+    if Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a folder; give a file name (.npz)")
+    out = check_output_file(str(npz_path(args.out)))
     if args.method == "grad_transfer" and not args.features:
         raise UsageError("--method grad_transfer needs --features F.h5 (the labelled images' grad weights)")
+    if args.features and args.method != "grad_transfer":
+        raise UsageError("--features is only used with --method grad_transfer")
     from dmlviewer.core.explain import Explanation, explain_pair
 
     model, device = load_model(args.checkpoint, args.device)
-    bank = grad_bank_from_features(model, args.features, device) if args.method == "grad_transfer" else None
+    bank = (grad_bank_from_features(model, args.features, device, save=args.save_grad_weights)
+            if args.method == "grad_transfer" else None)
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
-    written = Explanation.from_pair(pair, args.method).save(out)
+    written = Explanation.from_pair(pair, args.method).save(out)  # atomic: never a half-written npz
     log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     return 0
 
 
-def grad_bank_from_features(model, features_path: str, device):
-    """The :class:`GradWeightBank` of a feature file, computing and storing ``grad_weights`` first
-    when the file has none."""
+def grad_bank_from_features(model, features_path: str, device, save: bool = False):
+    """The :class:`GradWeightBank` of a feature file. When the file has no ``grad_weights`` they
+    are computed from the images it lists; with ``save`` they are stored in it (the file is
+    rewritten atomically), otherwise the file is left as it is and the user is told."""
+    import numpy as np
+
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.evaluate import read_features
-    from dmlviewer.core.explain import GradWeightBank, add_grad_weights, compute_grad_weights, read_grad_weights
+    from dmlviewer.core.explain import GradWeightBank, add_grad_weights, compute_grad_weights
+    from dmlviewer.core.explain.grad_transfer import GRAD_WEIGHTS
     from dmlviewer.core.progress import run_to_end
 
-    weights = read_grad_weights(features_path)
     features = read_features(features_path, include_raw=False, include_groups=False)
+    weights = features.extra.get(GRAD_WEIGHTS)
     if weights is None:
         root = features.attrs.get("dataset_root")
         if not root:
@@ -84,5 +106,13 @@ def grad_bank_from_features(model, features_path: str, device):
         log.info("computing grad weights of %d images in %s", len(rows), features_path)
         result = run_to_end(compute_grad_weights(model, rows, device=device))
         weights = result["weights"]
-        add_grad_weights(features_path, weights)
+        if save:
+            add_grad_weights(features_path, weights)
+            log.info("stored the grad weights in %s", features_path)
+        else:
+            log.warning("%s has no grad_weights: computed them for this run only (the file is not changed; "
+                        "--save-grad-weights stores them there)", features_path)
+    weights = np.asarray(weights, dtype=np.float32)
+    if weights.ndim != 2 or len(weights) != len(features):
+        raise ValueError(f"{features_path}: grad_weights of shape {weights.shape} for {len(features)} images")
     return GradWeightBank(features.embeddings, weights)

@@ -41,9 +41,19 @@ def _fractions(text: str) -> tuple[float, float]:
     return fx, fy
 
 
-def _check(path: str | None, what: str) -> None:
-    if path and not Path(path).exists():
-        raise FileNotFoundError(2, f"{what} not found", path)
+def _check(path: str | None, what: str, folder: bool = False) -> None:
+    """A missing path named as what it should be (a folder or a file), before the app starts."""
+    from dmlviewer.cli import UsageError
+
+    if not path:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{what} {'folder' if folder else 'file'} not found: {path}")
+    if folder and not p.is_dir():
+        raise UsageError(f"{what} must be a folder: {path} is a file")
+    if not folder and p.is_dir():
+        raise UsageError(f"{what} must be a file: {path} is a folder")
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -53,10 +63,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_gui(args: argparse.Namespace) -> int:
-    _check(args.dataset, "dataset")
+    _check(args.dataset, "dataset", folder=True)
     if not str(args.checkpoint or "").startswith("imagenet:"):
         _check(args.checkpoint, "checkpoint")
-    _check(args.features, "features")
+    _check(args.features, "feature")
     from dmlviewer.gui.app import run_gui as start
 
     return start(dataset=args.dataset, checkpoint=args.checkpoint, features=args.features,

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import MAX_IMAGE_SIZE, float_range, int_range
+
     p = sub.add_parser(
         "import-model", help="write a dmlviewer checkpoint from a state dict trained elsewhere",
         description="Recognize the architecture of a weights file (a state dict or a common wrapper: "
@@ -33,10 +35,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "gap, gmp or gem=MODULE|NUMBER; the report prints the proposal in this form")
     p.add_argument("--prefix", help="key prefix of the backbone when the files hold several copies "
                                     "(e.g. teacher.backbone.)")
-    p.add_argument("--image-size", type=int, help="input size the model expects (default: 224, or timm's)")
-    p.add_argument("--mean", type=float, nargs=3, metavar=("R", "G", "B"),
+    p.add_argument("--image-size", type=int_range(32, MAX_IMAGE_SIZE),
+                   help="input size the model expects (default: 224, or timm's)")
+    p.add_argument("--mean", type=float_range(-1e3, 1e3), nargs=3, metavar=("R", "G", "B"),
                    help="input normalization mean (default: ImageNet's, or timm's)")
-    p.add_argument("--std", type=float, nargs=3, metavar=("R", "G", "B"),
+    p.add_argument("--std", type=float_range(0.0, 1e3, low_open=True), nargs=3, metavar=("R", "G", "B"),
                    help="input normalization std (default: ImageNet's, or timm's)")
     p.add_argument("--full-mapping", action="store_true", help="list every backbone key's mapping")
     p.add_argument("--out", required=True, help="checkpoint to write (.pt)")
@@ -45,21 +48,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import check_output_file
     from dmlviewer.core.models.importer import analyze, write_checkpoint
     from dmlviewer.core.progress import run_to_end
 
     out = Path(args.out)
     for path in args.weights:
-        if not Path(path).is_file():
+        if not Path(path).exists():  # a folder, a FIFO or a device is refused by the reader, saying so
             raise FileNotFoundError(2, "not found", path)
         if out.exists() and out.resolve() == Path(path).resolve():
             raise UsageError(f"--out {out} is one of the WEIGHTS files: choose another name")
     if out.is_dir():
         raise UsageError(f"--out {out} is a folder: give a file name (e.g. {out / 'imported.pt'})")
-    if args.image_size is not None and args.image_size < 32:
-        raise UsageError(f"--image-size must be at least 32, got {args.image_size}")
-    if args.std is not None and any(v <= 0 for v in args.std):
-        raise UsageError("--std values must be positive")
+    check_output_file(str(out), "--out")
     # no progress display: a refusal must be the only line on stderr (it takes seconds at most)
     plan = run_to_end(analyze(args.weights, arch=args.arch, head=args.head, prefix=args.prefix,
                               image_size=args.image_size, mean=args.mean, std=args.std))

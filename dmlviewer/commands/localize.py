@@ -12,11 +12,10 @@ them from the dataset's train split.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 
-from dmlviewer.commands.common import drive, load_model
+from dmlviewer.commands.common import drive, load_model, print_json
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
@@ -24,24 +23,41 @@ log = logging.getLogger(__name__)
 PAIRINGS = ("self", "nearest", "same-class")
 
 
+def _thresholds(text: str) -> list[float]:
+    from dmlviewer.core.explain.boxes import parse_thresholds
+
+    try:
+        return parse_thresholds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import add_device, int_range, seed_type
+    from dmlviewer.commands.explain import add_save_grad_weights
+
     p = sub.add_parser("localize", help="weakly supervised localization accuracy (JSON)",
                        description="Box-from-map localization accuracy (IoU > 0.5) per threshold and method.")
     p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
     p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
     p.add_argument("--method", action="append", required=True,
                    help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
-    p.add_argument("--thresholds", default="0.05:0.8:0.05", help="a:b:step or a comma list (default 0.05:0.8:0.05)")
-    p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image (default self)")
-    p.add_argument("--split", default="test", help="train | test | all (default test)")
-    p.add_argument("--limit", type=int, help="use the first N images only")
-    p.add_argument("--format", help="dataset format (default: detected)")
-    p.add_argument("--protocol", default="default", help="split protocol (default, zero-shot, official)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the same-class pairing")
-    p.add_argument("--features", help="feature file with (or to receive) grad_weights for grad_transfer "
+    p.add_argument("--thresholds", default="0.05:0.8:0.05", type=_thresholds, metavar="a:b:step",
+                   help="thresholds in [0, 1] as a fraction of each map's maximum: a:b:step or a comma list "
+                        "(at most 1000)")
+    p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image")
+    p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to localize")
+    p.add_argument("--limit", type=int_range(1, 10**9), metavar="N", help="use the first N images only (default: all)")
+    p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
+                   help="dataset format (default: detected)")
+    p.add_argument("--protocol", default="default", choices=["default", "zero-shot", "official"],
+                   help="split protocol")
+    p.add_argument("--seed", type=seed_type, default=0, help="seed of the same-class pairing")
+    p.add_argument("--features", help="feature file with grad_weights for grad_transfer "
                                       "(default: computed from the dataset's train split)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_save_grad_weights(p)
+    add_device(p)
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=run)
 
 
@@ -65,15 +81,10 @@ def parse_methods(values: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.explain import localize, parse_thresholds
+    from dmlviewer.core.explain import localize
 
     methods = parse_methods(args.method)
-    try:
-        thresholds = parse_thresholds(args.thresholds)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be positive, got {args.limit}")
+    thresholds = args.thresholds
     from dmlviewer.core.data import open_dataset
 
     dataset = open_dataset(args.dataset, args.format, args.protocol)
@@ -86,13 +97,13 @@ def run(args: argparse.Namespace) -> int:
         if args.features and "grad_transfer" in methods:
             from dmlviewer.commands.explain import grad_bank_from_features
 
-            bank = grad_bank_from_features(model, args.features, device)
+            bank = grad_bank_from_features(model, args.features, device, save=args.save_grad_weights)
         results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
                                  limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
-        sys.stdout.write(json.dumps(results, indent=2) + "\n")
+        print_json(results)
     else:
         for r in results:
             curve = " ".join(f"{t:g}:{a:.3f}" for t, a in zip(r["thresholds"], r["accuracy"]))

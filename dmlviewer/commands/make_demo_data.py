@@ -3,30 +3,39 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+
+#: ``core.data.demo.MAX_CLASSES`` (repeated so that building the parser imports nothing heavy;
+#: a test checks they agree)
+MAX_CLASSES = 216
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import int_range, seed_type
+
     p = sub.add_parser("make-demo-data", help="write the synthetic parts dataset (CUB layout)")
-    p.add_argument("out", metavar="OUT", help="output folder")
-    p.add_argument("--classes", type=int, default=20, metavar="N")
-    p.add_argument("--per-class", type=int, default=40, metavar="M")
-    p.add_argument("--size", type=int, default=128, metavar="S")
-    p.add_argument("--seed", type=int, default=0, metavar="K")
+    p.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty)")
+    p.add_argument("--classes", type=int_range(1, MAX_CLASSES), default=20, metavar="N", help="number of classes")
+    p.add_argument("--per-class", type=int_range(1, 10_000), default=40, metavar="M", help="images per class")
+    p.add_argument("--size", type=int_range(32, 1024), default=128, metavar="S", help="image size in pixels")
+    p.add_argument("--seed", type=seed_type, default=0, metavar="K", help="random seed")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.data.demo import MAX_CLASSES, make_demo_data
+    from dmlviewer.core.data.demo import make_demo_data
 
-    if not 1 <= args.classes <= MAX_CLASSES:
-        raise UsageError(f"--classes must be between 1 and {MAX_CLASSES}, got {args.classes}")
-    if args.per_class < 1:
-        raise UsageError(f"--per-class must be at least 1, got {args.per_class}")
-    if args.size < 32:
-        raise UsageError(f"--size must be at least 32, got {args.size}")
+    parent = Path(args.out).parent
+    if not parent.is_dir():
+        raise UsageError(f"folder not found: {parent} (the dataset folder is created inside it)")
+    if args.classes * args.per_class > 1_000_000:
+        raise UsageError(f"--classes x --per-class is {args.classes * args.per_class:,} images; the most is 1,000,000")
     try:  # make_demo_data logs where it wrote
         make_demo_data(args.out, classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # a full or read-only disk: name the dataset folder, not the temporary one
+        raise OSError(exc.errno, exc.strerror, str(args.out)) from None
     return 0

@@ -9,7 +9,6 @@ image, read from the feature file's ``dataset_root``), computed and ranked by
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,32 +18,38 @@ def _region(text: str) -> tuple[int, int, int, int]:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != 4 or values[2] <= values[0] or values[3] <= values[1]:
-        raise argparse.ArgumentTypeError(f"expected y0,x0,y1,x1 with y1 > y0 and x1 > x0, got {text!r}")
+    if len(values) != 4 or values[2] <= values[0] or values[3] <= values[1] or min(values) < 0 or (
+            max(values) > 1_000_000):
+        raise argparse.ArgumentTypeError(f"expected y0,x0,y1,x1 in pixels with y1 > y0 >= 0 and x1 > x0 >= 0, got {text!r}")
     return values
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import add_device, int_range
+
     p = sub.add_parser("retrieve", help="nearest neighbours of one image in a feature file")
-    p.add_argument("--features", required=True, metavar="F.h5")
-    p.add_argument("--query", required=True, type=int, metavar="I", help="row index of the query image")
-    p.add_argument("-k", type=int, default=10, metavar="K", help="number of neighbours (default 10)")
+    p.add_argument("--features", required=True, metavar="F.h5", help="HDF5 feature file (from evaluate)")
+    p.add_argument("--query", required=True, type=int_range(0, 2**62), metavar="I",
+                   help="row index of the query image in the feature file")
+    p.add_argument("-k", type=int_range(1, 100_000), default=10, metavar="K", help="number of neighbours")
     p.add_argument("--region", type=_region, metavar="y0,x0,y1,x1",
-                   help="retrieve with the feature of this region of the query (needs --checkpoint)")
+                   help="retrieve with the feature of this region of the query image (needs --checkpoint): its "
+                        "edges in pixels of the original image, counted from the top-left corner, rows first: "
+                        "top y0, left x0, bottom y1, right x1 (y1 and x1 excluded). The GUI shows points as "
+                        "x, y; this order is rows, columns")
     p.add_argument("--checkpoint", metavar="C", help="model for --region")
-    p.add_argument("--device", default="cpu", help="device for --region: auto | cpu | cuda | cuda:N | mps")
+    add_device(p, default="cpu", what=" (for --region)")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import print_json
     from dmlviewer.core.evaluate import read_features, retrieve
 
-    if not Path(args.features).is_file():
+    if not Path(args.features).exists():
         raise UsageError(f"feature file not found: {args.features}")
-    if args.k < 1:
-        raise UsageError(f"-k must be at least 1 (got {args.k})")
     if args.checkpoint and not args.region:
         raise UsageError("--checkpoint is only used with --region")
     features = read_features(args.features, include_raw=False, include_groups=False)  # StoreError: cli
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.region:
         query["region"] = list(args.region)
     if args.json:
-        sys.stdout.write(json.dumps({"query": query, "results": results}) + "\n")
+        print_json({"query": query, "results": results})
     else:
         sys.stdout.write(f"query {query['index']}: {query['path']} (label {query['label']})\n")
         for rank, r in enumerate(results, 1):
@@ -76,13 +81,20 @@ def run(args: argparse.Namespace) -> int:
 def _region_results(args: argparse.Namespace, features) -> list[dict]:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.data import load_image
+    from dmlviewer.core.data.images import check_inside
+    from dmlviewer.core.data.paths import path_problem
     from dmlviewer.core.explain import region_query
     from dmlviewer.core.models import open_model, resolve_device
 
     root = features.attrs.get("dataset_root") or ""
-    image_path = Path(root) / features.paths[args.query]
+    rel = features.paths[args.query]
+    problem = path_problem(rel)
+    if problem:  # a feature file from elsewhere: its paths are not trusted (core.data.paths)
+        raise UsageError(f"{args.features}: the query's stored path may not be used ({problem})")
+    image_path = Path(root) / rel
     try:
         device = resolve_device(args.device)
+        check_inside(root, image_path)
         image = load_image(image_path)
         model, _ = open_model(args.checkpoint, device)
         return region_query(model, image, args.region, features, k=args.k, device=device)

@@ -21,18 +21,22 @@ PRINT_EVERY_S = 10.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from dmlviewer.commands.common import DEVICE_HELP, MAX_IMAGE_SIZE, device_type, float_range, int_range, seed_type
     from dmlviewer.core.train.config import (ADVERSARIAL_MODES, AMP_MODES, BACKBONES, BINOMIAL_PRESETS,
                                              DIVERSITY_VARIANTS, FREEZE_BN_MODES, GROUPINGS, METRIC_LOSSES, MINERS,
                                              OPTIMIZERS, POOLINGS, SCHEDULERS, SELECT_METRICS, TrainConfig)
     from dmlviewer.core.train.recipes import RECIPES
 
     d = TrainConfig()
+    weight = float_range(0.0, 1e6)
     p = sub.add_parser(
         "train", help="train a model",
-        description="Train a model. Options not given take the value of the recipe (--recipe, "
-                    "'default' when not given); the defaults shown are those of the 'default' recipe "
-                    "for a backbone trained from scratch (a pretrained backbone gets lr 1e-4, head lr x10 "
-                    "and a one-epoch head warm-up unless given).")
+        description="Train a model; checkpoint.pt (the last state), best.pt (the model selected on validation, "
+                    "when there is a validation split), config.json and metrics.jsonl go into the run folder. "
+                    "Options not given take the value of the recipe (--recipe, 'default' when not given); the "
+                    "defaults shown are those of the 'default' recipe for a backbone trained from scratch (a "
+                    "pretrained backbone gets lr 1e-4 with the new layers at x10, a one-epoch head warm-up and a "
+                    "0.2 validation share unless given).")
     S = argparse.SUPPRESS
 
     def opt(*flags, default=None, help="", **kwargs):
@@ -41,17 +45,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p.add_argument("--recipe", choices=list(RECIPES), default="default",
                    help="named preset: " + "; ".join(f"{r.name}: {r.title}" for r in RECIPES.values()))
-    opt("--dataset", metavar="P", help="dataset folder (required)")
-    opt("--format", help="dataset format (default: detected)")
-    opt("--protocol", default=d.protocol, help="split protocol: default | zero-shot | official")
+    opt("--dataset", metavar="P", help="dataset folder, format detected (required)")
+    opt("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
+        help="dataset format (default: detected from the folder)")
+    opt("--protocol", default=d.protocol, choices=["default", "zero-shot", "official"], help="split protocol")
     opt("--out", metavar="RUN", help="run folder (required)")
-    opt("--backbone", choices=BACKBONES, default=d.backbone, help="network")
+    opt("--backbone", choices=BACKBONES, default=d.backbone, help="backbone network")
     opt("--pretrained", default=d.pretrained, help="backbone weights: none | imagenet | FILE")
-    opt("--pooling", choices=POOLINGS, default=d.pooling, help="pooling of the last feature map")
+    opt("--pooling", choices=POOLINGS, default=d.pooling, help="global pooling")
     opt("--grouping", choices=GROUPINGS, default=d.grouping, help="grouping head (seed 001, 004)")
-    opt("--groups", type=int, default=d.groups, metavar="P", help="groups of a grouping head")
-    opt("--dim", type=int, default=d.dim, metavar="D", help="embedding size (0: the pooled feature)")
-    opt("--image-size", type=int, default=d.image_size, metavar="S", help="input size in pixels")
+    opt("--groups", type=int_range(1, 512), default=d.groups, metavar="P", help="number of groups P")
+    opt("--dim", type=int_range(1, 16384), default=d.dim, metavar="D", help="embedding dimension D")
+    opt("--image-size", type=int_range(32, MAX_IMAGE_SIZE), default=d.image_size, metavar="S",
+        help="input size in pixels (images are resized to S x S)")
     opt("--multilayer", type=lambda s: [x for x in s.split(",") if x], metavar="MAPS",
         help="comma-separated intermediate feature maps attended by seed 003's head (default: none)")
     opt("--loss", choices=METRIC_LOSSES, default=d.loss, help="metric loss")
@@ -60,52 +66,60 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     opt("--binomial", choices=list(BINOMIAL_PRESETS), default=d.binomial,
         help="binomial deviance variant: dgml (seed 001's official code), dgml_printed (seed 001 Table 1 "
              "as printed) or deml (seed 004 Eq. 5)")
-    opt("--triplet-margin", type=float, default=d.triplet_margin, metavar="M",
+    opt("--triplet-margin", type=float_range(0.0, 10.0), default=d.triplet_margin, metavar="M",
         help="margin of the triplet loss and its semi-hard miner")
-    opt("--diversity", type=float, default=d.diversity, metavar="W", help="lambda_1 of seed 001 Eq. 14")
+    opt("--diversity", type=weight, default=d.diversity, metavar="W",
+        help="weight of the group diversity loss (seed 001 Eq. 14, lambda_1)")
     opt("--diversity-variant", choices=list(DIVERSITY_VARIANTS), default=d.diversity_variant,
         help="diversity loss: official (DGML code: beta_0 25, sum over group pairs / (P-1)) or printed "
              "(seed 001 Eq. 4, 14: beta_0 1, mean over pairs)")
-    opt("--adversarial", choices=ADVERSARIAL_MODES, default=d.adversarial, help="seed 003's class adversary")
-    opt("--adversarial-weight", type=float, default=d.adversarial_weight, metavar="W",
+    opt("--adversarial", choices=ADVERSARIAL_MODES, default=d.adversarial, help="class adversary (seed 003)")
+    opt("--adversarial-weight", type=weight, default=d.adversarial_weight, metavar="W",
         help="lambda (smooth) or lambda_0 (adaptive) of the class adversary")
-    opt("--deml-adversary", type=float, default=d.deml_adversary, metavar="W", help="lambda_0 of seed 004 Eq. 4")
-    opt("--activation-decay", type=float, default=d.activation_decay, metavar="W",
-        help="lambda_1 of seed 004 Eq. 6")
-    opt("--non-trivial", type=float, default=d.non_trivial, metavar="W",
+    opt("--deml-adversary", type=weight, default=d.deml_adversary, metavar="W",
+        help="weight of DeML's adversary between learners (seed 004 Eq. 4)")
+    opt("--activation-decay", type=weight, default=d.activation_decay, metavar="W",
+        help="weight of activation decay (seed 004 Eq. 6, lambda_1)")
+    opt("--non-trivial", type=weight, default=d.non_trivial, metavar="W",
         help="lambda_2 of activation decay's non-trivial term (seed 004 Eq. 6)")
-    opt("--epochs", type=int, default=d.epochs, metavar="E", help="epochs")
-    opt("--steps-per-epoch", type=int, default=d.steps_per_epoch, metavar="N", help="0: one pass over the data")
-    opt("--classes-per-batch", type=int, default=d.classes_per_batch, metavar="C",
-        help="classes per batch (fewer when the training set has fewer)")
-    opt("--images-per-class", type=int, default=d.images_per_class, metavar="M", help="images per class and batch")
-    opt("--lr", type=float, default=d.lr, metavar="LR", help="learning rate of the backbone")
-    opt("--head-lr-mult", type=float, default=d.head_lr_mult, metavar="X",
-        help="the new layers' learning rate is lr times this")
-    opt("--weight-decay", type=float, default=d.weight_decay, metavar="W", help="lambda_2 of seed 001 Eq. 14")
+    opt("--epochs", type=int_range(1, 100_000), default=d.epochs, metavar="E", help="epochs to train")
+    opt("--steps-per-epoch", type=int_range(0, 10**9), default=d.steps_per_epoch, metavar="N",
+        help="batches per epoch; 0: one pass over the data")
+    opt("--classes-per-batch", type=int_range(2, 100_000), default=d.classes_per_batch, metavar="C",
+        help="classes in each batch (fewer when the training set has fewer)")
+    opt("--images-per-class", type=int_range(2, 100_000), default=d.images_per_class, metavar="M",
+        help="images of each class in a batch")
+    opt("--lr", type=float_range(0.0, 10.0, low_open=True), default=d.lr, metavar="LR",
+        help="learning rate of the backbone")
+    opt("--head-lr-mult", type=float_range(0.0, 1e4, low_open=True), default=d.head_lr_mult, metavar="X",
+        help="the new layers' learning rate is LR times X")
+    opt("--weight-decay", type=float_range(0.0, 10.0), default=d.weight_decay, metavar="W",
+        help="weight decay (lambda_2 of seed 001 Eq. 14)")
     opt("--optimizer", choices=OPTIMIZERS, default=d.optimizer, help="optimizer")
     opt("--scheduler", choices=SCHEDULERS, default=d.scheduler, help="learning-rate schedule")
-    opt("--val-fraction", type=float, default=d.val_fraction, metavar="F",
+    opt("--val-fraction", type=float_range(0.0, 0.9), default=d.val_fraction, metavar="F",
         help="share of the training classes (of each class's images when there are few classes) held out to "
              "select best.pt; 0: keep the last epoch")
     opt("--select-metric", choices=SELECT_METRICS, default=d.select_metric, help="validation metric that selects")
-    opt("--patience", type=int, default=d.patience, metavar="N",
+    opt("--patience", type=int_range(0, 100_000), default=d.patience, metavar="N",
         help="stop after N evaluations without a validation improvement (0: never)")
     opt("--freeze-bn", choices=FREEZE_BN_MODES, default=d.freeze_bn,
         help="keep the backbone's BatchNorm statistics fixed (auto: for pretrained backbones)")
-    opt("--warmup-epochs", type=int, default=d.warmup_epochs, metavar="E",
+    opt("--warmup-epochs", type=int_range(0, 100_000), default=d.warmup_epochs, metavar="E",
         help="epochs training only the new layers before the backbone")
-    opt("--device", default=d.device, help="auto | cpu | cuda | cuda:N | mps")
+    opt("--device", type=device_type, default=d.device, metavar="DEVICE", help=f"where training runs: {DEVICE_HELP}")
     opt("--amp", choices=AMP_MODES, default=d.amp, help="mixed precision (auto: on for CUDA)")
     p.add_argument("--deterministic", action="store_true", default=S,
-                   help="bit-identical repeat runs: torch.use_deterministic_algorithms, fixed CPU thread count")
-    opt("--num-workers", type=int, default=d.num_workers, metavar="N", help="data loader processes")
-    opt("--eval-every", type=int, default=d.eval_every, metavar="E",
-        help="epochs between evaluations (0: only after the last)")
-    opt("--eval-batch-size", type=int, default=d.eval_batch_size, metavar="B", help="evaluation batch size")
-    opt("--log-every", type=int, default=d.log_every, metavar="N", help="steps between log lines")
-    opt("--seed", type=int, default=d.seed, metavar="K", help="random seed")
-    p.add_argument("--resume", action="store_true", default=S, help="continue RUN/checkpoint.pt")
+                   help="bit-identical repeat runs: torch.use_deterministic_algorithms, one CPU thread")
+    opt("--num-workers", type=int_range(0, 256), default=d.num_workers, metavar="N", help="data loader processes")
+    opt("--eval-every", type=int_range(0, 100_000), default=d.eval_every, metavar="E",
+        help="epochs between evaluations; 0: only after the last epoch")
+    opt("--eval-batch-size", type=int_range(1, 65_536), default=d.eval_batch_size, metavar="B",
+        help="batch size of the evaluations")
+    opt("--log-every", type=int_range(1, 10**9), default=d.log_every, metavar="N", help="steps between log lines")
+    opt("--seed", type=seed_type, default=d.seed, metavar="K", help="random seed")
+    p.add_argument("--resume", action="store_true", default=S,
+                   help="continue the run in RUN from its checkpoint (same dataset and options; --epochs may grow)")
     p.set_defaults(func=run)
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QtMsgType, QTimer, qInstallMessageHandler
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -32,9 +32,29 @@ SCREENSHOT_TIMEOUT_S = 120.0
 DEMO_DATA = {"classes": 20, "per_class": 40, "size": 128, "seed": 0}
 
 
+#: Qt messages that say nothing to a user: the offscreen and minimal platforms print this for
+#: every top-level window (screenshots, benchmarks, tests)
+_QUIET_QT_MESSAGES = ("does not support propagateSizeHints",)
+
+
+def _qt_message(kind, context, message: str) -> None:
+    """Qt's messages go to the log (warnings and errors reach stderr through it), except the
+    harmless lines of :data:`_QUIET_QT_MESSAGES`."""
+    if any(text in message for text in _QUIET_QT_MESSAGES):
+        return
+    level = {QtMsgType.QtDebugMsg: logging.DEBUG, QtMsgType.QtInfoMsg: logging.INFO,
+             QtMsgType.QtWarningMsg: logging.WARNING}.get(kind, logging.ERROR)
+    logging.getLogger("qt").log(level, "%s", message)
+
+
+def install_qt_message_handler() -> None:
+    qInstallMessageHandler(_qt_message)
+
+
 def create_app(argv: list[str] | None = None) -> QApplication:
-    """The QApplication (created once): names for QSettings/QStandardPaths, Fusion dark
-    palette and the app's style sheet."""
+    """The QApplication (created once): Qt's messages routed to the log, names for
+    QSettings/QStandardPaths, Fusion dark palette and the app's style sheet."""
+    install_qt_message_handler()
     app = QApplication.instance()
     if app is None:
         app = QApplication(argv if argv is not None else sys.argv[:1])

@@ -40,10 +40,33 @@ def show_error(parent: QWidget | None, title: str, message: str, details: str | 
     box.open()
 
 
+#: errors whose message says everything (bad input, a busy run folder): shown as they are,
+#: without their type's name
+_EXPLAINED = ("DatasetError", "ImageError", "StoreError", "CheckpointError", "ModelError", "FolderBusy",
+              "TrainingError", "UsageError")
+
+
+def user_message(exc: BaseException) -> str:
+    """The line a user reads for ``exc``: a system error described ("no space left on FOLDER"),
+    an input error's own message, otherwise the type and the message."""
+    from dmlviewer.core.files import describe_os_error
+
+    if isinstance(exc, FileNotFoundError):
+        return f"file not found: {exc.filename or exc}"
+    if isinstance(exc, OSError):
+        return describe_os_error(exc)
+    if isinstance(exc, MemoryError):
+        return "not enough memory for this"
+    if type(exc).__name__ in _EXPLAINED:
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def report_exception(parent: QWidget | None, title: str, exc: BaseException) -> None:
-    """Dialog for a caught exception: its one-line message, the traceback as details."""
+    """Dialog for a caught exception: its one-line message (:func:`user_message`), the
+    traceback as details."""
     details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    show_error(parent, title, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, details)
+    show_error(parent, title, user_message(exc), details)
 
 
 def split_failure(text: str) -> tuple[str, str]:

@@ -323,7 +323,7 @@ class MainWindow(QMainWindow):
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
         """Make dataset images ``query_index``/``reference_index`` the pair (a missing reference
         defaults to another image of the query's class)."""
-        from dmlviewer.core.data import load_image
+        from dmlviewer.core.data import load_dataset_image
 
         ds = self.dataset
         if ds is None or query_index is None:
@@ -333,7 +333,7 @@ class MainWindow(QMainWindow):
         images = []
         for index in (query_index, reference_index):
             try:
-                images.append(load_image(ds.abspath(index)))
+                images.append(load_dataset_image(ds, index))
             except Exception as exc:  # noqa: BLE001
                 self.problems.add_problem(str(ds.abspath(index)), str(getattr(exc, "reason", exc)))
                 errors.report_exception(self, "Cannot read image", exc)

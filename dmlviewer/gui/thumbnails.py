@@ -71,6 +71,9 @@ class _Decode(QRunnable):
             loader._signals.skipped.emit(gen, index)
             return
         try:
+            from dmlviewer.core.data.images import check_inside
+
+            check_inside(loader._root, self._path)  # links out of the dataset folder are not followed
             thumb = make_thumbnail(loader.load(self._path), loader.size)
         except Exception as exc:  # noqa: BLE001 - any unreadable file becomes a reported problem
             reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"

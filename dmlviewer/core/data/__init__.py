@@ -13,7 +13,7 @@ from typing import Any
 from .demo import make_demo_data
 from .errors import DatasetError, ImageError, ImageProblem
 from .formats import FORMATS, detect_format, open_dataset
-from .images import check_images, load_image, probe_image
+from .images import check_images, load_dataset_image, load_image, probe_image
 from .parts import load_part_masks
 from .records import Dataset
 from .splits import PROTOCOLS
@@ -29,7 +29,7 @@ _TORCH_NAMES = {
 
 __all__ = [
     "Dataset", "DatasetError", "FORMATS", "ImageError", "ImageProblem", "PROTOCOLS",
-    "check_images", "detect_format", "load_image", "load_part_masks", "make_demo_data",
+    "check_images", "detect_format", "load_dataset_image", "load_image", "load_part_masks", "make_demo_data",
     "open_dataset", "probe_image", *_TORCH_NAMES,
 ]
 

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dmlviewer.core.files import sniff
+
 from .errors import DatasetError
+from .tables import read_index_bytes
 from .records import Dataset
 from .splits import resolve_protocol, split_from_flags, zero_shot_split
 
@@ -21,14 +24,17 @@ FIELDS = ("relative_im_path", "class", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2
 
 
 def _load_mat(path: Path) -> dict:
+    import io
+
     import scipy.io
 
-    if not path.exists():
-        raise DatasetError(f"missing index file: {path}", path=path)
+    data = read_index_bytes(path)
     try:
-        return scipy.io.loadmat(str(path), squeeze_me=True)
+        return scipy.io.loadmat(io.BytesIO(data), squeeze_me=True)
     except Exception as exc:  # scipy raises ValueError, TypeError, OSError... for bad files
-        raise DatasetError(f"{path}: not a readable MATLAB file ({exc})", path=path) from None
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise DatasetError(f"{path}: not a readable MATLAB file ({reason}; it looks like {sniff(data)})",
+                           path=path) from None
 
 
 def read_cars196(root: Path, protocol: str = "default") -> Dataset:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import DatasetError
 from .parts import find_parts
+from .paths import check_listed_paths
 from .records import Dataset
 from .splits import resolve_protocol, split_from_flags, zero_shot_split
 from .tables import align, check_unique_ids, read_table
@@ -34,6 +35,7 @@ def read_cub(root: Path, protocol: str = "default") -> Dataset:
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
     rel = [images["path"][i] for i in order]
+    check_listed_paths(rel, root / "images.txt")  # before "images/" is prefixed
 
     labels_file = root / "image_class_labels.txt"
     lab = read_table(labels_file, ("image_id", "class_id"), ints=("image_id", "class_id"))

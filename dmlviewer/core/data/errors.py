@@ -29,7 +29,7 @@ class ImageError(Exception):
     """One image file cannot be used: missing, empty, truncated or not an image."""
 
     def __init__(self, path: str | Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+        super().__init__(f"{path}: {reason}" if str(path) else reason)
         self.path = str(path)
         self.reason = reason
 

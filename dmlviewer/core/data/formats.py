@@ -5,11 +5,16 @@ Detection looks for each format's index file, in this order: ``cub`` (``images.t
 ``inshop`` (``list_eval_partition.txt`` at the root or in ``Eval/``), then ``folder`` (a
 sub-folder holding images). One marker is enough to decide, so a folder with ``images.txt``
 but no ``image_class_labels.txt`` is reported as a CUB folder missing that file rather than
-mistaken for another format. No image is opened.
+mistaken for another format. CUB is also recognised by its other index files
+(``image_class_labels.txt``, ``train_test_split.txt``, ``bounding_boxes.txt``), so a CUB
+folder that lost ``images.txt`` is reported as such and never read as a ``folder`` dataset; a
+marker counts whatever it is (a marker that is a folder is reported by the reader). No image
+is opened. Every listing is checked against the path policy of :mod:`.paths`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +23,7 @@ from .cub import read_cub
 from .errors import DatasetError
 from .folder import looks_like_folder_dataset, read_folder
 from .inshop import read_inshop
+from .paths import check_listed_paths
 from .records import Dataset
 from .sop import read_sop
 
@@ -29,9 +35,12 @@ READERS: dict[str, Callable[[Path, str], Dataset]] = {
     "folder": read_folder,
 }
 FORMATS = tuple(READERS)
+#: the file that lists each format's image paths (for messages)
+INDEX_FILES = {"cub": "images.txt", "cars196": "cars_annos.mat", "sop": "Ebay_train.txt, Ebay_test.txt",
+               "inshop": "list_eval_partition.txt"}
 
 _MARKERS = (
-    ("cub", ("images.txt",)),
+    ("cub", ("images.txt", "image_class_labels.txt", "train_test_split.txt", "bounding_boxes.txt")),
     ("cars196", ("cars_annos.mat",)),
     ("sop", ("Ebay_train.txt", "Ebay_test.txt")),
     ("inshop", ("list_eval_partition.txt", "Eval/list_eval_partition.txt")),
@@ -50,7 +59,7 @@ def detect_format(root: str | Path) -> str:
     root = Path(root)
     _check_root(root)
     for name, markers in _MARKERS:
-        if any((root / m).is_file() for m in markers):
+        if any(os.path.lexists(root / m) for m in markers):
             return name
     if looks_like_folder_dataset(root):
         return "folder"
@@ -74,4 +83,6 @@ def open_dataset(root: str | Path, format: str | None = None, protocol: str = "d
         format = detect_format(root)
     if format not in READERS:
         raise DatasetError(f"unknown dataset format {format!r}; choose one of {', '.join(FORMATS)}")
-    return READERS[format](root, protocol)
+    dataset = READERS[format](root, protocol)
+    check_listed_paths(dataset.paths, root / INDEX_FILES[format] if format in INDEX_FILES else root)
+    return dataset

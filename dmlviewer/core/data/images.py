@@ -7,6 +7,14 @@ JPEG must reach its end-of-image marker after the start of its first scan, a PNG
 ``IEND`` chunk, BMP and WebP files must be as long as their headers say. Anything that fails is
 an :class:`ImageError` with the path and the reason; nothing is silently repaired.
 
+Files we did not write are not trusted: only regular files are opened (a FIFO or a device is
+refused, never waited on), files over ``max_image_bytes`` are not read, and the image size
+declared in the header (PNG, JPEG, GIF, BMP, WebP, TIFF, PNM) is checked against
+``max_image_pixels`` before anything is decoded (decompression bombs; both limits in
+:mod:`dmlviewer.core.limits`). For other formats OpenCV's own limit applies, set to the same
+value when ``dmlviewer`` is imported (:func:`dmlviewer.core.limits.opencv_limit`). Messages name the file and what is wrong with it,
+never its content. :func:`load_dataset_image` also applies the link policy of :mod:`.paths`.
+
 Colour: grayscale becomes RGB by repetition; images with an alpha channel are composited on
 white (a transparent product-photo background looks white, as in a browser), i.e.
 ``rgb = a * colour + (1 - a) * 255``; 16-bit images are scaled to 8 bits. EXIF orientation is
@@ -22,7 +30,11 @@ from typing import Iterable
 import cv2
 import numpy as np
 
+from dmlviewer.core.files import RefusedFile, read_regular, sniff
+from dmlviewer.core.limits import get_limit
+
 from .errors import ImageError, ImageProblem
+from .paths import link_problem
 from .records import Dataset
 
 log = logging.getLogger(__name__)
@@ -83,6 +95,114 @@ def _declared_size_problem(data: bytes) -> str | None:
     return None
 
 
+def _be(data: bytes, start: int, size: int) -> int:
+    return int.from_bytes(data[start : start + size], "big")
+
+
+def _le(data: bytes, start: int, size: int) -> int:
+    return int.from_bytes(data[start : start + size], "little")
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the first start-of-frame marker."""
+    n, pos = len(data), 2
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return None
+        while pos < n and data[pos] == 0xFF:
+            pos += 1
+        if pos >= n:
+            return None
+        marker = data[pos]
+        pos += 1
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:
+            continue
+        if marker in (0xD9, 0xDA):
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return (_be(data, pos + 5, 2), _be(data, pos + 3, 2)) if pos + 7 <= n else None
+        pos += _be(data, pos, 2)
+    return None
+
+
+def _tiff_size(data: bytes) -> tuple[int, int] | None:
+    """ImageWidth and ImageLength of the first IFD (the page OpenCV reads)."""
+    read = _le if data[:2] == b"II" else _be
+    offset = read(data, 4, 4)
+    if offset + 2 > len(data):
+        return None
+    found = {}
+    for k in range(min(read(data, offset, 2), 4096)):
+        entry = offset + 2 + 12 * k
+        if entry + 12 > len(data):
+            break
+        tag, kind = read(data, entry, 2), read(data, entry + 2, 2)
+        if tag in (256, 257):
+            found[tag] = read(data, entry + 8, 2) if kind == 3 else read(data, entry + 8, 4)
+    return (found[256], found[257]) if len(found) == 2 else None
+
+
+def _pnm_size(data: bytes) -> tuple[int, int] | None:
+    tokens: list[int] = []
+    for line in data[2:4096].split(b"\n"):
+        for token in line.split(b"#")[0].split():
+            if not token.isdigit():
+                return None
+            tokens.append(int(token))
+            if len(tokens) == 2:
+                return tokens[0], tokens[1]
+    return None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return 1 + _le(data, 24, 3), 1 + _le(data, 27, 3)
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = _le(data, 21, 4)
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if chunk == b"VP8 " and len(data) >= 30:
+        return _le(data, 26, 2) & 0x3FFF, _le(data, 28, 2) & 0x3FFF
+    return None
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` as the image's header declares it, without decoding; ``None`` for
+    formats this does not parse (OpenCV's own limit applies to those)."""
+    if data.startswith(_PNG) and len(data) >= 24:
+        return _be(data, 16, 4), _be(data, 20, 4)
+    if data.startswith(_JPEG):
+        return _jpeg_size(data)
+    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return _le(data, 6, 2), _le(data, 8, 2)
+    if data[:2] == b"BM" and len(data) >= 26:
+        if _le(data, 14, 4) == 12:  # OS/2 header: 16-bit sizes
+            return _le(data, 18, 2), _le(data, 20, 2)
+        return abs(int.from_bytes(data[18:22], "little", signed=True)), abs(
+            int.from_bytes(data[22:26], "little", signed=True))
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return _webp_size(data)
+    if data[:4] in (b"II*\x00", b"MM\x00*") and len(data) >= 8:
+        return _tiff_size(data)
+    if len(data) > 2 and data[:1] == b"P" and data[1:2] in b"123456":
+        return _pnm_size(data)
+    return None
+
+
+def pixel_problem(data: bytes) -> str | None:
+    """Why the declared size of the encoded image ``data`` is refused (over the
+    ``max_image_pixels`` limit), or ``None``."""
+    size = header_size(data)
+    if size is None:
+        return None
+    width, height = size
+    limit = get_limit("max_image_pixels")
+    if width * height > limit:
+        return (f"image too large: {width} x {height} = {width * height:,} pixels, over the limit of "
+                f"{limit:,} (DMLVIEWER_MAX_IMAGE_PIXELS); not decoded")
+    return None
+
+
 def file_problem(data: bytes) -> str | None:
     """Why the encoded image ``data`` is unusable (empty, truncated), or ``None`` when its
     container looks complete. Formats without an end check are left to the decoder."""
@@ -97,13 +217,9 @@ def file_problem(data: bytes) -> str | None:
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ImageError(path, "file not found") from None
-    except IsADirectoryError:
-        raise ImageError(path, "is a folder, not a file") from None
-    except OSError as exc:
-        raise ImageError(path, f"cannot read ({exc.strerror or exc})") from None
+        return read_regular(path, get_limit("max_image_bytes"))
+    except RefusedFile as exc:
+        raise ImageError(path, exc.reason) from None
 
 
 def _to_uint8(image: np.ndarray, path: Path) -> np.ndarray:
@@ -139,15 +255,27 @@ def _to_rgb(image: np.ndarray, path: Path) -> np.ndarray:
 
 
 def _decode(data: bytes, path: Path) -> np.ndarray:
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    try:
+        image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:  # OpenCV's own size limit, a corrupt stream
+        first = next((line for line in str(exc).splitlines() if "error:" in line), str(exc))
+        raise ImageError(path, f"cannot decode ({first.split('error:')[-1].strip()[:200]})") from None
+    except MemoryError:
+        raise ImageError(path, "not enough memory to decode it") from None
     if image is None or image.size == 0:
-        raise ImageError(path, f"not a decodable image (starts with {data[:8]!r})")
+        raise ImageError(path, f"not a decodable image (the file looks like {sniff(data)})")
     return _to_rgb(image, path)
+
+
+def read_image_bytes(path: str | Path) -> bytes:
+    """The encoded bytes of an image file, checked (regular file, size, complete container,
+    declared pixels within the limit) but not decoded; :class:`ImageError` otherwise."""
+    return _read_checked(Path(path))
 
 
 def _read_checked(path: Path) -> bytes:
     data = _read_bytes(path)
-    problem = file_problem(data)
+    problem = file_problem(data) or pixel_problem(data)
     if problem:
         raise ImageError(path, problem)
     return data
@@ -158,6 +286,44 @@ def load_image(path: str | Path) -> np.ndarray:
     missing, empty, truncated or undecodable file."""
     path = Path(path)
     return _decode(_read_checked(path), path)
+
+
+def load_dataset_image(dataset: Dataset, index: int) -> np.ndarray:
+    """Image ``index`` of ``dataset`` (:func:`load_image`), refused with :class:`ImageError`
+    when a link leads it outside the dataset folder (policy in :mod:`.paths`)."""
+    path = dataset.abspath(int(index))
+    check_inside(dataset.root, path)
+    return load_image(path)
+
+
+def report_skipped(problem: ImageProblem) -> None:
+    """The one warning every job prints for an image it skips (path, index, reason)."""
+    where = "" if problem.index is None else f" (index {problem.index})"
+    log.warning("skipping bad image %s%s: %s", problem.path, where, problem.reason)
+
+
+def load_or_skip(dataset: Dataset, index: int, skipped: dict[int, ImageProblem] | None = None
+                 ) -> np.ndarray | None:
+    """:func:`load_dataset_image`, or ``None`` for an unreadable image: the policy of every job
+    that reads a dataset's images (evaluate, train, localize, correspond) is to report the file
+    with its reason once (:func:`report_skipped`; recorded in ``skipped`` by index) and go on."""
+    if skipped is not None and int(index) in skipped:
+        return None
+    try:
+        return load_dataset_image(dataset, index)
+    except ImageError as exc:
+        problem = ImageProblem(exc.path, exc.reason, int(index))
+        report_skipped(problem)
+        if skipped is not None:
+            skipped[int(index)] = problem
+        return None
+
+
+def check_inside(root: str | Path, path: str | Path) -> None:
+    """:class:`ImageError` when links lead ``path`` outside the folder ``root``."""
+    problem = link_problem(root, path)
+    if problem:
+        raise ImageError(path, problem)
 
 
 def probe_image(path: str | Path) -> None:
@@ -179,6 +345,7 @@ def check_images(
     for i in range(len(dataset)) if indices is None else indices:
         path = dataset.abspath(int(i))
         try:
+            check_inside(dataset.root, path)
             check(path)
         except ImageError as exc:
             problems.append(ImageProblem(str(path), exc.reason, int(i)))

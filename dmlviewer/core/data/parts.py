@@ -22,6 +22,7 @@ import cv2
 import numpy as np
 
 from .errors import DatasetError, ImageError
+from .images import check_inside, read_image_bytes
 from .records import Dataset
 from .tables import read_table
 
@@ -37,7 +38,12 @@ def find_parts(root: Path) -> tuple[Path | None, list[str]]:
         return None, []
     table = read_table(parts_root / PART_LIST, ("part_id", "name"), ints=("part_id",))
     order = np.argsort(table["part_id"], kind="stable")
-    return parts_root, [table["name"][i] for i in order]
+    names = [table["name"][i] for i in order]
+    bad = [n for n in names if "/" in n or "\\" in n or n in (".", "..") or "\x00" in n]
+    if bad:
+        raise DatasetError(f"{parts_root / PART_LIST}: part names may not hold path separators: {bad[:3]}",
+                           path=parts_root / PART_LIST)
+    return parts_root, names
 
 
 def mask_dir(parts_root: Path, image_path: str) -> Path:
@@ -60,10 +66,11 @@ def load_part_masks(dataset: Dataset, index: int) -> dict[str, np.ndarray]:
     masks = {}
     for name in dataset.part_names:
         path = folder / f"{name}.png"
+        check_inside(dataset.root, path)
         try:
-            data = np.fromfile(path, dtype=np.uint8)
-        except OSError as exc:
-            raise ImageError(path, "missing part mask" if isinstance(exc, FileNotFoundError) else str(exc)) from None
+            data = np.frombuffer(read_image_bytes(path), dtype=np.uint8)
+        except ImageError as exc:
+            raise ImageError(path, "missing part mask" if exc.reason == "file not found" else exc.reason) from None
         mask = cv2.imdecode(data, cv2.IMREAD_GRAYSCALE) if data.size else None
         if mask is None:
             raise ImageError(path, "part mask is not a readable PNG")

@@ -15,19 +15,33 @@ from typing import Sequence
 
 import numpy as np
 
+from dmlviewer.core.files import RefusedFile, read_regular, sniff
+from dmlviewer.core.limits import get_limit
+
 from .errors import DatasetError
 
 
-def read_index_text(path: Path) -> str:
-    """The text of an index file; a missing or undecodable file raises :class:`DatasetError`."""
+def read_index_bytes(path: Path) -> bytes:
+    """The bytes of an index file; :class:`DatasetError` for a missing, irregular (a folder, a
+    FIFO, a device) or oversized (``max_index_bytes``) file."""
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise DatasetError(f"missing index file: {path}", path=path) from None
+        return read_regular(path, get_limit("max_index_bytes"))
+    except RefusedFile as exc:
+        if exc.reason == "file not found":
+            raise DatasetError(f"missing index file: {path}", path=path) from None
+        raise DatasetError(f"cannot read index file {path}: it {exc.reason}" if exc.reason.startswith("is ")
+                           else f"cannot read index file {path}: {exc.reason}", path=path) from None
+
+
+def read_index_text(path: Path) -> str:
+    """The text of an index file; a missing, irregular (a folder, a FIFO, a device), oversized
+    (``max_index_bytes``) or undecodable file raises :class:`DatasetError`."""
+    data = read_index_bytes(path)
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not a UTF-8 text file ({exc.reason})", path=path) from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read index file {path}: {exc.strerror or exc}", path=path) from None
+        raise DatasetError(f"{path}: not a UTF-8 text file ({exc.reason}; it looks like {sniff(data)})",
+                           path=path) from None
 
 
 def _skip_lines(text: str, count: int) -> str:
@@ -96,7 +110,7 @@ def _parse_slowly(path, lines, columns, ints, floats, skip_lines) -> dict[str, n
         if len(parts) != ncol:
             raise DatasetError(
                 f"{path}, line {lineno}: expected {ncol} columns ({' '.join(columns)}), "
-                f"found {len(parts)}: {line.strip()[:120]!r}",
+                f"found {len(parts)}",
                 path=path,
                 line=lineno,
             )
@@ -109,7 +123,7 @@ def _parse_slowly(path, lines, columns, ints, floats, skip_lines) -> dict[str, n
                 except ValueError:
                     kind = "an integer" if name in ints else "a number"
                     raise DatasetError(
-                        f"{path}, line {lineno}: column {name!r} is not {kind}: {parts[k][:60]!r}",
+                        f"{path}, line {lineno}: column {name!r} is not {kind}",
                         path=path,
                         line=lineno,
                     ) from None

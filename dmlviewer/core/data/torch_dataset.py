@@ -6,19 +6,25 @@ image in listing order is returned in its place (with that image's own label and
 label and pixels always agree); without ``skip_bad`` the :class:`ImageError` propagates. With
 DataLoader worker processes each worker keeps its own ``.problems``; the log lines are the
 record that reaches the main process, and :func:`~.images.check_images` beforehand gives the
-full list.
+full list. An error raised in a worker reaches the main process wrapped in a ``RuntimeError``
+("Caught ImageError in DataLoader worker process 0" and the worker's traceback);
+:func:`worker_errors` turns it back into the original error and message, so the user gets the
+same one line with or without workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset as TorchDataset
 
-from .errors import ImageError, ImageProblem
-from .images import load_image
+from .errors import DatasetError, ImageError, ImageProblem
+from .images import load_dataset_image, report_skipped
 from .records import Dataset
 from .transforms import Preprocess, train_transform
 
@@ -53,7 +59,7 @@ class ImageFolderDataset(TorchDataset):
         if index not in self._bad:
             self._bad.add(index)
             self.problems.append(ImageProblem(exc.path, exc.reason, index))
-            log.warning("skipping bad image %s (index %d): %s", exc.path, index, exc.reason)
+            report_skipped(self.problems[-1])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
         n = len(self.dataset)
@@ -62,7 +68,7 @@ class ImageFolderDataset(TorchDataset):
             if i in self._bad:
                 continue
             try:
-                image = load_image(self.dataset.abspath(i))
+                image = load_dataset_image(self.dataset, i)
             except ImageError as exc:
                 if not self.skip_bad:
                     raise
@@ -70,3 +76,28 @@ class ImageFolderDataset(TorchDataset):
                 continue
             return self._tensor(image), int(self.dataset.labels[i]), i
         raise ImageError(self.dataset.root, f"none of the {n} listed images can be read")
+
+
+#: errors of a DataLoader worker that are re-raised as themselves (bad input, system errors)
+_UNWRAPPED = {"ImageError": lambda m: ImageError("", m), "DatasetError": DatasetError, "MemoryError": MemoryError,
+              "FileNotFoundError": FileNotFoundError, "PermissionError": PermissionError, "OSError": OSError}
+
+
+@contextlib.contextmanager
+def worker_errors() -> Iterator[None]:
+    """Around iterating a DataLoader: re-raise a worker's :class:`ImageError`, ``DatasetError``,
+    ``MemoryError`` or ``OSError`` as that error with its own message (torch wraps them in a
+    ``RuntimeError`` holding the worker's traceback as text)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        found = re.match(r"Caught (\w+) in DataLoader worker process \d+", text)
+        if not found or found.group(1) not in _UNWRAPPED:
+            raise
+        name = found.group(1)
+        lines = [line for line in text.splitlines() if line.strip()]
+        last = lines[-1] if lines else name
+        prefix, _, message = last.partition(": ")
+        message = message if prefix.split(".")[-1] == name and message else last
+        raise _UNWRAPPED[name](message) from None

@@ -48,6 +48,7 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
     """Yield ``(rows, arrays)`` per batch: the dataset positions embedded and their
     ``embeddings``, ``embeddings_raw`` and (for grouping heads) ``groups`` as float32 arrays.
     The model is put in eval mode; its training mode is restored afterwards."""
+    from dmlviewer.core.data.torch_dataset import worker_errors
     from dmlviewer.core.models import resolve_device
 
     dev = resolve_device(device) if isinstance(device, str) else device
@@ -57,7 +58,7 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
     model.eval()
     start = 0
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), worker_errors():
             for images, _, index in loader:
                 if cancel is not None:
                     cancel.raise_if_cancelled()

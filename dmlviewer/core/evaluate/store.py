@@ -19,11 +19,17 @@ lzf+shuffle and 14 % with gzip-1+shuffle while writing took 9x / 19x longer; num
 project report), and extraction should not wait for the compressor. The small ``labels`` /
 ``boxes`` arrays use gzip level 1; strings are variable-length UTF-8.
 
-Atomicity: :class:`FeatureWriter` writes ``.<name>.tmp-<pid>-<n>`` in the target's folder;
-closing it normally flushes, fsyncs and ``os.replace``-s it onto the target (then fsyncs the
-folder), while an exception, :meth:`FeatureWriter.abort` or cancellation deletes it. A process
-killed outright leaves only its temporary file, never a half target; the next writer for the
-same target deletes temporary files whose process is gone (POSIX). :func:`update_attrs` is
+Atomicity: :class:`FeatureWriter` writes ``.<name>.tmp-<host>-<pid>-<n>`` in the target's
+folder (:mod:`dmlviewer.core.files`); closing it normally flushes, fsyncs and ``os.replace``-s
+it onto the target (then fsyncs the folder), while an exception, :meth:`FeatureWriter.abort`
+or cancellation deletes it. A process killed outright leaves only its temporary file, never a
+half target; the next writer in that folder deletes temporary files whose process is gone
+(POSIX). HDF5 writes through a :class:`~dmlviewer.core.files.GuardedWriter`, so a full disk
+ends in one ``OSError`` (ENOSPC) instead of errors inside HDF5's cache (which crash it).
+
+Files from elsewhere are checked by :mod:`.h5safety` before anything in them is read:
+no external links, external storage or virtual datasets; dtypes, shapes and sizes as the
+schema says; finite, normalized embeddings. :func:`update_attrs` is
 atomic the same way: it copies the file to a temporary name, edits the copy and replaces the
 original. Editing in place would be cheaper, but HDF5 has no journal, and a crash while it
 rewrites the root object header could leave the features unreadable; a copy costs about one
@@ -37,11 +43,8 @@ returning, so no handle stays open (the file can be replaced at once, also on Wi
 from __future__ import annotations
 
 import errno
-import itertools
 import json
 import logging
-import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -50,6 +53,11 @@ from typing import Any, Mapping
 
 import h5py
 import numpy as np
+
+from dmlviewer.core.files import (GuardedWriter, RefusedFile, check_regular, commit, remove, remove_stale_temp_files,
+                                  stale_temp_files as _stale_in, temp_path)
+
+from . import h5safety
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +69,6 @@ CHUNK_BYTES = 1 << 20
 NORM_TOLERANCE = 1e-3
 
 _STR = h5py.string_dtype("utf-8")
-_sequence = itertools.count()
 
 
 class StoreError(ValueError):
@@ -146,70 +153,14 @@ def _attr_values(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _attr_value(key, value) for key, value in attrs.items()}
 
 
-# ----------------------------------------------------------------------------- temp files
-
-
-def _temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{next(_sequence)}")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+# --------------------------------------------------------------------------------- writer
 
 
 def stale_temp_files(path: str | Path) -> list[Path]:
-    """Temporary files left beside ``path`` by writers that no longer run (POSIX; elsewhere
-    process liveness cannot be checked safely and the list is empty)."""
+    """Temporary files left beside ``path`` by writers that no longer run (see
+    :func:`dmlviewer.core.files.stale_temp_files`)."""
     path = Path(path)
-    if os.name != "posix" or not path.parent.is_dir():
-        return []
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)-\d+$")
-    stale = []
-    for entry in os.scandir(path.parent):
-        m = pattern.match(entry.name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            stale.append(Path(entry.path))
-    return stale
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(folder: Path) -> None:
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _commit(tmp: Path, path: Path) -> None:
-    _fsync_file(tmp)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-
-
-# --------------------------------------------------------------------------------- writer
+    return _stale_in(path.parent, path.name)
 
 
 def _chunk_rows(row_bytes: int) -> int:
@@ -237,6 +188,7 @@ class FeatureWriter:
         self.tmp_path: Path | None = None
         self.rows = 0
         self._file: h5py.File | None = None
+        self._guard: GuardedWriter | None = None
         self._names: set[str] | None = None  # datasets created by the first batch
 
     def __enter__(self) -> "FeatureWriter":
@@ -254,11 +206,17 @@ class FeatureWriter:
             return
         if not self.path.parent.is_dir():
             raise FileNotFoundError(errno.ENOENT, "output folder not found", str(self.path.parent))
-        for stale in stale_temp_files(self.path):
-            log.info("removing %s left by an interrupted writer", stale)
-            _remove(stale)
-        self.tmp_path = _temp_name(self.path)
-        self._file = h5py.File(self.tmp_path, "w", rdcc_nbytes=32 * CHUNK_BYTES)
+        if self.path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(self.path))
+        remove_stale_temp_files(self.path.parent)  # of any target: interrupted extractions
+        self.tmp_path = temp_path(self.path)
+        self._guard = GuardedWriter(self.tmp_path)
+        try:
+            self._file = h5py.File(self._guard, "w", rdcc_nbytes=32 * CHUNK_BYTES)
+        except BaseException:
+            self._guard.close()
+            remove(self.tmp_path)
+            raise
 
     def set_attrs(self, **attrs: Any) -> None:
         """Attributes to write on close (added to / replacing those given to the constructor)."""
@@ -311,6 +269,7 @@ class FeatureWriter:
                 raise StoreError(f"{name}: batch rows have shape {array.shape[1:]}, earlier ones {ds.shape[1:]}")
             ds.resize(start + n, axis=0)
             ds[start:] = array
+        self._guard.raise_error()  # a full disk, seen by a write from HDF5's cache
         self.rows = start + n
 
     def abort(self) -> None:
@@ -320,7 +279,8 @@ class FeatureWriter:
                 self._file.close()
             finally:
                 self._file = None
-                _remove(self.tmp_path)
+                self._guard.close()
+                remove(self.tmp_path)
                 log.debug("discarded unfinished feature file %s", self.tmp_path)
 
     def close(self) -> None:
@@ -335,14 +295,18 @@ class FeatureWriter:
             attrs["format_version"] = FORMAT_VERSION
             self._file.attrs.update(_attr_values(attrs))
             self._file.flush()
+            self._guard.raise_error()
             self._file.close()
             self._file = None
-            _commit(self.tmp_path, self.path)
+            self._guard.close()
+            self._guard.raise_error()
+            commit(self.tmp_path, self.path)
         except BaseException:
             if self._file is not None:
                 self.abort()
             else:
-                _remove(self.tmp_path)
+                self._guard.close()
+                remove(self.tmp_path)
             raise
         log.info("wrote %d feature rows to %s", self.rows, self.path)
 
@@ -407,10 +371,10 @@ def write_features(path: str | Path, arrays: Mapping[str, Any], attrs: Mapping[s
 
 def _open_checked(path: Path) -> h5py.File:
     """Open ``path`` for reading and check the schema version and datasets."""
-    if not path.exists():
-        raise FileNotFoundError(errno.ENOENT, "feature file not found", str(path))
-    if path.is_dir():
-        raise StoreError(f"{path}: is a folder, not a feature file")
+    try:
+        check_regular(path)  # never open a FIFO or a device: it would block or never end
+    except RefusedFile as exc:
+        raise StoreError(f"{path}: {exc.reason}; not a feature file") from None
     if not h5py.is_hdf5(path):
         raise StoreError(f"{path}: not an HDF5 file")
     try:
@@ -418,6 +382,7 @@ def _open_checked(path: Path) -> h5py.File:
     except OSError as exc:
         raise StoreError(f"{path}: truncated or corrupt HDF5 file ({exc})") from None
     try:
+        h5safety.check_links(f)  # before any member is opened: links are not followed
         version = f.attrs.get("format_version")
         if version is None:
             raise StoreError(f"{path}: no format_version attribute; not a dmlviewer feature file")
@@ -428,6 +393,7 @@ def _open_checked(path: Path) -> h5py.File:
         missing = [name for name in REQUIRED_DATASETS if name not in f]
         if missing:
             raise StoreError(f"{path}: missing datasets {', '.join(missing)}")
+        h5safety.check_file(f)
         n = len(f["labels"])
         shapes = {name: f[name].shape for name in f if isinstance(f[name], h5py.Dataset)}
         if any(not s or s[0] != n for s in shapes.values()) or len(shapes["embeddings"]) != 2 or (
@@ -437,6 +403,9 @@ def _open_checked(path: Path) -> h5py.File:
     except StoreError:
         f.close()
         raise
+    except h5safety.UnsafeFile as exc:
+        f.close()
+        raise StoreError(f"{path}: {exc}; the file is not read") from None
     except (OSError, KeyError, ValueError, TypeError) as exc:
         f.close()
         raise StoreError(f"{path}: corrupt feature file ({exc})") from None
@@ -450,7 +419,7 @@ def read_features(path: str | Path, include_raw: bool = True, include_groups: bo
     path = Path(path)
     with _open_checked(path) as f:
         try:
-            return Features(
+            features = Features(
                 path=path,
                 embeddings=f["embeddings"][()],
                 labels=f["labels"][()].astype(np.int64),
@@ -466,8 +435,14 @@ def read_features(path: str | Path, include_raw: bool = True, include_groups: bo
                     and isinstance(f[name], h5py.Dataset)
                 },
             )
+            h5safety.check_embeddings(features.embeddings)
+            if features.embeddings_raw is not None:
+                h5safety.check_embeddings(features.embeddings_raw, "embeddings_raw", normalized=False)
+        except h5safety.UnsafeFile as exc:
+            raise StoreError(f"{path}: {exc}; the file is not read") from None
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise StoreError(f"{path}: corrupt feature file ({exc})") from None
+    return features
 
 
 def update_attrs(path: str | Path, **attrs: Any) -> None:
@@ -478,12 +453,17 @@ def update_attrs(path: str | Path, **attrs: Any) -> None:
         raise StoreError("format_version is set by the store and cannot be changed")
     values = _attr_values(attrs)
     _open_checked(path).close()
-    tmp = _temp_name(path)
+    tmp = temp_path(path)
     try:
         shutil.copyfile(path, tmp)
-        with h5py.File(tmp, "r+") as f:
-            f.attrs.update(values)
-        _commit(tmp, path)
+        guard = GuardedWriter(tmp, "r+b")
+        try:
+            with h5py.File(guard, "r+") as f:
+                f.attrs.update(values)
+        finally:
+            guard.close()
+        guard.raise_error()
+        commit(tmp, path)
     except BaseException:
-        _remove(tmp)
+        remove(tmp)
         raise

@@ -47,23 +47,36 @@ def iou(a: Box | None, b: Box | None) -> float:
     return inter / union if union > 0 else 0.0
 
 
+#: the most thresholds one localization run evaluates
+MAX_THRESHOLDS = 1000
+
+
 def parse_thresholds(spec: str) -> list[float]:
-    """``"a:b:step"`` (inclusive of ``b`` up to rounding) or a comma list ``"0.2,0.3"``."""
+    """``"a:b:step"`` (inclusive of ``b`` up to rounding) or a comma list ``"0.2,0.3"``; values
+    in [0, 1], at most :data:`MAX_THRESHOLDS` of them (checked before any list is built)."""
     spec = spec.strip()
     try:
         if ":" in spec:
             parts = [float(v) for v in spec.split(":")]
-            if len(parts) != 3:
+            if len(parts) != 3 or not all(np.isfinite(parts)):
                 raise ValueError
             start, stop, step = parts
             if step <= 0 or stop < start:
                 raise ValueError
+            if not (0.0 <= start and stop <= 1.0):
+                raise ValueError(f"bad thresholds {spec!r}: values must lie in [0, 1]")
+            if (stop - start) / step >= MAX_THRESHOLDS:
+                raise ValueError(f"bad thresholds {spec!r}: more than {MAX_THRESHOLDS} thresholds; use a larger step")
             count = int(np.floor((stop - start) / step + 1e-9)) + 1
             values = [round(start + k * step, 10) for k in range(count)]
         else:
             values = [float(v) for v in spec.split(",") if v.strip()]
-    except ValueError:
+    except ValueError as exc:
+        if str(exc).startswith("bad thresholds"):
+            raise
         raise ValueError(f"bad thresholds {spec!r}: expected a:b:step (e.g. 0.1:0.7:0.05) or a comma list") from None
+    if len(values) > MAX_THRESHOLDS:
+        raise ValueError(f"bad thresholds {spec!r}: more than {MAX_THRESHOLDS} thresholds")
     if not values or not all(0.0 <= v <= 1.0 for v in values):
         raise ValueError(f"bad thresholds {spec!r}: values must lie in [0, 1]")
     return values

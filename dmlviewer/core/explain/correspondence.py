@@ -64,7 +64,9 @@ def correspond(
 ) -> Iterator[Progress]:
     """Part-correspondence accuracies; the ``done`` event's result is ``{partial_map_accuracy,
     overall_map_accuracy, num_pairs, num_parts}``."""
-    from dmlviewer.core.data import DatasetError, load_image, load_part_masks
+    from dmlviewer.core.data import DatasetError, ImageError, load_part_masks
+    from dmlviewer.core.data.errors import ImageProblem
+    from dmlviewer.core.data.images import load_or_skip, report_skipped
 
     if dataset.parts_root is None:
         raise DatasetError(f"{dataset.root}: the dataset has no part masks (make one with make-demo-data)")
@@ -72,13 +74,25 @@ def correspond(
     if not pairs:
         raise ValueError(f"split {split!r} has no two images of the same class")
     log.info("part correspondence on %d same-class pairs", len(pairs))
-    partial_hits = overall_hits = cases = 0
+    partial_hits = overall_hits = cases = used = 0
+    skipped: dict = {}  # unreadable images and masks, reported once each
     clock = EtaClock(len(pairs))
     for k, (q, r) in enumerate(pairs):
         if cancel is not None:
             cancel.raise_if_cancelled()
-        masks_q, masks_r = load_part_masks(dataset, q), load_part_masks(dataset, r)
-        pair = explain_pair(model, load_image(dataset.abspath(q)), load_image(dataset.abspath(r)), device)
+        image_q, image_r = load_or_skip(dataset, q, skipped), load_or_skip(dataset, r, skipped)
+        try:
+            masks_q, masks_r = load_part_masks(dataset, q), load_part_masks(dataset, r)
+        except ImageError as exc:
+            if exc.path not in skipped:
+                skipped[exc.path] = ImageProblem(exc.path, exc.reason)
+                report_skipped(skipped[exc.path])
+            image_q = None
+        if image_q is None or image_r is None:
+            yield Progress("step", k + 1, len(pairs), "correspond", eta_s=clock.eta(k + 1))
+            continue
+        used += 1
+        pair = explain_pair(model, image_q, image_r, device)
         overall = pair.overall("decomposition", "reference")
         overall_peak = np.unravel_index(int(np.argmax(overall)), overall.shape)
         for name, mask_q in masks_q.items():
@@ -92,10 +106,16 @@ def correspond(
             overall_hits += bool(mask_r[overall_peak])
             cases += 1
         yield Progress("step", k + 1, len(pairs), "correspond", eta_s=clock.eta(k + 1))
+    if used == 0:
+        raise ValueError(f"none of the {len(pairs)} pairs could be read (images or part masks); "
+                         "see the warnings above")
+    if skipped:
+        log.warning("correspondence skipped %d unreadable file(s); %d of %d pairs used",
+                    len(skipped), used, len(pairs))
     result = {
         "partial_map_accuracy": partial_hits / cases if cases else 0.0,
         "overall_map_accuracy": overall_hits / cases if cases else 0.0,
-        "num_pairs": len(pairs),
+        "num_pairs": used,
         "num_parts": cases,
     }
     yield Progress("done", len(pairs), len(pairs), data={"result": result})

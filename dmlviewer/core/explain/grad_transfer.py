@@ -143,12 +143,18 @@ def read_grad_weights(features_path: str | Path) -> np.ndarray | None:
 
 def add_grad_weights(features_path: str | Path, weights: np.ndarray) -> None:
     """Store ``weights`` (N x C, one row per stored image) as the extra per-row dataset
-    ``grad_weights`` of a feature file: the file is rewritten with everything it held, through
-    the store's atomic ``write_features``."""
+    ``grad_weights`` of a feature file: the file is rewritten, through the store's atomic
+    ``write_features``, with the schema's datasets and the known extras only (an unknown
+    dataset of a file from elsewhere is never copied)."""
     from dmlviewer.core.evaluate import read_features, write_features
+    from dmlviewer.core.evaluate.h5safety import rewrite_arrays
 
     features = read_features(features_path)
     weights = np.asarray(weights, dtype=np.float32)
     if weights.ndim != 2 or len(weights) != len(features):
         raise ValueError(f"grad weights of shape {weights.shape} for {len(features)} stored images")
-    write_features(features_path, {**features.arrays, GRAD_WEIGHTS: weights}, features.attrs)
+    arrays = rewrite_arrays(features.arrays)
+    dropped = sorted(set(features.arrays) - set(arrays))
+    if dropped:
+        log.warning("%s: not carrying unknown dataset(s) %s into the rewritten file", features_path, ", ".join(dropped))
+    write_features(features_path, {**arrays, GRAD_WEIGHTS: weights}, features.attrs)

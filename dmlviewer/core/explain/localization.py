@@ -39,23 +39,33 @@ IOU_HIT = 0.5
 DEFAULT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 17))  # 0.05 .. 0.80
 
 
-def embed_images(model: torch.nn.Module, dataset, indices: np.ndarray, device="cpu", batch_size: int = 32) -> np.ndarray:
-    """L2-normalized embeddings (len(indices) x D) of the listed images."""
-    from dmlviewer.core.data import load_image
+def embed_images(model: torch.nn.Module, dataset, indices: np.ndarray, device="cpu", batch_size: int = 32,
+                 skipped: dict | None = None) -> np.ndarray:
+    """L2-normalized embeddings (len(indices) x D) of the listed images; NaN rows for images
+    that cannot be read (skipped and reported, see ``core.data.load_or_skip``)."""
+    from dmlviewer.core.data.images import load_or_skip
 
     preprocess = model.preprocess
     dev = as_device(device)
-    rows = []
+    out = None
     with eval_mode(model), torch.no_grad():
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
-            batch = torch.stack([preprocess(load_image(dataset.abspath(int(i)))) for i in chunk])
-            rows.append(model(batch.to(dev)).embedding.float().cpu().numpy())
-    return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+            images = [(k, load_or_skip(dataset, int(i), skipped)) for k, i in enumerate(chunk, start)]
+            images = [(k, im) for k, im in images if im is not None]
+            if not images:
+                continue
+            batch = torch.stack([preprocess(im) for _, im in images])
+            emb = model(batch.to(dev)).embedding.float().cpu().numpy()
+            if out is None:
+                out = np.full((len(indices), emb.shape[1]), np.nan, np.float32)
+            out[[k for k, _ in images]] = emb
+    return out if out is not None else np.full((len(indices), 1), np.nan, np.float32)
 
 
 def choose_references(
-    model: torch.nn.Module, dataset, indices: np.ndarray, pairing: str, device="cpu", seed: int = 0
+    model: torch.nn.Module, dataset, indices: np.ndarray, pairing: str, device="cpu", seed: int = 0,
+    skipped: dict | None = None,
 ) -> np.ndarray:
     """The reference image (dataset index) of each query in ``indices`` under ``pairing``."""
     if pairing not in PAIRINGS:
@@ -63,8 +73,8 @@ def choose_references(
     if pairing == "self":
         return indices.copy()
     if pairing == "nearest":
-        emb = embed_images(model, dataset, indices, device)
-        sims = emb @ emb.T
+        emb = embed_images(model, dataset, indices, device, skipped=skipped)
+        sims = np.nan_to_num(emb @ emb.T, nan=-np.inf)
         np.fill_diagonal(sims, -np.inf)
         return indices[np.argmax(sims, axis=1)] if len(indices) > 1 else indices.copy()
     rng = np.random.default_rng(seed)
@@ -101,7 +111,7 @@ def localize(
     thresholds = [float(t) for t in thresholds]
     if not thresholds:
         raise ValueError("no thresholds given")
-    from dmlviewer.core.data import load_image
+    from dmlviewer.core.data.images import load_or_skip
 
     indices = dataset.indices(split)
     indices = indices[np.all(np.isfinite(dataset.boxes[indices]), axis=1)]
@@ -120,15 +130,21 @@ def localize(
             else:
                 yield Progress("step", 0, len(indices), f"grad weights: {event.message} {event.current}/{event.total}")
         grad_bank = GradWeightBank(result["embeddings"], result["weights"])
-    refs = choose_references(model, dataset, indices, pairing, device, seed)
+    skipped: dict = {}  # unreadable images, reported once each
+    refs = choose_references(model, dataset, indices, pairing, device, seed, skipped)
     log.info("localizing %d images (%s pairing), methods %s", len(indices), pairing, ", ".join(methods))
     hits = {m: np.zeros(len(thresholds), np.int64) for m in methods}
     clock = EtaClock(len(indices))
+    used = 0
     for k, (i, r) in enumerate(zip(indices, refs)):
         if cancel is not None:
             cancel.raise_if_cancelled()
-        image = load_image(dataset.abspath(int(i)))
-        reference = image if r == i else load_image(dataset.abspath(int(r)))
+        image = load_or_skip(dataset, int(i), skipped)
+        reference = image if r == i else load_or_skip(dataset, int(r), skipped)
+        if image is None or reference is None:
+            yield Progress("step", k + 1, len(indices), "localize", eta_s=clock.eta(k + 1))
+            continue
+        used += 1
         pair = explain_pair(model, image, reference, device, grad_bank=grad_bank)
         truth = tuple(float(v) for v in dataset.boxes[i])
         for m in methods:
@@ -137,7 +153,13 @@ def localize(
                 if iou(box_from_map(activation, threshold), truth) > IOU_HIT:
                     hits[m][t] += 1
         yield Progress("step", k + 1, len(indices), "localize", eta_s=clock.eta(k + 1))
-    n = len(indices)
+    n = used
+    if n == 0:
+        raise ValueError(f"none of the {len(indices)} images (or their references) could be read; "
+                         "see the warnings above")
+    if skipped:
+        log.warning("localization skipped %d unreadable image(s); accuracies are over the %d pairs read",
+                    len(skipped), n)
     results = []
     for m in methods:
         acc = hits[m] / n

@@ -14,11 +14,12 @@ Taylor remainder into the bias terms).
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
+
+from dmlviewer.core.files import atomic_target
 
 
 @dataclass
@@ -77,14 +78,6 @@ class Explanation:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **self.arrays())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_target(path) as tmp, open(tmp, "wb") as f:  # a full disk leaves no temporary file
+            np.savez(f, **self.arrays())
         return path

@@ -320,14 +320,38 @@ def format_keys(keys: list[str], limit: int = 8) -> str:
     return text + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")
 
 
+#: what users are told a checkpoint is, when they open something else
+WHAT_IS_A_CHECKPOINT = ("A checkpoint is the .pt file that `dmlviewer train` or `dmlviewer import-model` writes "
+                        "(the model's configuration and weights, saved with torch.save); a torchvision state dict "
+                        "(.pth) is accepted as backbone weights (--pretrained FILE).")
+
+
 def _load_error_reason(exc: Exception) -> str:
-    """The informative line of a torch.load failure (e.g. the refused global), without colours."""
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
-    for line in lines:
-        if "Unsupported" in line or "WeightsUnpickler error" in line:
-            return line.replace("WeightsUnpickler error: ", "").split(" Please use")[0]
-    lines = [line for line in lines if line]
-    return lines[0] if lines else type(exc).__name__
+    """Why torch.load refused a file, in words (the refused global, a damaged archive), without
+    torch's advice to load it unsafely, colours or tracebacks."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"unsupported GLOBAL (\S+)", text, re.IGNORECASE)
+    if found:
+        return (f"it refers to the Python object {found.group(1)}, which a file of tensors and plain "
+                "values never does")
+    found = re.search(r"Unsupported (operand|class|type)[^\n.]*", text)
+    if found:
+        return f"it uses a pickle feature that files of tensors never need ({found.group(0).strip()})"
+    if "Weights only load failed" in text:
+        return "it holds Python objects other than tensors and plain values"
+    if "inline_container" in text or "PytorchStreamReader" in text or "zip archive" in text:
+        return "a damaged or truncated torch file, or a zip archive that is not one"
+    if isinstance(exc, (EOFError, OSError)) or "Invalid argument" in text or "EOF" in text:
+        return "a damaged or truncated file"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0][:160] if lines else type(exc).__name__
+    return first if not first.isdigit() else "not a torch file"
+
+
+def _torch_container(head: bytes) -> bool:
+    """Whether the first bytes can start a torch.save file: a zip archive (the current format)
+    or a pickle (the legacy format)."""
+    return head.startswith(b"PK\x03\x04") or (len(head) > 1 and head[0] == 0x80 and 2 <= head[1] <= 5)
 
 
 def _is_safetensors(path: Path) -> bool:
@@ -354,22 +378,46 @@ def _read_safetensors(path: Path) -> dict:
 
 def read_weights_file(path: str | os.PathLike) -> dict:
     """``torch.load(path, weights_only=True)`` on CPU (or a ``.safetensors`` file, tensors only);
-    anything else is refused with ``CheckpointError``."""
+    anything else is refused with ``CheckpointError`` saying what the file looks like and what a
+    checkpoint is. Only regular files up to ``max_checkpoint_bytes`` are opened; torch's warnings
+    are not shown."""
+    import errno
+    import warnings
+
+    from dmlviewer.core.files import file_problem, sniff
+    from dmlviewer.core.limits import get_limit
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+    problem = file_problem(path, get_limit("max_checkpoint_bytes"))
+    if problem == "file not found":
+        raise FileNotFoundError(errno.ENOENT, "weights file not found", str(path))
+    if problem:
+        raise CheckpointError(f"cannot read {path}: it {problem}" if problem.startswith("is ")
+                              else f"cannot read {path}: {problem}")
     if _is_safetensors(path):
         return _read_safetensors(path)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not _torch_container(head):
+        raise CheckpointError(f"refusing to load {path}: it is not a checkpoint, it looks like {sniff(head)}. "
+                              f"{WHAT_IS_A_CHECKPOINT}")
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol ...": the refusal says enough
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise CheckpointError(f"{path}: not enough memory to read it") from None
     except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError ...
         raise CheckpointError(
-            f"refusing to load {path}: not a file of tensors and plain values "
-            f"(torch.load with weights_only=True rejected it: {_load_error_reason(exc)}); "
-            "nothing in it was run"
+            f"refusing to load {path}: not a file of tensors and plain values (torch.load with "
+            f"weights_only=True rejected it: {_load_error_reason(exc)}); nothing in it was run. {WHAT_IS_A_CHECKPOINT}"
         ) from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or checkpoint")
+        raise CheckpointError(f"{path} holds a {type(data).__name__}, not a state dict or checkpoint. "
+                              f"{WHAT_IS_A_CHECKPOINT}")
     return data
 
 

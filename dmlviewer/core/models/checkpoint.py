@@ -3,8 +3,11 @@
 ``{"format": "dmlviewer-checkpoint", "version": 1, "config": {...}, "state_dict": {...},
 "epoch": int, "metrics": {...}, "extra": {...}}`` where ``extra`` holds optional tensors and
 plain values (e.g. optimizer state for resuming). Written atomically (temporary file in the same
-folder, fsync, ``os.replace``); read only with ``torch.load(weights_only=True)``, so a file with
-arbitrary pickled objects is refused before anything in it runs.
+folder named as :mod:`dmlviewer.core.files` names them, fsync, ``os.replace``; a full disk is
+one ``OSError`` and leaves the previous file); read only with ``torch.load(weights_only=True)``,
+so a file with arbitrary pickled objects is refused before anything in it runs. A checkpoint is
+not trusted: its config is validated before the model is built (``check_config``), its state
+dict must hold finite tensors of the architecture's names and shapes.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from dmlviewer.core.files import GuardedWriter, atomic_target
 
 from .backbones import CHECKPOINT_FORMAT, format_keys, read_weights_file
 from .device import resolve_device
@@ -71,24 +75,16 @@ def save_checkpoint(path: str | os.PathLike, model: EmbeddingModel, epoch: int =
     _check_plain(payload["metrics"], "metrics")
     _check_plain(payload["extra"], "extra")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable (POSIX)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+    with atomic_target(path) as tmp:
+        writer = GuardedWriter(tmp)  # torch's own file writer hides a full disk ("unexpected pos")
         try:
-            os.fsync(dir_fd)
+            torch.save(payload, writer)
+        except RuntimeError:
+            writer.raise_error()  # the real cause, when a write failed
+            raise
         finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
+            writer.close()
+        writer.raise_error()
     log.info("saved checkpoint %s (epoch %d)", path, epoch)
     return path
 
@@ -120,6 +116,14 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
     except (ValueError, ImportError) as exc:
         raise CheckpointError(f"{path}: cannot build its model: {exc}") from None
     state = data["state_dict"]
+    wrong = [str(k) for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if wrong:
+        raise CheckpointError(f"{path}: its state_dict holds entries that are not named tensors: {format_keys(wrong)}")
+    if not isinstance(data.get("epoch", 0), int) or isinstance(data.get("epoch", 0), bool) or data.get("epoch", 0) < 0:
+        raise CheckpointError(f"{path}: its epoch must be a non-negative integer, got {data.get('epoch')!r}"[:200])
+    for key in ("metrics", "extra"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise CheckpointError(f"{path}: its {key!r} must be a dictionary")
     expected = model.state_dict().keys()
     missing, unexpected = sorted(expected - state.keys()), sorted(state.keys() - expected)
     if missing or unexpected:
@@ -128,7 +132,11 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise CheckpointError(f"{path} does not match its architecture: {' '.join(str(exc).split())}") from None
+        raise CheckpointError(f"{path} does not match its architecture: {' '.join(str(exc).split())[:500]}") from None
+    nonfinite = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if nonfinite:
+        raise CheckpointError(f"{path}: the checkpoint's weights are not finite (NaN or infinity in "
+                              f"{format_keys(nonfinite)}); the model cannot be used (did its training diverge?)")
     model = model.to(resolve_device(device)).eval()
     info = {k: v for k, v in data.items() if k != "state_dict"}
     info.setdefault("metrics", {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 
 import torch
 from torch import nn
@@ -52,9 +53,76 @@ def default_config(**overrides) -> dict:
     return config
 
 
+#: inclusive ranges of the integer fields (a checkpoint's config is not trusted: it is checked
+#: before anything is allocated)
+INT_RANGES = {"dim": (0, 16384), "groups": (1, 512), "hidden": (0, 16384), "image_size": (8, 4096),
+              "token_grid": (0, 1024)}
+#: channels assumed for a backbone outside the registry (timm vision transformers: up to 1664)
+UNKNOWN_CHANNELS = 2048
+#: the most parameters a head may have (1 GiB of float32); a ResNet-50 flatten head at 224 px
+#: with dim 512 has 51 million
+MAX_HEAD_PARAMETERS = 1 << 28
+
+
+def _check_types(config: dict) -> None:
+    """ValueError naming the first field of the wrong type or out of range."""
+    def fail(key: str, expected: str) -> None:
+        raise ValueError(f"model config {key} must be {expected}, got {config[key]!r}"[:300])
+
+    for key in ("backbone", "pooling", "grouping"):
+        if not isinstance(config[key], str):
+            fail(key, "a name (text)")
+    if config["pretrained"] is not None and not isinstance(config["pretrained"], str):
+        fail("pretrained", "none, 'imagenet' or a file name")
+    for key, (low, high) in INT_RANGES.items():
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            fail(key, f"an integer from {low} to {high}")
+    for key in ("bn", "gem_learnable"):
+        if not isinstance(config[key], bool):
+            fail(key, "true or false")
+    gem_p = config["gem_p"]
+    if not isinstance(gem_p, (int, float)) or isinstance(gem_p, bool) or not math.isfinite(gem_p) or not (
+            0 < gem_p <= 100):
+        fail("gem_p", "a number in (0, 100]")
+    layers = config["multilayer"]
+    if layers is not None and (not isinstance(layers, (list, tuple)) or len(layers) > 64
+                               or not all(isinstance(n, str) for n in layers)):
+        fail("multilayer", "a list of backbone map names")
+
+
+def head_parameters(config: dict) -> int:
+    """An upper estimate of the head's parameter count, computed from the config alone (so a
+    config asking for absurd sizes is refused before anything is built)."""
+    spec = BACKBONES.get(config["backbone"])
+    channels_of = spec.channels_of if spec is not None else {"last": UNKNOWN_CHANNELS}
+    channels, dim, groups, hidden = channels_of["last"], config["dim"], config["groups"], config["hidden"]
+    width = channels
+    if config["pooling"] == "flatten":
+        cells = -(-config["image_size"] // (spec.strides["last"] if spec is not None else 16))
+        width = channels * cells * cells
+    layers = [channels_of.get(n, 0) for n in config["multilayer"] or []]
+    width += sum(layers)
+    attend = sum(c * (channels + 2) + 2 for c in layers)  # per-layer attention projections
+    out = dim or width
+    if config["grouping"] == "none":
+        return attend + width * (hidden + out) + hidden * out + 2 * width + out
+    per_group = max(1, out // groups)
+    projection = width * (hidden + per_group) + hidden * per_group + 2 * width
+    gates = groups * (channels * 160 + 256)  # per-group gate (squeeze/excite of width 64, or a spatial gate)
+    return groups * projection + gates + 2 * channels * out + out
+
+
 def check_config(config: dict) -> dict:
-    """Fill missing keys with defaults and validate; returns the complete config or raises ValueError."""
+    """Fill missing keys with defaults and validate every field's type and range before anything
+    is built; returns the complete config or raises ValueError naming the field."""
+    if not isinstance(config, dict):
+        raise ValueError(f"model config must be a dictionary, got {type(config).__name__}")
+    bad_keys = [k for k in config if not isinstance(k, str)]
+    if bad_keys:
+        raise ValueError(f"model config keys must be names (text), got {bad_keys[:3]!r}")
     config = default_config(**config)
+    _check_types(config)
     vit = timm_vit_name(config["backbone"]) is not None
     if config["backbone"] not in BACKBONES and not vit:
         raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)} "
@@ -67,11 +135,6 @@ def check_config(config: dict) -> dict:
         raise ValueError("vision transformer backbones take grouping none and no multilayer head")
     if config["grouping"] not in GROUPINGS:
         raise ValueError(f"unknown grouping {config['grouping']!r}; choose from {', '.join(GROUPINGS)}")
-    for key in ("groups", "image_size"):
-        if not isinstance(config[key], int) or config[key] < 1:
-            raise ValueError(f"model config {key} must be a positive integer, got {config[key]!r}")
-    if not isinstance(config["dim"], int) or config["dim"] < 0:
-        raise ValueError(f"model config dim must be 0 (no projection) or a positive integer, got {config['dim']!r}")
     if config["dim"] == 0 and (config["grouping"] != "none" or config["hidden"] or config["multilayer"]
                                or config["pooling"] == "flatten"):
         raise ValueError("dim 0 (no projection: the embedding is the pooled feature) needs grouping none, "
@@ -80,8 +143,6 @@ def check_config(config: dict) -> dict:
 
     Preprocess(config["image_size"], config["mean"], config["std"])  # raises ValueError naming the field
     config["mean"], config["std"] = [float(v) for v in config["mean"]], [float(v) for v in config["std"]]
-    if not isinstance(config["hidden"], int) or config["hidden"] < 0:
-        raise ValueError(f"model config hidden must be 0 or a positive integer, got {config['hidden']!r}")
     if config["grouping"] != "none" and config["dim"] % config["groups"]:
         raise ValueError(f"dim {config['dim']} is not divisible by groups {config['groups']}: "
                          "every group needs dim // groups dimensions")
@@ -101,6 +162,11 @@ def check_config(config: dict) -> dict:
         if bad:
             raise ValueError(f"backbone {config['backbone']} has no map(s) {', '.join(bad)}; "
                              f"choose from {', '.join(names)}")
+    parameters = head_parameters(config)
+    if parameters > MAX_HEAD_PARAMETERS:
+        raise ValueError(f"model config asks for a head of about {parameters:,} parameters (dim {config['dim']}, "
+                         f"groups {config['groups']}, hidden {config['hidden']}, pooling {config['pooling']} at "
+                         f"image_size {config['image_size']}); the limit is {MAX_HEAD_PARAMETERS:,}")
     if config["grouping"] == "a" and config["pooling"] != "gap":
         log.info("A-grouping pools by attention: pooling %r is not used", config["pooling"])
     return config

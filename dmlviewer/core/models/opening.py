@@ -112,7 +112,10 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
     if isinstance(source, (str, os.PathLike)):
         text = str(source)
         if text.startswith(PRETRAINED_PREFIX):
-            config = pretrained_config(text[len(PRETRAINED_PREFIX):], size)
+            try:
+                config = pretrained_config(text[len(PRETRAINED_PREFIX):], size)
+            except ValueError as exc:  # an unknown backbone name: bad input, one line
+                raise ModelError(f"{text}: {exc}") from None
             model = build_model(config, dev).eval()
             info = {"source": "pretrained", "path": text, "epoch": 0, "metrics": {}, "config": config}
         else:

@@ -9,6 +9,7 @@ torch (the command line builds its parser from it), so the choices of the option
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,16 @@ def validate(config: TrainConfig) -> list[str]:
         errors.append(f"dataset folder not found: {c.dataset}")
     if not c.out:
         errors.append("--out is required")
+    elif Path(c.out).exists() and not Path(c.out).is_dir():
+        errors.append(f"--out {c.out} exists and is not a folder (the run folder)")
+    numbers = {k: v for k, v in c.to_dict().items() if isinstance(v, float)}
+    bad = [k for k, v in numbers.items() if not math.isfinite(v)]
+    if bad:
+        errors.append(f"{', '.join('--' + k.replace('_', '-') for k in bad)} must be finite numbers")
+    if not 0 <= c.seed < 2**32:
+        errors.append(f"--seed must be from 0 to {2**32 - 1} (got {c.seed})")
+    if not str(c.device).strip():
+        errors.append("--device must not be empty: use auto, cpu, cuda, cuda:N or mps")
     _choice(errors, "backbone", c.backbone, BACKBONES)
     _choice(errors, "pooling", c.pooling, POOLINGS)
     _choice(errors, "grouping", c.grouping, GROUPINGS)
@@ -194,8 +205,13 @@ def validate(config: TrainConfig) -> list[str]:
     _choice(errors, "optimizer", c.optimizer, OPTIMIZERS)
     _choice(errors, "scheduler", c.scheduler, SCHEDULERS)
     _choice(errors, "amp", c.amp, AMP_MODES)
-    if c.pretrained not in ("none", "imagenet") and not Path(c.pretrained).is_file():
-        errors.append(f"--pretrained file not found: {c.pretrained}")
+    if c.pretrained not in ("none", "imagenet"):
+        from dmlviewer.core.files import file_problem
+
+        problem = file_problem(c.pretrained)
+        if problem:
+            errors.append(f"--pretrained file not found: {c.pretrained}" if problem == "file not found"
+                          else f"--pretrained {c.pretrained} {problem}")
 
     grouped = c.grouping != "none"
     if grouped and c.groups < 2:
@@ -243,8 +259,10 @@ def validate(config: TrainConfig) -> list[str]:
         errors.append("--lr and --head-lr-mult must be positive")
     if c.weight_decay < 0:
         errors.append(f"--weight-decay cannot be negative (got {c.weight_decay})")
-    if c.image_size < 32:
-        errors.append(f"--image-size must be at least 32 (got {c.image_size})")
+    if not 32 <= c.image_size <= 4096:
+        errors.append(f"--image-size must be from 32 to 4096 (got {c.image_size})")
+    if c.dim > 16384 or not 1 <= c.groups <= 512:
+        errors.append(f"--dim must be at most 16384 and --groups from 1 to 512 (got {c.dim}, {c.groups})")
     if c.num_workers < 0 or c.eval_batch_size < 1 or c.log_every < 1 or c.eval_every < 0:
         errors.append("--num-workers, --eval-every must be >= 0 and --eval-batch-size, --log-every >= 1")
     if not c.ks or min(c.ks) < 1:

@@ -43,6 +43,14 @@ the environment would give them. On CUDA, deterministic algorithms and cuBLAS's 
 make repeat runs on the same GPU model, driver and library versions identical; mixed precision
 (``amp``) keeps that; a different GPU model or cuDNN version may differ.
 
+One run per folder: the run folder is locked while a run trains in it (a second ``train`` on
+the same ``--out`` is refused with a message naming the process holding it), and temporary
+files left there by a killed run are removed when the next run starts. Resumption needs the
+checkpoint of a ``train`` run (the training state in its ``extra``), the same options (except
+those in ``TrainConfig.RESUMABLE_CHANGES``) and the same training images: the checkpoint keeps
+a fingerprint of the training listing (paths and labels), so the dataset may move but not
+change.
+
 Per step the loop does one host-device synchronization (the loss values, also used to stop
 on a non-finite loss) and no file writes beyond a buffered ``metrics.jsonl`` line every
 ``log_every`` steps.
@@ -62,6 +70,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.files import FolderLock, remove_stale_temp_files, write_text_atomic
 from dmlviewer.core.progress import Cancelled, CancelToken, Progress
 
 from .config import CONFIG_NAME, METRICS_NAME, TrainConfig, validate
@@ -192,6 +201,7 @@ class Trainer:
         self.test_set = dataset.select_split("test")
         if len(self.train_set) == 0:
             raise TrainingError(f"{c.dataset} has no training images under protocol {c.protocol!r}")
+        self.fingerprint = dataset_fingerprint(self.train_set)
         split = validation_split(self.train_set.labels, c.val_fraction, c.seed)
         self.split_mode = split.mode
         if split.mode != "none":
@@ -233,7 +243,11 @@ class Trainer:
                 world_size=self.dist.world_size, batches_per_epoch=c.steps_per_epoch or None,
             )
         except ValueError as exc:
-            raise TrainingError(f"{exc}: lower --classes-per-batch") from None
+            if usable < 2:
+                raise TrainingError(
+                    f"{c.dataset}: the training split has {usable} class(es) with at least two images; metric "
+                    "learning needs two or more such classes (positive and negative pairs)") from None
+            raise TrainingError(f"{exc}: lower --classes-per-batch (at most {usable})") from None
         self.steps_per_epoch = len(self.sampler)
         self.total_steps = self.steps_per_epoch * c.epochs
 
@@ -254,7 +268,7 @@ class Trainer:
         if c.resume:
             model, info = load_checkpoint(c.checkpoint_path, self.device)
             self.resume_info = info
-            saved = TrainConfig.from_dict(info["extra"]["train_config"])
+            saved = self._resumable(info)
             changed = c.differences(saved)
             if changed:
                 raise TrainingError(
@@ -283,6 +297,38 @@ class Trainer:
             )
         if self.resume_info is not None:
             self._restore(self.resume_info)
+
+    def _resumable(self, info: dict) -> TrainConfig:
+        """The saved training options of a checkpoint that can be resumed by this run, or a
+        :class:`TrainingError` saying what can and cannot be resumed."""
+        c = self.config
+        extra = info.get("extra") or {}
+        needed = ("train_config", "optimizer", "scheduler", "scaler", "sampler", "objective", "global_step")
+        if not all(k in extra for k in needed):
+            raise TrainingError(
+                f"cannot resume from {c.checkpoint_path}: it holds a model but no training state (it was not "
+                "written by `dmlviewer train`, e.g. the demo or an imported checkpoint). --resume continues a run "
+                "in its own folder; to train further from these weights, start a new run in another folder")
+        try:
+            saved = TrainConfig.from_dict(extra["train_config"])
+        except (TypeError, ValueError) as exc:
+            raise TrainingError(f"cannot resume from {c.checkpoint_path}: its training options are unreadable "
+                                f"({exc})") from None
+        recorded = extra.get("dataset_fingerprint")
+        if recorded is not None:
+            if recorded.get("sha256") != self.fingerprint["sha256"]:
+                raise TrainingError(
+                    f"cannot resume on another dataset: the run trained on {recorded.get('images')} images of "
+                    f"{recorded.get('root')}, --dataset {c.dataset} lists {self.fingerprint['images']} other training "
+                    "images (paths or labels differ); start a new run for this dataset")
+        elif Path(saved.dataset).resolve() != Path(c.dataset).resolve():
+            raise TrainingError(f"cannot resume on another dataset: the run trained on {saved.dataset}, not "
+                                f"{c.dataset}")
+        if int(info.get("epoch", 0)) >= c.epochs and not int(extra["sampler"].get("start", 0)):
+            raise TrainingError(
+                f"nothing to resume: the run in {c.out} already finished its {int(info.get('epoch', 0))} epoch(s); "
+                f"pass a larger --epochs to train further")
+        return saved
 
     def _restore(self, info: dict) -> None:
         extra = info["extra"]
@@ -320,7 +366,7 @@ class Trainer:
         main = self.dist.is_main
         if main:
             c.run_dir.mkdir(parents=True, exist_ok=True)
-            (c.run_dir / CONFIG_NAME).write_text(json.dumps(c.to_dict(), indent=2) + "\n")
+            write_text_atomic(c.run_dir / CONFIG_NAME, json.dumps(c.to_dict(), indent=2) + "\n")
         resume_bytes = int(self.resume_info["extra"]["metrics_bytes"]) if self.resume_info else None
         self.metrics_log = MetricsLog(c.run_dir / METRICS_NAME, main, resume_bytes)
 
@@ -468,6 +514,7 @@ class Trainer:
                 "selection": self.selection.state_dict(),
                 "epoch0_metrics": self.epoch0_metrics or {},
                 "metrics_bytes": self.metrics_log.flush(),
+                "dataset_fingerprint": self.fingerprint,
             }
             save_checkpoint(path, self.model, epoch=self.epoch, metrics=self.metrics, extra=extra)
         self.dist.barrier()
@@ -516,6 +563,19 @@ class Trainer:
         return Progress("done", self.global_step, self.total_steps, data={"result": result})
 
     def run(self) -> Iterator[Progress]:
+        """Train in the locked run folder (rank 0 of a distributed run holds the lock); temporary
+        files a killed run left there are removed once the lock is held."""
+        main = int(os.environ.get("RANK", "0")) == 0
+        lock = FolderLock(self.config.run_dir, "a training run") if main else contextlib.nullcontext()
+        try:
+            with lock:
+                if main:  # also the temporary names of earlier versions
+                    remove_stale_temp_files(self.config.run_dir, also=r"^\.checkpoint\.pt\..+\.tmp$")
+                yield from self._run()
+        finally:
+            self.dist.close()
+
+    def _run(self) -> Iterator[Progress]:
         c = self.config
         try:
             yield from self.prepare()
@@ -527,19 +587,21 @@ class Trainer:
                 f"({c.classes_per_batch} classes x {c.images_per_class}): try a smaller "
                 "--classes-per-batch, --images-per-class or --image-size"
             ) from None
-        finally:
-            self.dist.close()
 
     def _batches(self) -> Iterator:
         """The loader's batches until the epoch ends or cancel is set; the flag is checked before
         each batch is drawn, so a cancelled run has not consumed random numbers for a batch it
         will not train on."""
+        from dmlviewer.core.data.torch_dataset import worker_errors
+
         iterator = iter(self.loader)
         while not (self.cancel is not None and self.cancel.cancelled):
             try:
-                yield next(iterator)
+                with worker_errors():
+                    batch = next(iterator)
             except StopIteration:
                 return
+            yield batch
 
     def _timed(self, event: Progress) -> Progress:
         """``event`` with the run's ETA and overall fraction."""
@@ -654,6 +716,17 @@ class Trainer:
             if self.early_stopped:
                 break
         yield self._result()
+
+
+def dataset_fingerprint(train_set) -> dict:
+    """What a resumed run must train on: the training listing's paths and labels (sha256), its
+    size and where it was (for messages)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update("\n".join(train_set.paths).encode("utf-8", "surrogateescape"))
+    digest.update(np.asarray(train_set.labels, dtype="<i8").tobytes())
+    return {"sha256": digest.hexdigest(), "images": len(train_set), "root": str(train_set.root)}
 
 
 def train(config: TrainConfig, cancel: CancelToken | None = None) -> Iterator[Progress]:

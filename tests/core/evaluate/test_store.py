@@ -206,7 +206,7 @@ def test_update_attrs_adds_metrics_atomically(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("no space left on device")
 
-    monkeypatch.setattr("dmlviewer.core.evaluate.store.os.replace", fail)
+    monkeypatch.setattr("dmlviewer.core.files.os.replace", fail)
     with pytest.raises(OSError, match="no space"):
         update_attrs(path, f1=0.1)
     assert path.read_bytes() == before and _temps(tmp_path) == []
