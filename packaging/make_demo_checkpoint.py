@@ -9,6 +9,9 @@ takes a few minutes:
 
     python packaging/make_demo_checkpoint.py [--epochs 40] [--grouping c] [--out resources/demo_checkpoint.pt]
 
+The training settings are the ``demo`` recipe (``dmlviewer train --recipe demo``,
+``core/train/recipes.py``).
+
 The script prints the test-split metrics of the untrained and the trained model and stores
 the training configuration and final metrics inside the checkpoint.
 """
@@ -32,13 +35,13 @@ log = logging.getLogger("make_demo_checkpoint")
 def main(argv: list[str] | None = None) -> int:
     from dmlviewer.core.data import make_demo_data
     from dmlviewer.core.models import build_model, load_checkpoint, save_checkpoint
-    from dmlviewer.core.train import TrainConfig, train
+    from dmlviewer.core.train import apply_recipe, train
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "resources" / "demo_checkpoint.pt"))
-    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--epochs", type=int, help="default: the demo recipe's")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--grouping", default="c", choices=["none", "m", "g", "c", "a"])
+    parser.add_argument("--grouping", choices=["none", "m", "g", "c", "a"], help="default: the demo recipe's")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -46,13 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dmlviewer-demo-") as tmp:
         data = Path(tmp) / "data"
         make_demo_data(data, classes=20, per_class=40, size=128, seed=0)
-        config = TrainConfig(
-            dataset=str(data), out=str(Path(tmp) / "run"), backbone="small_cnn",
-            pooling="gap", grouping=args.grouping, groups=4, dim=128, image_size=128,
-            loss="ms", diversity=0.01, epochs=args.epochs, classes_per_batch=8,
-            images_per_class=4, lr=1e-3, head_lr_mult=1.0, device="cpu", seed=args.seed,
-            num_workers=0, eval_every=5,
-        )
+        given = dict(dataset=str(data), out=str(Path(tmp) / "run"), device="cpu", seed=args.seed, num_workers=0)
+        given.update({k: v for k, v in (("epochs", args.epochs), ("grouping", args.grouping)) if v is not None})
+        config = apply_recipe("demo", given)  # the recipe lives in core/train/recipes.py
         untrained = _test_metrics(build_model(config.model_config()), data)
         log.info("untrained: %s", _short(untrained))
         for event in train(config):

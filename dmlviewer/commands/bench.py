@@ -21,6 +21,7 @@ BENCHMARKS = {
     "extract": "extract",
     "metrics": "metrics",
     "train-step": "train_step",
+    "train-gui": "train_gui",
     "index": "index",
     "memory": "memory",
     "faithfulness": "faithfulness",

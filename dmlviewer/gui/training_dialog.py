@@ -10,10 +10,17 @@ folder. When the run ends the new checkpoint can be opened in the main window.
 
 The losses' own hyper-parameters are fixed by the core to the papers' values; the form shows
 them (read from the loss modules the core builds) next to the loss choice.
+
+The Recipe box fills the form with a named preset (``core/train/recipes.py``: the defaults, the
+plain pytorch-metric-learning loop, the demo's, and the recipes of seeds 001, 003 and 004); data,
+output and machine settings are kept. When the backbone is switched between pretrained and
+from-scratch, the recipe's values that depend on it (learning rates, head warm-up, validation
+share) follow, unless they were edited.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -57,7 +64,7 @@ PRETRAINED_CHOICES = [("none", "none (random init)"), ("imagenet", "ImageNet (fr
                       ("file", "local file...")]
 #: Attributes of the core's loss modules that are the losses' hyper-parameters.
 _LOSS_PARAMS = ("margin", "pos_margin", "neg_margin", "alpha", "beta", "base", "nu",
-                "scale_pos", "scale_neg", "softmax_scale", "balanced")
+                "scale_pos", "scale_neg", "softmax_scale", "balanced", "self_pairs")
 
 
 def format_eta(seconds: float | None) -> str:
@@ -176,13 +183,20 @@ class TrainingForm(QWidget):
         super().__init__(parent)
         from dmlviewer.core.data import FORMATS, PROTOCOLS
         from dmlviewer.core.models import available_devices
-        from dmlviewer.core.train.adversarial import ADVERSARIAL_MODES
         from dmlviewer.core.train.config import (
-            AMP_MODES, BACKBONES, GROUPINGS, OPTIMIZERS, POOLINGS, SCHEDULERS, TrainConfig,
+            ADVERSARIAL_MODES, AMP_MODES, BACKBONES, BINOMIAL_PRESETS, DIVERSITY_VARIANTS, FREEZE_BN_MODES,
+            GROUPINGS, METRIC_LOSSES, MINERS, OPTIMIZERS, POOLINGS, SCHEDULERS, SELECT_METRICS, TrainConfig,
         )
-        from dmlviewer.core.train.losses import BINOMIAL_PRESETS, METRIC_LOSSES, MINERS
+        from dmlviewer.core.train.recipes import RECIPES
 
         self._base = TrainConfig()
+        self._recipe: str | None = None  # the recipe the form was last filled from
+        self._pretrained_state = False
+        self._backbone_state = self._base.backbone
+        self.recipe = _combo([(r.name, r.title) for r in RECIPES.values()])
+        self.recipe.setObjectName("recipe")
+        self.recipe_note = QLabel()
+        self.recipe_note.setWordWrap(True)
         w: dict[str, QWidget] = {}
         w["dataset"] = PathEdit("dir", "Choose the dataset folder")
         w["format"] = _combo([(None, "detect")] + [(f, f) for f in FORMATS])
@@ -200,7 +214,9 @@ class TrainingForm(QWidget):
         w["loss"] = _combo(METRIC_LOSSES)
         w["miner"] = _combo(MINERS)
         w["binomial"] = _combo(tuple(BINOMIAL_PRESETS))
+        w["triplet_margin"] = _dspin(0, 10, 0.01, 3)
         w["diversity"] = _dspin(0, 100, 0.1, 3)
+        w["diversity_variant"] = _combo(tuple(DIVERSITY_VARIANTS))
         w["adversarial"] = _combo([(a, ADVERSARIAL_LABELS.get(a, a)) for a in ADVERSARIAL_MODES])
         w["adversarial_weight"] = _dspin(0, 100, 0.1, 3)
         w["deml_adversary"] = _dspin(0, 100, 0.1, 3)
@@ -216,6 +232,13 @@ class TrainingForm(QWidget):
         w["weight_decay"] = _dspin(0, 1, 1e-4, 6)
         w["optimizer"] = _combo(OPTIMIZERS)
         w["scheduler"] = _combo(SCHEDULERS)
+        w["val_fraction"] = _dspin(0, 0.9, 0.05, 2)
+        w["val_fraction"].setSpecialValueText("none (keep the last epoch)")
+        w["select_metric"] = _combo(SELECT_METRICS)
+        w["patience"] = _spin(0, 10_000)
+        w["patience"].setSpecialValueText("never stop early")
+        w["freeze_bn"] = _combo([(m, {"auto": "auto (frozen when pretrained)"}.get(m, m)) for m in FREEZE_BN_MODES])
+        w["warmup_epochs"] = _spin(0, 10_000)
         w["device"] = _combo([("auto", "auto")] + [(d, d) for d in available_devices()])
         w["amp"] = _combo(AMP_MODES)
         w["num_workers"] = _spin(0, 64)
@@ -240,6 +263,10 @@ class TrainingForm(QWidget):
         for name, widget in w.items():
             self._connect(widget)
         self.pretrained_file.changed.connect(self._on_changed)
+        self.recipe.activated.connect(lambda _index: self.apply_recipe(self.recipe.currentData()))
+        w["pretrained"].currentIndexChanged.connect(self._follow_pretrained)
+        w["backbone"].currentIndexChanged.connect(self._follow_backbone)
+        self._show_recipe_note()
 
     # -- layout
     def _build_layout(self) -> None:
@@ -263,6 +290,7 @@ class TrainingForm(QWidget):
         row.addWidget(self.batch_label, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(box("Recipe", [("Recipe", self.recipe), ("", self.recipe_note)]))
         layout.addWidget(box("Data", [
             ("Dataset", w["dataset"]), ("Format", w["format"]), ("Split protocol", w["protocol"]),
             ("Output folder", w["out"]), ("", w["resume"]),
@@ -275,7 +303,8 @@ class TrainingForm(QWidget):
         ]))
         layout.addWidget(box("Objective", [
             ("Loss", w["loss"]), ("", self.loss_params), ("Miner", w["miner"]),
-            ("Binomial preset", w["binomial"]), ("Diversity weight", w["diversity"]),
+            ("Binomial preset", w["binomial"]), ("Triplet margin", w["triplet_margin"]),
+            ("Diversity weight", w["diversity"]), ("Diversity loss", w["diversity_variant"]),
             ("Adversarial module", w["adversarial"]), ("Adversarial weight", w["adversarial_weight"]),
             ("DeML adversary", w["deml_adversary"]), ("Activation decay", w["activation_decay"]),
             ("Non-trivial weight", w["non_trivial"]),
@@ -285,6 +314,11 @@ class TrainingForm(QWidget):
             ("Learning rate", w["lr"]), ("Head lr multiplier", w["head_lr_mult"]),
             ("Weight decay", w["weight_decay"]), ("Optimizer", w["optimizer"]),
             ("Schedule", w["scheduler"]),
+        ]))
+        layout.addWidget(box("Model selection", [
+            ("Validation share", w["val_fraction"]), ("Select on", w["select_metric"]),
+            ("Early stopping", w["patience"]), ("Frozen BatchNorm", w["freeze_bn"]),
+            ("Head warm-up epochs", w["warmup_epochs"]),
         ]))
         layout.addWidget(box("Machine", [
             ("Device", w["device"]), ("Mixed precision", w["amp"]), ("Loader workers", w["num_workers"]),
@@ -297,6 +331,17 @@ class TrainingForm(QWidget):
         w["non_trivial"].setToolTip("lambda_2 of seed 004 Eq. 6 (with activation decay)")
         w["adversarial_weight"].setToolTip("lambda of seed 003 Eq. 21, or lambda_0 of Eq. 25")
         w["head_lr_mult"].setToolTip("the head's learning rate is lr times this")
+        w["binomial"].setToolTip("dgml: seed 001's official code (scale 25 on negative pairs, balanced); "
+                                 "dgml_printed: seed 001 Table 1 as printed; deml: seed 004 Eq. 5")
+        w["diversity_variant"].setToolTip("official: the DGML code (beta_0 = 25, sum over group pairs / (P-1)); "
+                                          "printed: seed 001 Eq. 4 and 14 (beta_0 = 1, mean over pairs)")
+        w["val_fraction"].setToolTip("share of the training classes (of each class's images when there are few "
+                                     "classes) held out; the best evaluation on it is kept as best.pt, epoch 0 "
+                                     "included, so training never leaves a worse model than it started from")
+        w["patience"].setToolTip("stop after this many evaluations without a validation improvement")
+        w["freeze_bn"].setToolTip("keep the backbone's BatchNorm statistics as they were (pretrained backbones "
+                                  "on small data)")
+        w["warmup_epochs"].setToolTip("epochs that train only the new layers, the backbone frozen")
 
     def _connect(self, widget: QWidget) -> None:
         if isinstance(widget, QComboBox):
@@ -318,6 +363,10 @@ class TrainingForm(QWidget):
         w["binomial"].setEnabled(w["loss"].currentData() == "binomial")
         w["adversarial_weight"].setEnabled(w["adversarial"].currentData() != "none")
         w["non_trivial"].setEnabled(w["activation_decay"].value() > 0)
+        w["triplet_margin"].setEnabled(w["loss"].currentData() == "triplet")
+        w["diversity_variant"].setEnabled(w["diversity"].value() > 0)
+        w["select_metric"].setEnabled(w["val_fraction"].value() > 0)
+        w["patience"].setEnabled(w["val_fraction"].value() > 0)
         self.pretrained_file.setEnabled(w["pretrained"].currentData() == "file")
         self.batch_label.setText(f"= {w['classes_per_batch'].value() * w['images_per_class'].value()} images")
         self._update_loss_params()
@@ -345,6 +394,61 @@ class TrainingForm(QWidget):
             self.weights_status.setText(f"<small>found: {path}</small>")
         except Exception as exc:  # noqa: BLE001 - FileNotFoundError, ValueError, ImportError
             self.weights_status.setText(f"<small><span style='color:#eb5757'>{exc}</span></small>")
+
+    # -- recipes
+    def apply_recipe(self, name: str) -> None:
+        """Fill the form from recipe ``name``, keeping data, output and machine settings (and the
+        backbone, image size and epochs unless the recipe sets them)."""
+        from dmlviewer.core.train.recipes import RECIPES, apply_recipe
+
+        current = self.config().to_dict()
+        recipe = RECIPES[name]
+        sets = {**recipe.values, **recipe.pretrained, **recipe.scratch}
+        keep = ("dataset", "format", "protocol", "out", "resume", "device", "amp", "num_workers", "eval_batch_size",
+                "log_every", "seed", "ks", "backbone", "pretrained", "image_size", "epochs", "eval_every")
+        given = {k: current[k] for k in keep if k not in sets}
+        self.set_config(apply_recipe(name, given))
+        self._recipe = name
+        _set_combo(self.recipe, name)
+        self._show_recipe_note()
+
+    def _show_recipe_note(self) -> None:
+        from dmlviewer.core.train.recipes import RECIPES
+
+        recipe = RECIPES.get(self._recipe or self.recipe.currentData())
+        if recipe is not None:
+            self.recipe_note.setText(f"<small>{_escape(recipe.source)}</small>")
+
+    def _follow_pretrained(self) -> None:
+        """Switching between pretrained and from-scratch: the recipe's values that depend on it
+        follow, where the form still holds the recipe's value for the previous state."""
+        from dmlviewer.core.train.config import TrainConfig
+        from dmlviewer.core.train.recipes import RECIPES
+
+        pretrained = self.widgets["pretrained"].currentData() != "none"
+        before, self._pretrained_state = self._pretrained_state, pretrained
+        recipe = RECIPES.get(self._recipe or "")
+        if recipe is None or before == pretrained:
+            return
+        defaults = TrainConfig().to_dict()
+        old, new = recipe.settings(before), recipe.settings(pretrained)
+        for name in set(recipe.pretrained) | set(recipe.scratch):
+            widget = self.widgets.get(name)
+            if not isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+                continue
+            if math.isclose(widget.value(), old.get(name, defaults[name]), rel_tol=1e-9, abs_tol=1e-12):
+                widget.setValue(new.get(name, defaults[name]))
+
+    def _follow_backbone(self) -> None:
+        """Seed 003's attended maps (no widget) follow the backbone when they are the recipe's
+        choice for the previous one."""
+        from dmlviewer.core.train.recipes import MULTILAYER
+
+        backbone = self.widgets["backbone"].currentData()
+        before, self._backbone_state = self._backbone_state, backbone
+        if self._base.multilayer and self._base.multilayer == MULTILAYER.get(before):
+            self._base = dataclasses.replace(self._base, multilayer=list(MULTILAYER.get(backbone, [])))
+            self._on_changed()
 
     # -- values
     def config(self):
@@ -391,6 +495,8 @@ class TrainingForm(QWidget):
                     widget.setText(value or "")
             finally:
                 widget.blockSignals(False)
+        self._pretrained_state = config.pretrained != "none"
+        self._backbone_state = config.backbone
         self._on_changed()
 
 
@@ -418,7 +524,8 @@ class _Series:
 
 class TrainingMonitor(QWidget):
     """Progress bar with ETA, live plots of the losses (per step) and of Recall@1 / NMI (per
-    epoch), and the run's log. ``reset()`` before a run, ``on_event(Progress)`` for each event."""
+    epoch, from epoch 0, the model before training; with a validation split also its
+    Recall@1), and the run's log. ``reset()`` before a run, ``on_event(Progress)`` for each event."""
 
     REFRESH_MS = 200
 
@@ -433,7 +540,7 @@ class TrainingMonitor(QWidget):
         self.loss_plot.setLabel("bottom", "step")
         self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
         self.loss_legend = self.loss_plot.addLegend(offset=(-10, 10))
-        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch")
+        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch (0: before training)")
         self.metric_plot.setLabel("bottom", "epoch")
         self.metric_plot.setYRange(0, 1)
         self.metric_plot.showGrid(x=True, y=True, alpha=0.2)
@@ -490,9 +597,11 @@ class TrainingMonitor(QWidget):
         return table[name]
 
     def on_event(self, event: Progress) -> None:
+        """One event of the run: the bar and ETA follow the run's overall progress (training
+        steps and evaluations; 100 % only when the run has ended), the plots its numbers."""
         data = event.data or {}
-        if event.total:
-            self.progress.setValue(int(round(1000 * event.fraction)))
+        if "overall" in data:
+            self.progress.setValue(min(999, int(1000 * float(data["overall"]))))
         if event.eta_s is not None:
             self.eta.setText(f"ETA {format_eta(event.eta_s)}")
         if event.kind == "step":
@@ -507,17 +616,24 @@ class TrainingMonitor(QWidget):
             self.status.setText(f"epoch {epoch}, step {event.current}/{event.total}" if epoch is not None
                                 else f"step {event.current}/{event.total}")
             self._dirty = True
+        elif event.kind == "evaluate":
+            self.status.setText(f"Evaluating after epoch {data.get('epoch')}: {data.get('split')} "
+                                f"{data.get('images')}/{data.get('of')} images")
         elif event.kind == "eval":
             metrics = data.get("metrics") or {}
-            epoch = data.get("epoch", len(next(iter(self.metric_series.values())).x) + 1
-                             if self.metric_series else 1)
+            val = data.get("val") or {}
+            epoch = data.get("epoch", len(next(iter(self.metric_series.values())).x)
+                             if self.metric_series else 0)
             for key in ("recall@1", "nmi"):
                 if key in metrics:
                     self._series(key, metric=True).add(float(epoch), float(metrics[key]))
+            if "recall@1" in val:
+                self._series("val recall@1", metric=True).add(float(epoch), float(val["recall@1"]))
             summary = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-            self.append_log(f"epoch {epoch}: {summary}")
+            best = " (best on validation so far)" if data.get("best") else ""
+            self.append_log(f"epoch {epoch}: {summary}{best}")
             self._dirty = True
-        if event.message and event.kind != "step":
+        if event.message and event.kind not in ("step", "evaluate"):
             self.append_log(event.message)
 
     def append_log(self, text: str) -> None:
@@ -766,7 +882,10 @@ class TrainingDialog(QDialog):
         self.monitor.refresh()
         self.monitor.progress.setValue(1000)
         self.checkpoint = _checkpoint_of(result, self._config.checkpoint_path)
-        self.monitor.status.setText(f"Finished: {self.checkpoint or 'no checkpoint reported'}")
+        chosen = ""
+        if isinstance(result, dict) and result.get("selected_on"):
+            chosen = f" (epoch {result.get('selected_epoch')}, selected on {result['selected_on']})"
+        self.monitor.status.setText(f"Finished: {self.checkpoint or 'no checkpoint reported'}{chosen}")
         self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
         self._suggest_out()  # a new run goes to a new folder (unless the user chose this one)
         self._end_run()

@@ -40,7 +40,7 @@ def test_train_writes_run_files_and_loss_decreases(trained, capsys):
     steps = [x for x in lines if x["kind"] == "step"]
     evals = [x for x in lines if x["kind"] == "eval"]
     assert [x["step"] for x in steps] == list(range(1, 13))
-    assert [x["epoch"] for x in evals] == [1, 2] and set(evals[-1]["metrics"]) == DESIGN_KEYS
+    assert [x["epoch"] for x in evals] == [0, 1, 2] and set(evals[-1]["metrics"]) == DESIGN_KEYS  # 0: untrained
     first, last = np.mean([x["loss"] for x in steps[:6]]), np.mean([x["loss"] for x in steps[6:]])
     assert last < first
 

@@ -85,15 +85,17 @@ def test_settings_load_from_run_folder_round_trip(qtbot, dialog, demo, tmp_path)
     assert dialog.load_settings(str(tmp_path / "old"))
     assert dialog.form.config() == config  # options without a widget survive too (log_every, ks)
     assert read_run_settings(tmp_path / "old" / "config.json") == config
-    # the loss's own hyper-parameters shown are those of the module the core builds (dgml preset)
-    assert "scale_pos = 25" in dialog.form.loss_params.text()
+    # the loss's own hyper-parameters shown are those of the module the core builds (dgml: the official code's)
+    assert "scale_pos = 1, scale_neg = 25, balanced = True, self_pairs = True" in dialog.form.loss_params.text()
 
 
 def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_path):
     out = tmp_path / "run"
     _fill_small_run(qtbot, dialog, demo, out)
     events = []
-    runner.job_progress.connect(lambda job, ev: events.append(ev))
+    shown = []  # what the bar and status said after each event
+    runner.job_progress.connect(lambda job, ev: (events.append(ev), shown.append(
+        (ev.kind, dialog.monitor.progress.value(), dialog.monitor.status.text()))))
     with qtbot.waitSignal(runner.job_finished, timeout=RUN_TIMEOUT_MS) as blocker:
         qtbot.mouseClick(dialog.start_button, Qt.LeftButton)
         assert dialog.job is not None and dialog.job.process
@@ -109,19 +111,23 @@ def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_
     # the plots hold exactly the run's numbers
     steps = [ev for ev in events if ev.kind == "step"]
     evals = [ev for ev in events if ev.kind == "eval"]
-    assert len(steps) >= 2 and len(evals) == 2
+    assert len(steps) >= 2 and len(evals) == 3  # epoch 0 (before training), 1 and 2
     loss_x, loss_y = dialog.monitor.loss_series["loss"].curve.getData()
     assert list(loss_x) == [ev.current for ev in steps]
     assert list(loss_y) == pytest.approx([ev.data["loss"] for ev in steps])
     r1_x, r1_y = dialog.monitor.metric_series["recall@1"].curve.getData()
     jsonl = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = [rec["metrics"] for rec in jsonl if rec["kind"] == "eval"]
-    assert list(r1_x) == [1, 2]
+    assert list(r1_x) == [0, 1, 2]
     assert list(r1_y) == pytest.approx([m["recall@1"] for m in logged])
     _, nmi_y = dialog.monitor.metric_series["nmi"].curve.getData()
     assert list(nmi_y) == pytest.approx([m["nmi"] for m in logged])
     assert saved["metrics"]["recall@1"] == pytest.approx(logged[-1]["recall@1"])
     assert dialog.monitor.progress.value() == 1000
+    # the final evaluation reports its progress and the bar stays below 100 % until the end
+    value, text = [(v, t) for k, v, t in shown if k == "evaluate"][-1]
+    assert value < 1000 and "Evaluating after epoch 2: test 18/18 images" in text
+    assert max(v for k, v, _ in shown) < 1000
 
     # offered to open the new checkpoint in the main window; the same folder is not reused
     assert dialog.open_button.isEnabled() and not dialog.start_button.isEnabled()
@@ -152,3 +158,39 @@ def test_cancel_mid_epoch_stops_within_a_batch_and_saves(qtbot, dialog, runner, 
     assert "Cancelled" in dialog.monitor.status.text()
     assert dialog.checkpoint == str(out / "checkpoint.pt") and dialog.open_button.isEnabled()
     assert not list(out.glob("*.tmp*")), "no half-written file left behind"
+
+
+def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp_path):
+    from dmlviewer.core.train import apply_recipe
+
+    _fill_small_run(qtbot, dialog, demo, tmp_path / "run")
+    form = dialog.form
+    w = form.widgets
+    form.apply_recipe("deml")
+    config = form.config()
+    expected = apply_recipe("deml", {k: getattr(config, k) for k in ("dataset", "out", "device", "num_workers",
+                                                                     "backbone", "pretrained", "image_size",
+                                                                     "epochs", "seed")})
+    assert config == expected  # exactly the recipe, data and machine kept
+    assert (config.grouping, config.groups, config.binomial, config.deml_adversary) == ("c", 8, "deml", 1.0)
+    assert dialog.start_button.isEnabled(), dialog.problems.text()
+    # pretrained: the recipe's pretrained learning rate (the paper's 1e-5) replaces the from-scratch one
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
+    assert form.config().lr == pytest.approx(1e-5)
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    assert form.config().lr == pytest.approx(1e-4)
+    w["lr"].setValue(3e-4)  # edited by the user: no longer follows
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
+    assert form.config().lr == pytest.approx(3e-4)
+    # the default recipe protects pretrained features: head warm-up and a validation split
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    form.apply_recipe("default")
+    assert form.config().val_fraction == 0 and form.config().warmup_epochs == 0
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
+    assert form.config().val_fraction == pytest.approx(0.2) and form.config().warmup_epochs == 1
+    # seed 003's attended intermediate map (no widget of its own) follows the backbone
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    form.apply_recipe("adversarial")
+    assert form.config().multilayer == ["stage3"] and dialog.start_button.isEnabled(), dialog.problems.text()
+    w["backbone"].setCurrentIndex(w["backbone"].findData("resnet18"))
+    assert form.config().multilayer == ["layer3"]

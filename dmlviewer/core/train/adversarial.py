@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ADVERSARIAL_MODES = ("none", "smooth", "adaptive")
+from .config import ADVERSARIAL_MODES  # noqa: F401 - re-exported
 
 
 class _ReverseGrad(torch.autograd.Function):

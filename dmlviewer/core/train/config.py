@@ -2,7 +2,8 @@
 
 ``validate(config)`` lists what is wrong with a combination of options, one sentence each, so
 the command line can stop before any work and the GUI dialog can explain invalid combinations
-inline. The configuration is saved with the run as ``RUN/config.json``.
+inline. The configuration is saved with the run as ``RUN/config.json``. This module imports no
+torch (the command line builds its parser from it), so the choices of the options live here.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .adversarial import ADVERSARIAL_MODES
-from .losses import BINOMIAL_PRESETS, METRIC_LOSSES, MINERS
-
 BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "googlenet", "inception_v3",
              "mobilenet_v3_large", "efficientnet_b0", "efficientnet_lite0", "small_cnn")
 POOLINGS = ("gap", "gmp", "gem")
@@ -23,7 +21,29 @@ GROUPINGS = ("none", "m", "g", "c", "a")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("constant", "cosine")
 AMP_MODES = ("auto", "on", "off")
+FREEZE_BN_MODES = ("auto", "on", "off")
+SELECT_METRICS = ("map@r", "recall@1")
+ADVERSARIAL_MODES = ("none", "smooth", "adaptive")
+METRIC_LOSSES = ("contrastive", "triplet", "margin", "binomial", "ms", "proxy_nca")
+MINERS = ("auto", "none", "semihard", "multi_similarity", "distance_weighted")
+
+BINOMIAL_PRESETS = {
+    # seed 001's official code: alpha = 2, m = 0.5, C = 25 on negatives, balanced, self-pairs in the positive mean
+    "dgml": dict(alpha=2.0, margin=0.5, scale_pos=1.0, scale_neg=25.0, balanced=True, self_pairs=True),
+    # seed 001 Table 1 as printed: m = 0.5, alpha = 2, beta_1 = 25, beta_0 = 1, mean over all pairs (Eq. 14)
+    "dgml_printed": dict(alpha=2.0, margin=0.5, scale_pos=25.0, scale_neg=1.0, balanced=False, self_pairs=False),
+    # seed 004 Eq. 5: alpha = 2, beta = 0.5, gamma = 1 (positive) / 35 (negative), 1/w_pq weights
+    "deml": dict(alpha=2.0, margin=0.5, scale_pos=1.0, scale_neg=35.0, balanced=True, self_pairs=False),
+}
+
+#: seed 001 Eq. 4 variants: the exponent's scale beta_0 and how group pairs are averaged
+DIVERSITY_VARIANTS = {
+    "official": dict(beta0=25.0, pair_norm="p_minus_1"),  # DGML-master criteria/diversity.py
+    "printed": dict(beta0=1.0, pair_norm="mean"),  # Table 1 and the 1/N_g of Eq. 14
+}
+
 CHECKPOINT_NAME = "checkpoint.pt"
+BEST_NAME = "best.pt"
 CONFIG_NAME = "config.json"
 METRICS_NAME = "metrics.jsonl"
 
@@ -44,11 +64,14 @@ class TrainConfig:
     groups: int = 4
     dim: int = 128
     image_size: int = 128
+    multilayer: list[str] = field(default_factory=list)  # seed 003's attended intermediate maps
     # objective (seed 001 Eq. 14, seed 003 Eq. 21-23, seed 004 Eq. 4-6)
-    loss: str = "margin"
+    loss: str = "ms"
     miner: str = "auto"
-    binomial: str = "deml"  # preset of the binomial deviance loss (see losses.py)
+    binomial: str = "dgml"  # preset of the binomial deviance loss (see losses.py)
+    triplet_margin: float = 0.1
     diversity: float = 0.0  # lambda_1 of seed 001 Eq. 14
+    diversity_variant: str = "official"  # official (DGML code) | printed (seed 001 Eq. 4, 14)
     adversarial: str = "none"  # seed 003: none | smooth | adaptive
     adversarial_weight: float = 0.5  # lambda (smooth, Eq. 21) or lambda_0 (adaptive, Eq. 25)
     deml_adversary: float = 0.0  # lambda_0 of seed 004 Eq. 4
@@ -59,11 +82,17 @@ class TrainConfig:
     steps_per_epoch: int = 0  # 0: about one pass over the training images
     classes_per_batch: int = 8
     images_per_class: int = 4
-    lr: float = 1e-4
-    head_lr_mult: float = 10.0
+    lr: float = 1e-3
+    head_lr_mult: float = 1.0
     weight_decay: float = 2e-4  # lambda_2 |W|^2 of seed 001 Eq. 14 (seed 004's value)
     optimizer: str = "adam"
     scheduler: str = "cosine"
+    # model selection and protection of pretrained features
+    val_fraction: float = 0.0  # training classes (or images, for few classes) held out to select the checkpoint
+    select_metric: str = "map@r"  # validation metric that selects best.pt
+    patience: int = 0  # evaluations without a validation improvement before stopping (0: never)
+    freeze_bn: str = "auto"  # BatchNorm statistics of the backbone: auto (frozen when pretrained) | on | off
+    warmup_epochs: int = 0  # epochs training only the new layers (backbone frozen) first
     # machinery
     device: str = "auto"
     amp: str = "auto"  # mixed precision: auto (on for CUDA) | on | off
@@ -78,7 +107,7 @@ class TrainConfig:
 
     #: options that may differ between a run and its resumption
     RESUMABLE_CHANGES = ("epochs", "resume", "device", "amp", "num_workers", "eval_every",
-                         "eval_batch_size", "log_every", "deterministic", "out", "dataset")
+                         "eval_batch_size", "log_every", "deterministic", "out", "dataset", "patience")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -101,8 +130,21 @@ class TrainConfig:
         return self.run_dir / CHECKPOINT_NAME
 
     @property
+    def best_path(self) -> Path:
+        return self.run_dir / BEST_NAME
+
+    @property
     def batch_size(self) -> int:
         return self.classes_per_batch * self.images_per_class
+
+    @property
+    def is_pretrained(self) -> bool:
+        return self.pretrained != "none"
+
+    @property
+    def frozen_bn(self) -> bool:
+        """Whether the backbone's BatchNorm statistics stay fixed (``freeze_bn`` resolved)."""
+        return self.freeze_bn == "on" or (self.freeze_bn == "auto" and self.is_pretrained)
 
     def model_config(self) -> dict[str, Any]:
         """The ``build_model`` configuration of this run."""
@@ -116,6 +158,7 @@ class TrainConfig:
             groups=self.groups,
             dim=self.dim,
             image_size=self.image_size,
+            multilayer=list(self.multilayer),
         )
 
     def differences(self, other: "TrainConfig") -> list[str]:
@@ -155,6 +198,9 @@ def validate(config: TrainConfig) -> list[str]:
     _choice(errors, "loss", c.loss, METRIC_LOSSES)
     _choice(errors, "miner", c.miner, MINERS)
     _choice(errors, "binomial", c.binomial, tuple(BINOMIAL_PRESETS))
+    _choice(errors, "diversity_variant", c.diversity_variant, tuple(DIVERSITY_VARIANTS))
+    _choice(errors, "freeze_bn", c.freeze_bn, FREEZE_BN_MODES)
+    _choice(errors, "select_metric", c.select_metric, SELECT_METRICS)
     _choice(errors, "adversarial", c.adversarial, ADVERSARIAL_MODES)
     _choice(errors, "optimizer", c.optimizer, OPTIMIZERS)
     _choice(errors, "scheduler", c.scheduler, SCHEDULERS)
@@ -183,6 +229,21 @@ def validate(config: TrainConfig) -> list[str]:
     if c.deml_adversary > 0 and c.grouping != "c":
         errors.append("--deml-adversary needs --grouping c: DeML's adversary acts between "
                       "channel-attention learners")
+    if c.multilayer:
+        from dmlviewer.core.models import BACKBONES as SPECS
+
+        spec = SPECS.get(c.backbone)
+        known = set(spec.channels_of) if spec is not None else set()
+        unknown = [m for m in c.multilayer if spec is not None and m not in known]
+        if unknown:
+            errors.append(f"--multilayer: {', '.join(unknown)} not a feature map of {c.backbone} "
+                          f"(choose from {', '.join(sorted(known))})")
+    if not 0 <= c.val_fraction < 1:
+        errors.append(f"--val-fraction must be at least 0 and below 1 (got {c.val_fraction})")
+    if c.patience < 0 or c.warmup_epochs < 0:
+        errors.append("--patience and --warmup-epochs cannot be negative")
+    if c.triplet_margin < 0:
+        errors.append(f"--triplet-margin cannot be negative (got {c.triplet_margin})")
     if c.adversarial != "none" and c.adversarial_weight <= 0:
         errors.append(f"--adversarial {c.adversarial} needs a positive --adversarial-weight")
 

@@ -1,16 +1,32 @@
 """The training loop: a generator of progress events, resumable from its checkpoints.
 
 ``train(config, cancel)`` validates the configuration, then yields ``step`` events (data:
-epoch, step, loss, losses, lr), ``epoch``, ``eval`` (metrics on the test split), ``checkpoint``
-(path), ``log`` (warnings) and finally ``done`` (result: checkpoint path and final metrics).
+epoch, step, loss, losses, lr, overall), ``epoch``, ``evaluate`` (progress of an evaluation
+pass: images embedded so far), ``eval`` (data: epoch, metrics on the test split, val metrics on
+the validation split, best), ``checkpoint`` (path), ``log`` (warnings, the validation split)
+and finally ``done`` (result: the selected checkpoint and its test metrics, the last
+checkpoint, the epoch-0 metrics). Every event after the first step carries ``eta_s`` and
+``data["overall"]`` (the share of the run done, evaluations included), measured by
+:class:`~.selection.RunClock`.
+
+Never worse than where it started: before the first step the model is evaluated (epoch 0, in
+``metrics.jsonl`` and the events); every evaluation scores the validation split (part of the
+*training* data, :func:`~.selection.validation_split`) and the best one so far is written to
+``best.pt``, which the result names as the run's model (epoch 0 included, so a pretrained
+backbone whose features fine-tuning made worse is kept as it was). ``patience`` stops the run
+after that many evaluations without a validation improvement. For pretrained backbones the
+BatchNorm statistics stay fixed (``freeze_bn``) and ``warmup_epochs`` train the new layers
+alone first.
 
 Files in the run folder (only rank 0 writes): ``config.json`` (the :class:`TrainConfig`),
-``checkpoint.pt`` (after every epoch and on cancel; DESIGN.md format, written atomically) and
-``metrics.jsonl`` (one JSON line per logged step, every ``log_every`` steps, and per
-evaluation). The checkpoint's ``extra`` holds what resumption needs: optimizer, scheduler,
-grad-scaler and sampler states, the loss and adversary modules, the random generator states,
-epoch accumulators and the length of ``metrics.jsonl`` at that moment (a resumed run cuts off
-lines written after the checkpoint).
+``checkpoint.pt`` (the last state: after every epoch and on cancel; DESIGN.md format, written
+atomically; what ``--resume`` continues), ``best.pt`` (the model selected on validation, in the
+same format without the optimizer state) and ``metrics.jsonl`` (one JSON line per logged step,
+every ``log_every`` steps, and per evaluation, with ``val`` metrics). The checkpoint's ``extra``
+holds what resumption needs: optimizer, scheduler, grad-scaler and sampler states, the loss and
+adversary modules, the random generator states, epoch accumulators, the selection record and
+the length of ``metrics.jsonl`` at that moment (a resumed run cuts off lines written after the
+checkpoint).
 
 Determinism. All randomness of an epoch (augmentation, dropout, batch composition, loader
 worker seeds) is drawn from generators reseeded from ``(seed, epoch, rank)`` when the epoch
@@ -20,6 +36,12 @@ count, and ``deterministic=True`` on CUDA (cuDNN/cuBLAS pick non-deterministic k
 otherwise). A run cancelled mid-epoch resumes from the saved generator states; that is exact
 with ``num_workers=0`` (worker processes restart with fresh streams). Under
 ``torch.distributed`` exact resumption holds at epoch boundaries.
+
+On CPU, ``deterministic=True`` also runs torch on one intra-op thread (see
+:meth:`Trainer._deterministic`), so that two fresh runs are bit-identical whatever thread count
+the environment would give them. On CUDA, deterministic algorithms and cuBLAS's fixed workspace
+make repeat runs on the same GPU model, driver and library versions identical; mixed precision
+(``amp``) keeps that; a different GPU model or cuDNN version may differ.
 
 One run per folder: the run folder is locked while a run trains in it (a second ``train`` on
 the same ``--out`` is refused with a message naming the process holding it), and temporary
@@ -49,13 +71,14 @@ import numpy as np
 import torch
 
 from dmlviewer.core.files import FolderLock, remove_stale_temp_files, write_text_atomic
-from dmlviewer.core.progress import Cancelled, CancelToken, EtaClock, Progress
+from dmlviewer.core.progress import Cancelled, CancelToken, Progress
 
 from .config import CONFIG_NAME, METRICS_NAME, TrainConfig, validate
 from .distributed import DistContext, from_environment
 from .objective import Objective
 from .optim import build_optimizer, build_scheduler
 from .sampler import MPerClassBatches, thin_classes
+from .selection import RunClock, Selection, validation_split
 from .state import epoch_seed, rng_state, seed_everything, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -114,6 +137,12 @@ class Trainer:
         self.log_sums = np.zeros(0)
         self.log_count = 0
         self.resume_info: dict | None = None
+        self.selection = Selection(config.select_metric)
+        self.epoch0_metrics: dict | None = None
+        self.early_stopped = False
+        self.val_set = None
+        self.clock: RunClock | None = None
+        self._embedded = 0  # images of the current evaluation pass embedded so far
 
     # ------------------------------------------------------------------ set-up
 
@@ -131,18 +160,31 @@ class Trainer:
         self.channels_last = device.type == "cuda"
 
     def _deterministic(self) -> contextlib.AbstractContextManager:
-        """``torch.use_deterministic_algorithms`` for the run when asked (restored after)."""
+        """``torch.use_deterministic_algorithms`` for the run when asked, and on CPU one intra-op
+        thread (restored after).
+
+        Why one thread: CPU kernels split their reductions (convolution weight gradients, matrix
+        products) by the number of threads, so the same run on 1 and on 2 threads differs in the
+        last bits after a few steps (measured: up to 1.4e-7 in the weights after 4 steps of
+        small_cnn, which 40 epochs grow into a visible MAP@R difference). The default thread
+        count follows the environment (``OMP_NUM_THREADS``, the process's CPU affinity, a caller's
+        ``torch.set_num_threads``), so two launches of the same run could differ; one thread
+        does not depend on any of it."""
         stack = contextlib.ExitStack()
         if self.config.deterministic:
             before = torch.are_deterministic_algorithms_enabled()
             cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+            threads = torch.get_num_threads()
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+            if self.device.type == "cpu":
+                torch.set_num_threads(1)
 
             def restore() -> None:
                 torch.use_deterministic_algorithms(before)
                 torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
+                torch.set_num_threads(threads)
 
             stack.callback(restore)
         elif self.device.type == "cuda":
@@ -150,7 +192,7 @@ class Trainer:
         return stack
 
     def _load_data(self) -> Iterator[Progress]:
-        from dmlviewer.core.data import ImageFolderDataset, open_dataset
+        from dmlviewer.core.data import open_dataset
 
         c = self.config
         dataset = open_dataset(c.dataset, c.format, c.protocol)
@@ -160,7 +202,18 @@ class Trainer:
         if len(self.train_set) == 0:
             raise TrainingError(f"{c.dataset} has no training images under protocol {c.protocol!r}")
         self.fingerprint = dataset_fingerprint(self.train_set)
-        labels = self.train_set.labels
+        split = validation_split(self.train_set.labels, c.val_fraction, c.seed)
+        self.split_mode = split.mode
+        if split.mode != "none":
+            self.val_set = self.train_set.subset(split.val)
+            self.fit_set = self.train_set.subset(split.train)
+        else:
+            self.fit_set = self.train_set
+        if c.val_fraction > 0:
+            message = split.describe(c.val_fraction)
+            log.info(message)
+            yield Progress("log", message=message, data={"validation": split.mode, "val_images": len(split.val)})
+        labels = self.fit_set.labels
         thin = thin_classes(labels)
         if thin:
             names = ", ".join(dataset.class_names[i] for i in thin[:20]) + (" ..." if len(thin) > 20 else "")
@@ -173,25 +226,40 @@ class Trainer:
         label_map = torch.full((int(labels.max()) + 1,), -1, dtype=torch.long)
         label_map[torch.from_numpy(classes)] = torch.arange(len(classes))
         self.label_map = label_map.to(self.device)
+        usable = self.num_classes - len(thin)
+        self.classes_per_batch, self.images_per_class = c.classes_per_batch, c.images_per_class
+        if c.classes_per_batch > usable >= 2:
+            # a small training set: every class in each batch, the batch size kept
+            self.classes_per_batch = usable
+            self.images_per_class = max(c.images_per_class, c.batch_size // usable)
+            message = (f"only {usable} training classes with at least two images: batches of {usable} classes x "
+                       f"{self.images_per_class} images instead of {c.classes_per_batch} x {c.images_per_class}")
+            log.warning(message)
+            yield Progress("log", message=message, data={"classes_per_batch": self.classes_per_batch,
+                                                         "images_per_class": self.images_per_class})
         try:
             self.sampler = MPerClassBatches(
-                labels, c.classes_per_batch, c.images_per_class, seed=c.seed, rank=self.dist.rank,
+                labels, self.classes_per_batch, self.images_per_class, seed=c.seed, rank=self.dist.rank,
                 world_size=self.dist.world_size, batches_per_epoch=c.steps_per_epoch or None,
             )
         except ValueError as exc:
-            usable = len(np.unique(labels)) - len(thin)
             if usable < 2:
                 raise TrainingError(
                     f"{c.dataset}: the training split has {usable} class(es) with at least two images; metric "
                     "learning needs two or more such classes (positive and negative pairs)") from None
             raise TrainingError(f"{exc}: lower --classes-per-batch (at most {usable})") from None
-        self.loader = torch.utils.data.DataLoader(
-            ImageFolderDataset(self.train_set, c.image_size, train=True),
-            batch_sampler=self.sampler, num_workers=c.num_workers,
-            pin_memory=self.device.type == "cuda", generator=torch.Generator(),
-        )
         self.steps_per_epoch = len(self.sampler)
         self.total_steps = self.steps_per_epoch * c.epochs
+
+    def _make_loader(self) -> None:
+        """The training loader, with the model's own input preprocessing."""
+        from dmlviewer.core.data import ImageFolderDataset
+
+        self.loader = torch.utils.data.DataLoader(
+            ImageFolderDataset(self.fit_set, self.model.preprocess, train=True),
+            batch_sampler=self.sampler, num_workers=self.config.num_workers,
+            pin_memory=self.device.type == "cuda", generator=torch.Generator(),
+        )
 
     def _build(self) -> None:
         from dmlviewer.core.models import build_model, load_checkpoint
@@ -213,6 +281,7 @@ class Trainer:
         self.model = model.train()
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        self._make_loader()
         self.objective = Objective(self.model, c, self.num_classes).to(self.device)
         self.optimizer = build_optimizer(self.objective, c)
         self.scheduler = build_scheduler(self.optimizer, c, self.total_steps)
@@ -223,6 +292,8 @@ class Trainer:
 
             self.wrapped = DistributedDataParallel(
                 self.objective, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                # the backbone gets no gradients while the head warms up
+                find_unused_parameters=c.warmup_epochs > 0,
             )
         if self.resume_info is not None:
             self._restore(self.resume_info)
@@ -280,6 +351,9 @@ class Trainer:
         self.log_sums = np.asarray(extra["log_sums"], dtype=np.float64)
         self.log_count = int(extra["log_count"])
         self.metrics = dict(info.get("metrics") or {})
+        if "selection" in extra:
+            self.selection.load_state_dict(extra["selection"])
+        self.epoch0_metrics = dict(extra.get("epoch0_metrics") or {}) or None
         if self.step_in_epoch:  # cancelled mid-epoch: continue the generators where they were
             set_rng_state(extra["rng"])
 
@@ -356,26 +430,69 @@ class Trainer:
 
     # ------------------------------------------------------------------ epochs
 
-    def evaluate(self) -> dict:
-        """Metrics of the current model on the test split: every rank embeds its share of the
-        batches, rank 0 computes the metrics (others get ``{}``)."""
-        from dmlviewer.core.evaluate.evaluation import query_gallery
+    def _embed(self, dataset, what: str, done: int, total: int) -> Iterator[Progress]:
+        """Embed ``dataset``, yielding ``evaluate`` events; returns the embedding result."""
         from dmlviewer.core.evaluate.extract import embed_dataset
+
+        c = self.config
+        result = None
+        last = time.perf_counter()
+        for event in embed_dataset(self.model, dataset, c.eval_batch_size, self.device, c.num_workers, self.cancel,
+                                   dist=self.dist):
+            if event.kind == "done":
+                result = event.data["result"]
+                continue
+            now = time.perf_counter()
+            if self.clock is not None:
+                self.clock.images_done(event.current - self._embedded, now - last)
+            self._embedded, last = event.current, now
+            yield self._timed(Progress(
+                "evaluate", done + event.current, total, f"evaluating epoch {self.epoch}: {what}",
+                data={"epoch": self.epoch, "split": what, "images": event.current, "of": event.total}))
+        self._embedded = 0
+        return result
+
+    def evaluate_splits(self) -> Iterator[Progress]:
+        """Generator: metrics of the current model on the validation split (retrieval metrics)
+        and the test split (all metrics), as ``(val, test)``: every rank embeds its share of the
+        batches, rank 0 computes the metrics (others get empty dicts)."""
+        from dmlviewer.core.evaluate.evaluation import query_gallery
         from dmlviewer.core.evaluate.metrics import compute_metrics
+
+        c = self.config
+        val: dict = {}
+        test: dict = {}
+        sets = [("validation", self.val_set), ("test", self.test_set)]
+        sets = [(name, d) for name, d in sets if d is not None and len(d)]
+        total = sum(len(d) for _, d in sets)
+        done = 0
+        for name, dataset in sets:
+            result = yield from self._embed(dataset, name, done, total)
+            done += len(dataset)
+            if not self.dist.is_main:
+                continue
+            rows = result["rows"]
+            queries, gallery = query_gallery(dataset, rows)
+            metrics = compute_metrics(result["embeddings"], dataset.labels[rows], c.ks, self.device,
+                                      clustering=name == "test", queries=queries, gallery=gallery)
+            if name == "test":
+                test = metrics
+            else:
+                val = metrics
+        self.dist.barrier()
+        return val, test
+
+    def evaluate(self) -> dict:
+        """Metrics of the current model on the test split (rank 0; others wait)."""
         from dmlviewer.core.progress import run_to_end
 
-        metrics: dict = {}
-        if len(self.test_set):
-            c = self.config
-            result = run_to_end(embed_dataset(self.model, self.test_set, c.eval_batch_size, self.device,
-                                              c.num_workers, self.cancel, dist=self.dist))
-        if self.dist.is_main and len(self.test_set):
-            rows = result["rows"]
-            queries, gallery = query_gallery(self.test_set, rows)
-            metrics = compute_metrics(result["embeddings"], self.test_set.labels[rows], c.ks, self.device,
-                                      queries=queries, gallery=gallery)
-        self.dist.barrier()
-        return metrics
+        holder: dict = {}
+
+        def job() -> Iterator[Progress]:
+            holder["value"] = yield from self.evaluate_splits()
+
+        run_to_end(job())
+        return holder["value"][1]
 
     def save(self) -> Path:
         """Checkpoint with everything resumption needs (rank 0 writes; others wait)."""
@@ -397,10 +514,24 @@ class Trainer:
                 "epoch_sums": [float(x) for x in self.sums],
                 "log_sums": [float(x) for x in self.log_sums],
                 "log_count": self.log_count,
+                "selection": self.selection.state_dict(),
+                "epoch0_metrics": self.epoch0_metrics or {},
                 "metrics_bytes": self.metrics_log.flush(),
                 "dataset_fingerprint": self.fingerprint,
             }
             save_checkpoint(path, self.model, epoch=self.epoch, metrics=self.metrics, extra=extra)
+        self.dist.barrier()
+        return path
+
+    def save_best(self, val: dict, test: dict) -> Path:
+        """``best.pt``: the current model, selected on validation (rank 0 writes)."""
+        from dmlviewer.core.models import save_checkpoint
+
+        path = self.config.best_path
+        if self.dist.is_main:
+            extra = {"selected_on": f"validation {self.config.select_metric}", "val_metrics": dict(val),
+                     "train_config": self.config.to_dict()}
+            save_checkpoint(path, self.model, epoch=self.epoch, metrics=dict(test), extra=extra)
         self.dist.barrier()
         return path
 
@@ -418,8 +549,20 @@ class Trainer:
         return Progress("epoch", self.epoch, self.config.epochs, f"epoch {self.epoch} done", data=data)
 
     def _result(self, cancelled: bool = False) -> Progress:
-        result = {"checkpoint": str(self.config.checkpoint_path), "metrics": dict(self.metrics),
-                  "epochs": self.epoch, "steps": self.global_step, "cancelled": cancelled}
+        c = self.config
+        selected = self.selection.best_epoch >= 0 and c.best_path.exists()
+        result = {
+            # the run's model: the one selected on validation, else the last
+            "checkpoint": str(c.best_path if selected else c.checkpoint_path),
+            "metrics": dict(self.selection.best_test if selected else self.metrics),
+            "selected_epoch": self.selection.best_epoch if selected else self.epoch,
+            "val_metrics": dict(self.selection.best_val or {}) if selected else {},
+            "selected_on": f"validation {c.select_metric}" if selected else "last epoch",
+            "last_checkpoint": str(c.checkpoint_path), "last_metrics": dict(self.metrics),
+            "epoch0_metrics": dict(self.epoch0_metrics or {}),
+            "epochs": self.epoch, "steps": self.global_step, "cancelled": cancelled,
+            "early_stopped": self.early_stopped,
+        }
         return Progress("done", self.global_step, self.total_steps, data={"result": result})
 
     def run(self) -> Iterator[Progress]:
@@ -463,47 +606,118 @@ class Trainer:
                 return
             yield batch
 
+    def _timed(self, event: Progress) -> Progress:
+        """``event`` with the run's ETA and overall fraction."""
+        if self.clock is not None:
+            event.eta_s = self.clock.eta()
+            event.data["overall"] = min(self.clock.fraction(), 0.999)  # 100 % is for "done" only
+        return event
+
+    def _evaluations_left(self, first_epoch: int) -> int:
+        """Evaluation passes still to come (epoch 0 pending counts when ``first_epoch`` is 0)."""
+        c = self.config
+        epochs = range(first_epoch + 1, c.epochs + 1)
+        n = sum(1 for e in epochs if e == c.epochs or (c.eval_every and e % c.eval_every == 0))
+        return n + (1 if self._epoch0_pending() else 0)
+
+    def _epoch0_pending(self) -> bool:
+        return (self.global_step == 0 and self.epoch == 0 and self.config.eval_every > 0
+                and self.epoch0_metrics is None)
+
+    def _set_train_mode(self) -> None:
+        """Training mode, except the backbone's BatchNorm layers when their statistics are frozen;
+        the backbone is frozen during the head's warm-up epochs."""
+        c = self.config
+        self.objective.train()
+        if c.frozen_bn:
+            for module in self.model.backbone.modules():
+                if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                    module.eval()
+        warm = self.epoch < c.warmup_epochs
+        for p in self.model.backbone.parameters():
+            p.requires_grad_(not warm)
+
+    def _evaluation(self) -> Iterator[Progress]:
+        """Evaluate, log, select; yields events (rank 0; the other ranks take part in the
+        collective decisions). Raises ``Cancelled`` when cancelled meanwhile."""
+        c = self.config
+        start = time.perf_counter()
+        val, test = yield from self.evaluate_splits()
+        best = False
+        if test or val:
+            self.metrics = test
+            if self.epoch == 0:
+                self.epoch0_metrics = dict(test)
+            best = self.val_set is not None and bool(val) and self.selection.offer(self.epoch, val, test)
+            record = {"kind": "eval", "epoch": self.epoch, "step": self.global_step, "metrics": test}
+            if val:
+                record["val"] = val
+            self.metrics_log.write(record)
+            yield self._timed(Progress(
+                "eval", self.epoch, c.epochs, f"evaluated in {time.perf_counter() - start:.1f} s",
+                data={"metrics": dict(test), "val": dict(val), "epoch": self.epoch, "best": best}))
+        if self.val_set is not None and self.dist.mean(float(best)) > 0:  # the other ranks follow rank 0
+            path = self.save_best(val, test)
+            if self.dist.is_main:
+                yield self._timed(Progress(
+                    "checkpoint", self.epoch, c.epochs,
+                    f"best so far (validation {c.select_metric} {self.selection.best_score:.4f}, "
+                    f"epoch {self.epoch}): {path}", data={"path": str(path), "best": True, "epoch": self.epoch}))
+
+    def _cancelled(self) -> Iterator[Progress]:
+        path = self.save()
+        yield Progress("checkpoint", self.global_step, self.total_steps, "saved on cancel", data={"path": str(path)})
+        yield self._result(cancelled=True)
+
     def _epochs(self) -> Iterator[Progress]:
         c = self.config
-        clock = EtaClock(self.total_steps - self.global_step)
-        first = self.global_step
         if self.epoch >= c.epochs:
             yield self._result()
             return
+        eval_images = (len(self.val_set) if self.val_set is not None else 0) + len(self.test_set)
+        self.clock = RunClock(self.total_steps - self.global_step, self._evaluations_left(self.epoch) * eval_images)
+        if self._epoch0_pending():
+            try:
+                yield from self._evaluation()
+            except Cancelled:
+                yield from self._cancelled()
+                return
         while self.epoch < c.epochs:
             seed = epoch_seed(c.seed, self.epoch, self.dist.rank)
             if self.step_in_epoch == 0:
                 seed_everything(seed)
             self.sampler.set_epoch(self.epoch, self.step_in_epoch)
             self.loader.generator.manual_seed(seed + 1)
-            self.objective.train()
+            self._set_train_mode()
+            last = time.perf_counter()
             for images, labels, _ in self._batches():
-                event = self.record(self.step(images, labels))
-                event.eta_s = clock.eta(self.global_step - first)
-                yield event
+                values = self.step(images, labels)
+                self.clock.steps_done(1, time.perf_counter() - last)
+                yield self._timed(self.record(values))
+                last = time.perf_counter()
             if self.step_in_epoch < self.steps_per_epoch:  # cancelled (checked before each batch is drawn)
-                path = self.save()
-                yield Progress("checkpoint", self.global_step, self.total_steps, "saved on cancel",
-                               data={"path": str(path)})
-                yield self._result(cancelled=True)
+                yield from self._cancelled()
                 return
-            yield self._end_epoch()
+            yield self._timed(self._end_epoch())
             if self.epoch == c.epochs or (c.eval_every and self.epoch % c.eval_every == 0):
-                start = time.perf_counter()
                 try:
-                    self.metrics = self.evaluate()
+                    yield from self._evaluation()
                 except Cancelled:
-                    path = self.save()
-                    yield Progress("checkpoint", self.epoch, c.epochs, "saved on cancel", data={"path": str(path)})
-                    yield self._result(cancelled=True)
+                    yield from self._cancelled()
                     return
-                if self.metrics:
-                    self.metrics_log.write({"kind": "eval", "epoch": self.epoch, "step": self.global_step,
-                                            "metrics": self.metrics})
-                    yield Progress("eval", self.epoch, c.epochs, f"evaluated in {time.perf_counter() - start:.1f} s",
-                                   data={"metrics": dict(self.metrics), "epoch": self.epoch})
+                stop = (c.patience > 0 and self.val_set is not None and self.epoch < c.epochs
+                        and self.selection.since_best >= c.patience)
+                if self.dist.mean(float(stop)) > 0:  # rank 0 decides
+                    self.early_stopped = True
+                    message = (f"early stop after epoch {self.epoch}: no validation improvement in "
+                               f"{c.patience} evaluation(s); best epoch {self.selection.best_epoch}")
+                    log.info(message)
+                    yield Progress("log", self.epoch, c.epochs, message, data={"early_stop": True})
             path = self.save()
-            yield Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved", data={"path": str(path)})
+            yield self._timed(Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved",
+                                       data={"path": str(path)}))
+            if self.early_stopped:
+                break
         yield self._result()
 
 

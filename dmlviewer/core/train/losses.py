@@ -13,23 +13,40 @@ pytorch-metric-learning (``build_metric_loss``); written here is what it lacks:
 
 Readings chosen where the papers leave room:
 
-- Binomial deviance, ``preset="deml"`` (seed 004 Eq. 5, the default): pairs p != q, D the
-  cosine similarity, positive term log(1 + exp(-alpha (D - beta))), negative term
-  log(1 + exp(alpha (D - beta) gamma)) with gamma = 35, each pair weighted 1/w_pq where w_pq is
-  the number of positive (negative) pairs in the batch: the loss is the mean over positive
-  pairs plus the mean over negative pairs. ``preset="dgml"`` (seed 001 Table 1): scale beta_1
-  = 25 on the positive term and beta_0 = 1 on the negative term, exactly as printed there, and
-  the plain mean over all pairs (the 1/N_b of Eq. 14).
-- Diversity (Eq. 4): s_ij is read as the cosine *similarity* of groups i and j of one image
-  (the paper calls it a distance, but the form is the negative-pair binomial term, which
-  pushes similarity down); alpha = 2, beta_0 = 1, mu = 0.5 from Table 1's binomial deviance.
-  Unordered group pairs i < j.
+- Binomial deviance has three presets (``--binomial``):
+
+  ``dgml`` (the default; seed 001 as its official code computes it, DGML-master
+  ``criteria/binomial_deviance.py``): positive term log(1 + exp(-alpha (s - m))), negative term
+  log(1 + exp(alpha (s - m) C)) with alpha = 2, m = 0.5 and C = 25, i.e. the scale 25 sits on the
+  *negative* pairs and the positive pairs have scale 1; each kind of pair is averaged on its own
+  (the loss is the mean over positive pairs plus the mean over negative pairs), and the
+  positive mask includes each image paired with itself (its term is a constant without
+  gradient, but it counts in the positive mean, which halves the positive gradient at two images
+  per class).
+
+  ``dgml_printed`` (seed 001 Table 1 as printed): beta_1 = 25 on the positive term, beta_0 = 1 on
+  the negative term, the plain mean over all pairs p != q (the 1/N_b of Eq. 14).
+
+  ``deml`` (seed 004 Eq. 5): as ``dgml`` but gamma = 35 on the negative term and pairs p != q
+  only, each weighted 1/w_pq (w_pq the number of positive, resp. negative, pairs).
+
+- Diversity (seed 001 Eq. 4) has two variants (``--diversity-variant``). Both read s_ij as the
+  cosine *similarity* of groups i and j of one image (the paper calls it a distance, but the form
+  is the negative-pair binomial term, which pushes similarity down), with alpha = 2 and mu = 0.5.
+
+  ``official`` (the default; DGML-master ``criteria/diversity.py``): beta_0 = 25 (the same C as the
+  metric loss's negative scale), the term averaged over the images of the batch and *summed*
+  over the unordered group pairs i < j, then divided by P - 1 (not by the number of pairs).
+
+  ``printed``: beta_0 = 1 (Table 1's binomial deviance), the mean over images and group pairs
+  (the 1/N_g of Eq. 14).
+
 - Eq. 6's trace of a Hadamard product, tr[(w w^T - I) o (w w^T - I)], keeps only the diagonal:
   it equals sum_k (|w_k|^2 - 1)^2 over the rows w_k of a learner's weight matrix.
-- Constants the papers do not fix for our setting: triplet margin 0.1 (with semi-hard mining;
-  seed 003's 0.01 belongs to its own embedding scale), multi-similarity alpha = 2, beta = 50,
-  base 0.5 (Wang et al.), proxy-NCA on squared distances scaled by 9 (the reference code's
-  3x scaling of embeddings and proxies).
+- Constants the papers do not fix for our setting: triplet margin 0.1 by default
+  (``--triplet-margin``; seed 003 uses 0.01), with semi-hard mining; multi-similarity alpha = 2,
+  beta = 50, base = 0.5 (Wang et al., pytorch-metric-learning's defaults); proxy-NCA on squared
+  distances scaled by 9 (the reference code's 3x scaling of embeddings and proxies).
 """
 
 from __future__ import annotations
@@ -40,8 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-METRIC_LOSSES = ("contrastive", "triplet", "margin", "binomial", "ms", "proxy_nca")
-MINERS = ("auto", "none", "semihard", "multi_similarity", "distance_weighted")
+from .config import BINOMIAL_PRESETS, DIVERSITY_VARIANTS, METRIC_LOSSES, MINERS  # noqa: F401 - re-exported
 
 #: absolute learning rates of the losses' own parameters, from the papers
 LOSS_PARAM_LR = {
@@ -49,27 +65,20 @@ LOSS_PARAM_LR = {
     "proxy_nca": 1e-2,  # proxy learning rate, seed 003 Table 2
 }
 
-BINOMIAL_PRESETS = {
-    # seed 004 Eq. 5: alpha = 2, beta = 0.5, gamma = 1 (positive) / 35 (negative), 1/w_pq weights
-    "deml": dict(alpha=2.0, margin=0.5, scale_pos=1.0, scale_neg=35.0, balanced=True),
-    # seed 001 Table 1: m = 0.5, alpha = 2, beta_1 = 25, beta_0 = 1, mean over all pairs (Eq. 14)
-    "dgml": dict(alpha=2.0, margin=0.5, scale_pos=25.0, scale_neg=1.0, balanced=False),
-}
-
-
 class BinomialDevianceLoss(nn.Module):
     """Binomial deviance over all pairs of a batch (seed 001 Eq. 2, seed 004 Eq. 5).
 
     ``l = l_pq log(1 + exp(-alpha (s - m) scale_pos)) + (1 - l_pq) log(1 + exp(alpha (s - m) scale_neg))``
     with s the cosine similarity; ``balanced`` weights each pair by 1 / (number of pairs of its
-    kind) (Eq. 5), otherwise the mean over all pairs is taken (Eq. 14)."""
+    kind) (Eq. 5), otherwise the mean over all pairs is taken (Eq. 14). ``self_pairs`` counts each
+    image with itself among the positive pairs (the official DGML code's mask)."""
 
     def __init__(self, alpha: float = 2.0, margin: float = 0.5, scale_pos: float = 1.0,
-                 scale_neg: float = 35.0, balanced: bool = True) -> None:
+                 scale_neg: float = 25.0, balanced: bool = True, self_pairs: bool = False) -> None:
         super().__init__()
         self.alpha, self.margin = alpha, margin
         self.scale_pos, self.scale_neg = scale_pos, scale_neg
-        self.balanced = balanced
+        self.balanced, self.self_pairs = balanced, self_pairs
 
     @classmethod
     def preset(cls, name: str) -> "BinomialDevianceLoss":
@@ -80,7 +89,7 @@ class BinomialDevianceLoss(nn.Module):
         sim = x @ x.T
         same = labels[:, None] == labels[None, :]
         off_diag = ~torch.eye(len(labels), dtype=torch.bool, device=labels.device)
-        pos, neg = same & off_diag, ~same
+        pos, neg = (same if self.self_pairs else same & off_diag), ~same
         z = self.alpha * (sim - self.margin)
         pos_loss = F.softplus(-z * self.scale_pos)
         neg_loss = F.softplus(z * self.scale_neg)
@@ -94,17 +103,23 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
-def diversity_loss(groups: torch.Tensor, alpha: float = 2.0, beta0: float = 1.0,
+def diversity_loss(groups: torch.Tensor, variant: str = "official", alpha: float = 2.0,
                    mu: float = 0.5) -> torch.Tensor:
-    """Seed 001 Eq. 4 between every two groups of the same image, averaged over images and
-    group pairs (Eq. 14): ``mean log(1 + exp(alpha (s_ij - mu) beta0))``. ``groups``: B x P x Dg."""
+    """Seed 001 Eq. 4 between every two groups i < j of the same image:
+    ``log(1 + exp(alpha (s_ij - mu) beta0))``, averaged over the images; over the group pairs
+    summed and divided by P - 1 (``variant="official"``, beta0 = 25) or averaged
+    (``"printed"``, beta0 = 1; Eq. 14). ``groups``: B x P x Dg."""
+    spec = DIVERSITY_VARIANTS[variant]
     p = groups.shape[1]
     if p < 2:
         return groups.new_zeros(())
     x = F.normalize(groups, dim=2)
     sim = x @ x.transpose(1, 2)  # B x P x P
     i, j = torch.triu_indices(p, p, offset=1, device=groups.device)
-    return F.softplus(alpha * (sim[:, i, j] - mu) * beta0).mean()
+    terms = F.softplus(alpha * (sim[:, i, j] - mu) * spec["beta0"])  # B x pairs
+    if spec["pair_norm"] == "mean":
+        return terms.mean()
+    return terms.mean(dim=0).sum() / (p - 1)
 
 
 def activation_decay(groups: torch.Tensor) -> torch.Tensor:
@@ -124,7 +139,7 @@ def non_trivial_penalty(weights: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def build_metric_loss(name: str, num_classes: int, dim: int,
-                      binomial_preset: str = "deml") -> nn.Module:
+                      binomial_preset: str = "dgml", triplet_margin: float = 0.1) -> nn.Module:
     """One metric loss for a ``dim``-dimensional embedding. Losses from
     pytorch-metric-learning use its defaults except where a paper gives a value."""
     from pytorch_metric_learning import losses
@@ -132,7 +147,7 @@ def build_metric_loss(name: str, num_classes: int, dim: int,
     if name == "contrastive":  # seed 001 Eq. 1, m = 1
         return losses.ContrastiveLoss(pos_margin=0.0, neg_margin=1.0)
     if name == "triplet":
-        return losses.TripletMarginLoss(margin=0.1)
+        return losses.TripletMarginLoss(margin=triplet_margin)
     if name == "margin":  # seed 001 Eq. 3 / Table 1: m = 0.2, eta = 1.2 learnable
         return losses.MarginLoss(margin=0.2, nu=0.0, beta=1.2, learn_beta=True)
     if name == "binomial":
@@ -145,7 +160,7 @@ def build_metric_loss(name: str, num_classes: int, dim: int,
     raise ValueError(f"unknown loss {name!r}; choose from {', '.join(METRIC_LOSSES)}")
 
 
-def build_miner(name: str, loss: str) -> Callable | None:
+def build_miner(name: str, loss: str, triplet_margin: float = 0.1) -> Callable | None:
     """A pytorch-metric-learning miner, or None. ``auto``: semi-hard triplets for the triplet
     loss (seed 003 Sec. 5), the multi-similarity miner for the MS loss, none otherwise."""
     from pytorch_metric_learning import miners
@@ -155,7 +170,7 @@ def build_miner(name: str, loss: str) -> Callable | None:
     if name == "none" or loss in ("binomial", "proxy_nca"):
         return None
     if name == "semihard":
-        return miners.TripletMarginMiner(margin=0.1, type_of_triplets="semihard")
+        return miners.TripletMarginMiner(margin=triplet_margin, type_of_triplets="semihard")
     if name == "multi_similarity":
         return miners.MultiSimilarityMiner(epsilon=0.1)
     if name == "distance_weighted":
@@ -170,14 +185,15 @@ class GroupedMetricLoss(nn.Module):
     L2-normalized on its own; a model without groups is one group."""
 
     def __init__(self, name: str, group_slices: Sequence[slice], num_classes: int,
-                 miner: str = "auto", binomial_preset: str = "deml") -> None:
+                 miner: str = "auto", binomial_preset: str = "dgml", triplet_margin: float = 0.1) -> None:
         super().__init__()
         self.name = name
         self.group_slices = list(group_slices)
         self.losses = nn.ModuleList(
-            build_metric_loss(name, num_classes, s.stop - s.start, binomial_preset) for s in self.group_slices
+            build_metric_loss(name, num_classes, s.stop - s.start, binomial_preset, triplet_margin)
+            for s in self.group_slices
         )
-        self.miner = build_miner(miner, name)
+        self.miner = build_miner(miner, name, triplet_margin)
 
     def forward(self, embedding_raw: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         total = embedding_raw.new_zeros(())

@@ -44,7 +44,8 @@ class Objective(nn.Module):
         self.model = model
         self.config = config
         slices = model.group_slices
-        self.metric = GroupedMetricLoss(config.loss, slices, num_classes, config.miner, config.binomial)
+        self.metric = GroupedMetricLoss(config.loss, slices, num_classes, config.miner, config.binomial,
+                                        config.triplet_margin)
         self.class_adversary = (
             ClassAdversary(model.backbone.channels, num_classes, config.adversarial, config.adversarial_weight)
             if config.adversarial != "none" else None
@@ -72,7 +73,7 @@ class Objective(nn.Module):
             terms = {"metric": self.metric(raw, labels)}
             loss = terms["metric"]
             if c.diversity > 0:
-                terms["diversity"] = diversity_loss(groups)
+                terms["diversity"] = diversity_loss(groups, c.diversity_variant)
                 loss = loss + c.diversity * terms["diversity"]
             if c.activation_decay > 0:
                 terms["activation_decay"] = activation_decay(groups)

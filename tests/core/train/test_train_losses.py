@@ -46,8 +46,23 @@ def test_binomial_deml_matches_eq5_loop():
     assert float(BinomialDevianceLoss.preset("deml")(x, y)) == pytest.approx(expected, rel=1e-10)
 
 
-def test_binomial_dgml_matches_table1_loop():
-    """Seed 001 Table 1 with Eq. 14's mean over pairs: m = 0.5, alpha = 2, beta_1 = 25, beta_0 = 1."""
+def test_binomial_dgml_matches_official_code_loop():
+    """Seed 001 as its official code computes it: exponent alpha (s - m) times -1 for positive pairs
+    (each image with itself included) and C = 25 for negative ones; the positive and the negative
+    terms each averaged over their own pairs."""
+    x, y = _batch(6)
+    alpha, m, c = 2.0, 0.5, 25.0
+    n = len(y)
+    pos = [(p, q) for p in range(n) for q in range(n) if y[p] == y[q]]  # p == q included
+    neg = [(p, q) for p in range(n) for q in range(n) if y[p] != y[q]]
+    expected = sum(_softplus(-alpha * (_cos(x[p], x[q]) - m)) for p, q in pos) / len(pos)
+    expected += sum(_softplus(alpha * (_cos(x[p], x[q]) - m) * c) for p, q in neg) / len(neg)
+    assert float(BinomialDevianceLoss.preset("dgml")(x, y)) == pytest.approx(expected, rel=1e-10)
+
+
+def test_binomial_dgml_printed_matches_table1_loop():
+    """Seed 001 Table 1 as printed, with Eq. 14's mean over pairs: m = 0.5, alpha = 2, beta_1 = 25,
+    beta_0 = 1."""
     x, y = _batch(1)
     m, alpha, b1, b0 = 0.5, 2.0, 25.0, 1.0
     terms = []
@@ -58,12 +73,12 @@ def test_binomial_dgml_matches_table1_loop():
             s = _cos(x[p], x[q])
             l = float(y[p] == y[q])
             terms.append(l * _softplus(-alpha * (s - m) * b1) + (1 - l) * _softplus(alpha * (s - m) * b0))
-    loss = BinomialDevianceLoss.preset("dgml")(x, y)
+    loss = BinomialDevianceLoss.preset("dgml_printed")(x, y)
     assert float(loss) == pytest.approx(sum(terms) / len(terms), rel=1e-10)
-    assert BINOMIAL_PRESETS["dgml"]["balanced"] is False
+    assert BINOMIAL_PRESETS["dgml_printed"]["balanced"] is False
 
 
-def test_diversity_matches_eq4_loop():
+def test_diversity_printed_matches_eq4_loop():
     g = torch.Generator().manual_seed(2)
     groups = torch.randn(5, 4, 3, generator=g, dtype=torch.float64)
     alpha, beta0, mu = 2.0, 1.0, 0.5
@@ -71,7 +86,21 @@ def test_diversity_matches_eq4_loop():
         _softplus(alpha * (_cos(groups[n, i], groups[n, j]) - mu) * beta0)
         for n in range(5) for i in range(4) for j in range(i + 1, 4)
     ]
-    assert float(diversity_loss(groups)) == pytest.approx(sum(terms) / len(terms), rel=1e-10)
+    assert float(diversity_loss(groups, "printed")) == pytest.approx(sum(terms) / len(terms), rel=1e-10)
+    assert float(diversity_loss(groups[:, :1], "printed")) == 0.0
+
+
+def test_diversity_official_matches_dgml_code_loop():
+    """The official code: for each group pair i < j, the negative binomial term with C = 25
+    averaged over the images; the pairs summed and divided by P - 1."""
+    g = torch.Generator().manual_seed(5)
+    groups = torch.randn(6, 4, 3, generator=g, dtype=torch.float64)
+    n, p = groups.shape[:2]
+    total = 0.0
+    for i in range(p):
+        for j in range(i + 1, p):
+            total += sum(_softplus(2.0 * (_cos(groups[k, i], groups[k, j]) - 0.5) * 25.0) for k in range(n)) / n
+    assert float(diversity_loss(groups)) == pytest.approx(total / (p - 1), rel=1e-10)
     assert float(diversity_loss(groups[:, :1])) == 0.0
 
 
@@ -93,7 +122,7 @@ def test_grouped_loss_is_mean_of_per_group_losses_each_normalized():
     x, y = _batch(4, d=8)
     slices = [slice(0, 4), slice(4, 8)]
     grouped = GroupedMetricLoss("binomial", slices, num_classes=4)
-    single = BinomialDevianceLoss.preset("deml")
+    single = BinomialDevianceLoss.preset("dgml")
     expected = (single(F.normalize(x[:, :4]), y) + single(F.normalize(x[:, 4:]), y)) / 2
     assert float(grouped(x, y)) == pytest.approx(float(expected), rel=1e-12)
     # each group normalized on its own: rescaling one group changes nothing
