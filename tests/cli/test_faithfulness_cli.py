@@ -49,9 +49,9 @@ def test_text_table_and_bad_arguments(tiny_demo_root, checkpoint, capsys):
     assert main(base + ["--method", "decomposition", "--pairs", "2", "--steps", "2", "--oracle-pairs", "0"]) == 0
     out = capsys.readouterr().out
     assert "decomposition" in out and "random" in out and "oracle" not in out.split("baseline")[0]
-    for extra, message in ((["--pairs", "0"], "--pairs must be at least 1"),
+    for extra, message in ((["--pairs", "0"], "argument --pairs: must be an integer from 1 to 100000, got 0"),
                            (["--method", "group_5"], "unknown method 'group_5'"),
-                           (["--oracle-pairs", "-1"], "--oracle-pairs must be at least 0")):
+                           (["--oracle-pairs", "-1"], "argument --oracle-pairs: must be an integer from 0 to 100000")):
         assert main(base + extra) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0]
