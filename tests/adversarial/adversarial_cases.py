@@ -83,6 +83,11 @@ def _localize(dataset, *extra):
             "--thresholds", "0.5", "--limit", "3", "--json", *CPU, *extra]
 
 
+def _faithfulness(dataset, *extra):
+    return ["faithfulness", "--checkpoint", "{ckpt}", "--dataset", dataset, "--method", "decomposition",
+            "--pairs", "2", "--steps", "2", "--oracle-pairs", "0", "--json", *CPU, *extra]
+
+
 def _train(dataset="{demo}", out="{tmp}/run", *extra):
     return ["train", "--dataset", dataset, "--out", out, *TINY_TRAIN, *extra]
 
@@ -99,6 +104,10 @@ def build_cases() -> list[Case]:
                             "--thresholds", "0:inf:0.1"], "thresholds"),
         "thresholds_nan": (["localize", "--checkpoint", "{ckpt}", "--dataset", "{demo}", "--method", "decomposition",
                             "--thresholds", "nan,0.5"], "thresholds"),
+        "faithfulness_pairs_0": (_faithfulness("{demo}", "--pairs", "0"), "--pairs"),
+        "faithfulness_steps_1e9": (_faithfulness("{demo}", "--steps", "1000000000"), "--steps"),
+        "faithfulness_baseline": (_faithfulness("{demo}", "--baseline", "zeros"), "--baseline"),
+        "faithfulness_method": (_faithfulness("{demo}", "--method", "saliency"), "saliency"),
         "demo_size_1e6": (["make-demo-data", "{tmp}/d", "--size", "1000000"], "--size"),
         "demo_classes_0": (["make-demo-data", "{tmp}/d", "--classes", "0"], "--classes"),
         "demo_per_class_neg": (["make-demo-data", "{tmp}/d", "--per-class", "-1"], "--per-class"),
@@ -220,6 +229,10 @@ def build_cases() -> list[Case]:
              argv=_train("{ds_all_unreadable}", "{tmp}/run", "--num-workers", "1"), has="none of the"))
     add(Case("datasets", "train_singleton_classes", argv=_train("{ds_singletons}"), expect=1, has="two"))
     add(Case("datasets", "localize_missing_images_txt", argv=_localize("{ds_no_images_txt}"), has="images.txt"))
+    add(Case("datasets", "faithfulness_skips_fifo_image", argv=_faithfulness("{ds_fifo_image}"), expect=0, has="FIFO",
+             json_stdout=True))
+    add(Case("datasets", "faithfulness_missing_images_txt", argv=_faithfulness("{ds_no_images_txt}"),
+             has="images.txt"))
 
     # ------------------------------------------------------------------ bombs and special files
     for name, has in {"bomb_png_20k": "pixels", "bomb_png_30k": "pixels", "bomb_jpeg": "pixels",

@@ -302,8 +302,9 @@ def faithfulness(
     same keys over the different-class pairs (an AUC is ``None`` where there was no pair). The
     oracle runs on the first ``oracle_pairs`` pairs (half of each kind); its ``num_pairs`` says
     how many, and every method's ``oracle_pairs`` (``deletion_auc insertion_auc num_pairs``)
-    gives its scores on those same pairs for a like-for-like comparison."""
-    from dmlviewer.core.data import load_image
+    gives its scores on those same pairs for a like-for-like comparison. Pairs with an
+    unreadable image are skipped with a warning (the policy of every dataset job)."""
+    from dmlviewer.core.data.images import load_or_skip
 
     methods = check_methods(model, available_methods(model) if methods is None else methods)
     if pairs < 1:
@@ -324,10 +325,15 @@ def faithfulness(
     per_pair: dict[str, dict[str, list[dict]]] = {"same": {}, "different": {}}
     fractions: list[float] = []
     clock = EtaClock(len(jobs))
+    skipped: dict = {}  # unreadable images, reported once each
     for k, (kind, q, r) in enumerate(jobs):
+        query, reference = load_or_skip(dataset, int(q), skipped), load_or_skip(dataset, int(r), skipped)
+        if query is None or reference is None:
+            yield Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)", eta_s=clock.eta(k + 1))
+            continue
         use_oracle = oracle_quota[kind] > 0
         oracle_quota[kind] -= int(use_oracle)
-        job = pair_faithfulness(model, load_image(dataset.abspath(q)), load_image(dataset.abspath(r)), methods,
+        job = pair_faithfulness(model, query, reference, methods,
                                 baseline, steps, use_oracle, dev, batch_size, seed + k, grad_bank, cancel)
         result = None
         for event in job:
@@ -337,6 +343,10 @@ def faithfulness(
         for name, values in result["methods"].items():
             per_pair[kind].setdefault(name, []).append({**values, "oracle_pair": use_oracle})
         yield Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)", eta_s=clock.eta(k + 1))
+    if not fractions:
+        raise ValueError(f"none of the {len(jobs)} pairs could be read; see the warnings above")
+    if skipped:
+        log.warning("faithfulness skipped %d unreadable image(s); AUCs are over the pairs read", len(skipped))
     results = []
     for name in [*methods, RANDOM, ORACLE]:
         if name not in per_pair["same"] and name not in per_pair["different"]:
