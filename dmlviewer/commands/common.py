@@ -124,6 +124,12 @@ FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
 PROTOCOLS = ("default", "zero-shot", "official")
 
 
+def add_save_grad_weights(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--save-grad-weights", action="store_true",
+                   help="when --features has no grad_weights, store the computed ones in it (the file is "
+                        "rewritten atomically); without this flag they are computed for this run only")
+
+
 def add_source_options(p: argparse.ArgumentParser, features_help: str | None = None) -> None:
     """The options of the commands that score a checkpoint on a dataset: ``--format``,
     ``--protocol``, ``--features`` and ``--save-grad-weights`` (grad weights for grad_transfer,
@@ -131,8 +137,6 @@ def add_source_options(p: argparse.ArgumentParser, features_help: str | None = N
     p.add_argument("--format", choices=FORMATS, help="dataset format (default: detected)")
     p.add_argument("--protocol", default="default", choices=PROTOCOLS, help="split protocol (default: default)")
     if features_help:
-        from dmlviewer.commands.explain import add_save_grad_weights
-
         p.add_argument("--features", help=features_help)
         add_save_grad_weights(p)
     add_device(p)

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from dmlviewer.commands.common import CHECKPOINT_HELP
+from dmlviewer.commands.common import CHECKPOINT_HELP, add_save_grad_weights
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="network input size in pixels (default: the model's image_size)")
     add_device(p)
     p.set_defaults(func=run)
-
-
-def add_save_grad_weights(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--save-grad-weights", action="store_true",
-                   help="when --features has no grad_weights, store the computed ones in it (the file is "
-                        "rewritten atomically); without this flag they are computed for this run only")
 
 
 def npz_path(out: str) -> Path:

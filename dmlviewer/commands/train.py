@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument(*flags, default=S, help=help + shown, **kwargs)
 
     p.add_argument("--recipe", choices=list(RECIPES), default="default",
-                   help="named preset: " + "; ".join(f"{r.name}: {r.title}" for r in RECIPES.values()))
+                   help="named preset (default: default): " + "; ".join(f"{r.name}: {r.title}" for r in RECIPES.values()))
     opt("--dataset", metavar="P", help="dataset folder, format detected (required)")
     opt("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
         help="dataset format (default: detected from the folder)")

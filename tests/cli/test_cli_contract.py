@@ -27,7 +27,7 @@ def test_every_option_is_described_with_its_default():
                 continue
             assert action.help, f"{name} {action.option_strings or action.dest} has no description"
             shown = formatter._get_help_string(action)
-            if action.option_strings and action.default not in (None, False):
+            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
                 assert "default" in shown.lower(), f"{name} {action.option_strings}: {shown!r} hides its default"
         parser.format_help()  # every help string formats (no stray %)
 
