@@ -156,3 +156,22 @@ def test_matches_are_drawn_as_numbered_markers_on_both_panes(loaded):
     assert [label.textItem.toPlainText() for label in q._marker_labels] == [str(k + 1) for k in range(len(matches))]
     view.matches_box.setChecked(False)
     assert not view.lines.isVisible() and not q.marker_item.isVisible()
+
+
+def test_escape_over_the_reference_removes_the_pinned_points_map(loaded, qtbot):
+    """Pin on the query (its partial map goes to the reference), move onto the reference and
+    release: the reference must show its overall map again, the query the hovered point's map."""
+    view = loaded.pair_view
+    q, r = view.panes
+    QTest.mouseClick(q.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(q, 12.0, 12.0))
+    qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
+    assert r.overlay_image().ndim == 3  # the pinned point's partial map (RGBA) on the reference
+    side, hx, hy = hover(r, view.link, 40.0, 30.0)
+    assert side == REFERENCE
+    assert r.overlay_image().ndim == 3  # still pinned: the pinned map stays
+    QTest.keyClick(view, Qt.Key_Escape)
+    assert view.link.pinned is None
+    np.testing.assert_array_equal(r.overlay_image(), view.explanation.overall(view.method, "reference", "positive"))
+    lut = overlay_lut(view.cmap_combo.currentData())
+    assert np.mean(np.all(q.overlay_image() == expected_overlay(view.explanation, "reference", hx, hy, lut),
+                          axis=-1)) > 0.98
