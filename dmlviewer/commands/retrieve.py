@@ -3,7 +3,8 @@
 ``--region y0,x0,y1,x1 --checkpoint C`` asks for interactive partial retrieval (seed 000
 Sec. 5.4): the query is the partial feature of that region (pixels of the original query
 image, read from the feature file's ``dataset_root``), computed and ranked by
-``dmlviewer.core.explain.region_query``; the query image itself stays among the candidates.
+``dmlviewer.core.explain.region_query``; as in whole-image retrieval, the query image itself
+is left out of the results.
 """
 
 from __future__ import annotations
@@ -83,6 +84,6 @@ def _region_results(args: argparse.Namespace, features) -> list[dict]:
         device = resolve_device(args.device)
         image = load_image(image_path)
         model, _ = load_checkpoint(args.checkpoint, device)
-        return region_query(model, image, args.region, features, k=args.k, device=device)
+        return region_query(model, image, args.region, features, k=args.k, device=device, exclude=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

@@ -181,17 +181,24 @@ class RetrievalPanel(QWidget):
         y0, x0, y1, x1 = self.region
         self.header.setText(f"Neighbours of the query region x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f}")
         model, device, lock, features, k = self.model, self.device, self.model_lock, self.features, self.k_spin.value()
-
         region = self.region
+        # The query itself is left out, as whole-image retrieval leaves it out.
+        exclude = self._query_row()
 
         def job(cancel):
             from dmlviewer.core.explain.region import region_query
 
             with lock:
                 cancel.raise_if_cancelled()
-                return region_query(model, image, region, features, k=k, device=device)
+                return region_query(model, image, region, features, k=k, device=device, exclude=exclude)
 
         self.runner.submit(job, cancel_aware=True)
+
+    def _query_row(self) -> int | None:
+        """The query's row in the feature file (None when it is not there)."""
+        if self.query_index is None or self.dataset is None:
+            return None
+        return self._feature_rows.get(self.dataset.paths[self.query_index])
 
     def refresh(self) -> None:
         if self.region is not None:

@@ -50,8 +50,10 @@ def test_neighbours_and_region_retrieval(window, demo_root, small_ckpt, wait_rea
     y0, x0, y1, x1 = regions[0]
     assert (y0, x0, y1, x1) == pytest.approx((10, 8, 40, 33), abs=1.5)
     want = region_query(window.model, window.pair_view.images.query, regions[0], window.features,
-                        k=panel.k_spin.value())
+                        k=panel.k_spin.value(), exclude=row)
     qtbot.waitUntil(lambda: panel.results == want, timeout=10000)
+    # As in whole-image retrieval, the query itself is not among the results.
+    assert window.dataset.paths[window.query_index] not in [r["path"] for r in panel.results]
     assert "region" in panel.header.text() and panel.whole_button.isVisible()
     panel.whole_button.click()
     qtbot.waitUntil(lambda: panel.results == retrieve(window.features, row, panel.k_spin.value()), timeout=10000)

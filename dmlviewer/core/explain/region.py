@@ -46,11 +46,15 @@ def region_query(
     features,
     k: int = 10,
     device: str | torch.device = "cpu",
+    exclude: int | None = None,
 ) -> list[dict]:
     """Top ``k`` stored images by cosine with the region's partial feature.
 
     ``features``: a :class:`dmlviewer.core.evaluate.Features` or the path of a feature file.
-    Returns dicts ``index path label similarity`` (as ``retrieve``), most similar first.
+    ``exclude``: the row of the query image itself in ``features``, left out of the results as
+    :func:`dmlviewer.core.evaluate.retrieve` leaves it out of whole-image retrieval (None when
+    the query is not a stored image). Returns dicts ``index path label similarity`` (as
+    ``retrieve``), most similar first.
     """
     if isinstance(features, (str, Path)):
         from dmlviewer.core.evaluate import read_features
@@ -64,7 +68,13 @@ def region_query(
     if not norm > 0:
         raise ValueError("the region's partial feature is zero: the region covers no contributing position")
     sims = stored @ (feat / norm)
-    k = max(0, min(int(k), len(sims)))
+    candidates = len(sims)
+    if exclude is not None:
+        if not 0 <= int(exclude) < len(sims):
+            raise IndexError(f"exclude={exclude} out of range: the feature file has {len(sims)} items")
+        sims[int(exclude)] = -np.inf
+        candidates -= 1
+    k = max(0, min(int(k), candidates))
     order = np.argsort(-sims, kind="stable")[:k]
     return [
         {"index": int(i), "path": features.paths[i], "label": int(features.labels[i]), "similarity": float(sims[i])}
