@@ -10,10 +10,12 @@ partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one ca
 core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
-where it is opposed, "signed" both on a diverging map), *scale* ("each map" normalizes every
-map to its own maximum and the colour bar reads 0..1 of it; "whole pair" uses one fixed
-scale, the largest absolute point-to-point entry, for all partial maps of the pair, so maps of
-different points compare), colour map and opacity. "Matches" draws the top-N point-to-point
+where it is opposed, "signed" both on a diverging map), *scale* ("whole pair", the default,
+uses one fixed scale, the largest absolute point-to-point entry, for all partial maps of the
+pair, so maps of different points compare and a weak point looks weak; "each map" normalizes
+every map to its own maximum and the colour bar reads 0..1 of it), colour map and opacity.
+The hovered point's share of the similarity is printed on the other pane, next to its colour
+bar, whatever the scale. "Matches" draws the top-N point-to-point
 correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
 """
 
@@ -34,6 +36,7 @@ from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
 from dmlviewer.gui.image_pane import MARKER_COLORS, ImagePane
+from dmlviewer.gui.widgets import FlowLayout
 from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -48,7 +51,9 @@ METHODS = [
     ("grad_transfer", "Grad-weight transfer"),
 ]
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
-SCALES = [("map", "Each map"), ("pair", "Whole pair")]
+#: "Whole pair" first: the default is the honest scale, on which a point's colour says how much of
+#: the similarity it explains (a background point at 1% stays dark next to a body point at 20%).
+SCALES = [("pair", "Whole pair"), ("map", "Each map")]
 
 #: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
 MAX_OVERLAY_SIDE = 640
@@ -77,6 +82,19 @@ def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
     m = float(np.nanmax(np.abs(values))) if values.size else 0.0
     m = m if m > 0 else 1.0
     return (-m, m) if sign == "signed" else (0.0, m)
+
+
+def _labelled(label: str | None, *widgets: QWidget) -> QWidget:
+    """A label and its control(s) as one toolbar item (they wrap together)."""
+    box = QWidget()
+    row = QHBoxLayout(box)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.setSpacing(4)
+    if label:
+        row.addWidget(QLabel(label))
+    for widget in widgets:
+        row.addWidget(widget)
+    return box
 
 
 class _MatchLines(QWidget):
@@ -112,6 +130,7 @@ class PairView(QWidget):
     status_message = Signal(str)  # hover/pin read-out for the status bar
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
+    grad_bank_needed = Signal()  # grad-weight transfer chosen without Grad-CAM weights at hand
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
@@ -125,6 +144,13 @@ class PairView(QWidget):
         self._renderers: dict[int, Any] = {}
         self._pair_token = 0
         self._overall_pending = ""
+        #: Grad-CAM weights of labelled images for grad-weight transfer (seed 002), or None;
+        #: ``_grad_missing`` says why there are none (None: not asked for yet).
+        self.grad_bank = None
+        self._grad_missing: str | None = None
+        #: Called by Swap (the main window swaps the roles of the two dataset images); without
+        #: one, Swap exchanges the two photographs here.
+        self.swap_handler = None
 
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         self._build_toolbar()
@@ -141,11 +167,12 @@ class PairView(QWidget):
         self.lines.hide()
         self.info = QLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
         self.info.setObjectName("pairInfo")
+        self.info.setWordWrap(True)  # a long read-out must not widen the window
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(4)
-        layout.addLayout(self.toolbar)
+        layout.addWidget(self.toolbar_widget)
         layout.addWidget(self.body, 1)
         layout.addWidget(self.info)
 
@@ -181,7 +208,8 @@ class PairView(QWidget):
         self.scale_combo = QComboBox()
         for key, label in SCALES:
             self.scale_combo.addItem(label, key)
-        self.scale_combo.setToolTip("Partial maps: normalize each map to its maximum, or one scale for the pair")
+        self.scale_combo.setToolTip("Partial maps: one scale for the whole pair (a point's colour says how much of the "
+                                    "similarity it explains), or each map stretched to its own maximum")
         self.cmap_combo = QComboBox()
         for name in SEQUENTIAL:
             self.cmap_combo.addItem(name, name)
@@ -210,26 +238,21 @@ class PairView(QWidget):
         self.fit_button.setToolTip("Show the whole images")
 
         for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo):
-            # Let the toolbar shrink on small screens (the text elides) instead of forcing the
-            # window wider than the display.
-            combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(6)
+            combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)  # full names, never "Decomposit"
         self.opacity.setFixedWidth(80)
 
-        bar = QHBoxLayout()
-        bar.setContentsMargins(0, 0, 0, 0)
+        # The toolbar wraps onto a second row on a narrow window (1366 px laptops with both
+        # docks open) instead of forcing the window wider than the screen; each label stays
+        # with its control, Swap and Fit stay at the right end.
+        bar = FlowLayout(spacing=10)
         for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
                               ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
                               ("Opacity", self.opacity)):
-            bar.addWidget(QLabel(label))
-            bar.addWidget(widget)
-        bar.addSpacing(8)
-        bar.addWidget(self.matches_box)
-        bar.addWidget(self.matches_n)
-        bar.addWidget(self.region_button)
-        bar.addStretch(1)
-        bar.addWidget(self.swap_button)
-        bar.addWidget(self.fit_button)
+            bar.addWidget(_labelled(label, widget))
+        bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
+        bar.add_right(_labelled(None, self.swap_button, self.fit_button))
+        self.toolbar_widget = QWidget()
+        self.toolbar_widget.setLayout(bar)
         self.toolbar = bar
 
         self.method_combo.currentIndexChanged.connect(self._on_method)
@@ -255,7 +278,11 @@ class PairView(QWidget):
         self.method_combo.setCurrentIndex(self.method_combo.findData(method))
 
     def set_model(self, model, device: str = "cpu") -> None:
-        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair)."""
+        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair).
+        Call :meth:`set_grad_bank` first when the model comes with Grad-CAM weights."""
+        if model is not self.model:  # Grad-CAM weights belong to one model
+            self.grad_bank = None
+            self._grad_missing = None
         self.model = model
         self.device = str(device)
         if self.images is not None:
@@ -279,9 +306,34 @@ class PairView(QWidget):
         self._prepare()
 
     def swap(self) -> None:
-        if self.images is not None:
-            i = self.images
-            self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
+        """Exchange the roles: the reference becomes the query (the explanation, captions and
+        bias terms follow the roles, not the screen positions)."""
+        if self.images is None:
+            return
+        if self.swap_handler is not None:
+            self.swap_handler()
+            return
+        i = self.images
+        self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
+
+    def set_grad_bank(self, bank, reason: str | None = None) -> None:
+        """Grad-CAM weights for grad-weight transfer (None with ``reason``: unavailable, and
+        why). Maps computed with an older bank are dropped."""
+        self.grad_bank = bank
+        self._grad_missing = reason
+        if self.explanation is not None:
+            self.explanation.grad_bank = bank
+            self._overall.pop("grad_transfer", None)
+        if self.state == "ready" and self.method == "grad_transfer":
+            self._on_method()
+
+    def show_grad_progress(self, text: str) -> None:
+        """While the Grad-CAM weights are computed: say so on both panes."""
+        self._grad_missing = None
+        if self.method == "grad_transfer" and self.state == "ready":
+            for pane in self.panes:
+                pane.clear_overlay()
+                pane.show_message(f"Grad-weight transfer: {text}")
 
     def hover_point(self) -> tuple[int, float, float] | None:
         """The point whose partial map is on screen: the pin, else the hovered point."""
@@ -334,6 +386,7 @@ class PairView(QWidget):
         if token != self._pair_token:
             return
         self.explanation = expl
+        expl.grad_bank = self.grad_bank
         # These two come with the pair; the Grad-CAM family is computed on request.
         self._overall = {"decomposition": True, "decomposition_bias": True}
         self._set_state("ready")
@@ -354,11 +407,16 @@ class PairView(QWidget):
     def _show_similarity_info(self) -> None:
         e = self.explanation
         p2p_sum = float(np.asarray(e.point_to_point).sum())
+        (hq, wq), (hr, wr) = e.grid_query, e.grid_reference
         self.info.setText(
-            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} + bias terms "
-            f"{e.bias_query:+.4f} / {e.bias_reference:+.4f} / {e.bias_both:+.4f}   ·   "
-            f"grids {tuple(e.grid_query)} × {tuple(e.grid_reference)}   ·   "
-            "hover a point, click to pin, Esc to release")
+            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
+            f"+ query cells · reference bias {e.bias_query:+.4f} "
+            f"+ reference cells · query bias {e.bias_reference:+.4f} + bias · bias {e.bias_both:+.4f}"
+            f"   ·   grids {hq}×{wq} and {hr}×{wr}   ·   hover a point, click to pin, Esc to release")
+        self.info.setToolTip(
+            "Seed 000 Eq. 3: with E = Σ C_ij + B for each image (C: the contributions of the grid cells, "
+            "B: the head's bias), E_q·E_r/(|E_q||E_r|) = Σ C_q·C_r (point-to-point) + Σ C_q·B_r "
+            "+ Σ C_r·B_q + B_q·B_r, each divided by |E_q||E_r|.")
 
     # -- overall maps
     def _on_method(self) -> None:
@@ -367,6 +425,16 @@ class PairView(QWidget):
         method = self.method
         if method in self._overall:
             self._show_overall()
+            return
+        if method == "grad_transfer" and self.explanation.grad_bank is None:
+            # Seed 002 borrows the Grad-CAM weights of labelled training images: the owner
+            # computes them in the job queue (or says why it cannot) and calls set_grad_bank.
+            for pane in self.panes:
+                pane.clear_overlay()
+                pane.show_message("Grad-weight transfer unavailable:\n" + self._grad_missing if self._grad_missing
+                                  else "Grad-weight transfer: preparing the Grad-CAM weights of the training images…")
+            if self._grad_missing is None:
+                self.grad_bank_needed.emit()
             return
         for pane in self.panes:
             pane.clear_overlay()
@@ -414,6 +482,7 @@ class PairView(QWidget):
         unit = "similarity share per cell" if self.method.startswith("decomposition") else "map value"
         for pane, side in zip(self.panes, SIDE_NAMES):
             pane.show_message(None)
+            pane.show_readout(None)
             shown = self.explanation.overall(self.method, side, self.sign)
             levels = display_levels(shown, self.sign)
             pane.set_map(shown, levels)
@@ -462,9 +531,9 @@ class PairView(QWidget):
         signed = self.sign == "signed"
         scale = getattr(self, "_partial_scale", None)
         if scale is None:
-            levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of map maximum"
+            levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of this map's maximum"
         else:
-            levels, label = ((-scale, scale) if signed else (0.0, scale)), "share of similarity"
+            levels, label = ((-scale, scale) if signed else (0.0, scale)), "contribution to the cosine"
         if self.sign == "negative":
             label = "− " + label
         other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
@@ -476,6 +545,8 @@ class PairView(QWidget):
         text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
         if share is not None:
             text += f": this position explains {100.0 * share:+.2f}% of the similarity"
+            other.show_readout(f"{'pinned' if pinned else 'hovered'} {SIDE_NAMES[side]} point: "
+                               f"<b>{100.0 * share:+.1f}%</b> of the similarity")
         if pinned:
             text += "   [pinned, Esc to release]"
         self.status_message.emit(text)

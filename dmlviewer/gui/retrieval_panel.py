@@ -7,6 +7,11 @@ file is then opened), automatically for small datasets and on a button press for
 Each result is framed green when its class equals the query's, red otherwise; clicking one
 makes it the reference.
 
+Neighbours are shown only for features of the open model: the feature file's
+``checkpoint_sha256`` must equal the open checkpoint's. After another checkpoint is opened the
+panel re-extracts (small datasets, in the job queue) or offers to; a feature file of another
+model is flagged and its neighbours are not shown under this model's pair.
+
 Interactive retrieval (seed 000 Sec. 5.4): a rectangle drawn on the query pane gives the
 partial feature of that region (``core.explain.region_feature``, the sum of the region's
 contributions ``W_ij A_ij``), which is matched against the stored embeddings instead of the
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
@@ -87,12 +93,15 @@ class RetrievalPanel(QWidget):
         self.features = None
         self.model = None
         self.device = "cpu"
+        self.model_sha: str | None = None
         self.query_index: int | None = None
         self.region: tuple | None = None
         self.results: list[dict] = []
         self._row_of_path: dict[str, int] = {}
         self._feature_rows: dict[str, int] = {}
         self._auto_requested = False
+        self._auto_reextract = True  # features of another model may be replaced without asking
+        self._generation = 0  # bumped when features or model change: older results are dropped
 
         self.header = QLabel("Neighbours")
         self.header.setObjectName("panelHeader")
@@ -147,21 +156,48 @@ class RetrievalPanel(QWidget):
         self.dataset = dataset
         self._row_of_path = {} if dataset is None else {p: i for i, p in enumerate(dataset.paths)}
         self._auto_requested = False
+        self._generation += 1
         self.query_index = None
         self._show([])
         self._update_source()
 
-    def set_model(self, model, device: str = "cpu") -> None:
+    def set_model(self, model, device: str = "cpu", sha256: str | None = None) -> None:
+        """The open model (``sha256``: its checkpoint's, to check the features' provenance).
+        Features of another model are then replaced by this model's (extracted in the job
+        queue; automatically for small datasets)."""
+        changed = sha256 != self.model_sha or model is not self.model
         self.model = model
         self.device = str(device)
+        self.model_sha = sha256 or None
         self._auto_requested = False
+        if changed:
+            self._generation += 1
+            self._auto_reextract = True
         self._update_source()
+        self.refresh()
 
-    def set_features(self, features) -> None:
+    def set_features(self, features, chosen: bool = False) -> None:
+        """Retrieve from ``features``; ``chosen``: opened by the user (a file of another model is
+        then flagged, not replaced without asking)."""
         self.features = features
+        self._generation += 1
+        self._auto_reextract = not chosen
         self._feature_rows = {} if features is None else {str(p): i for i, p in enumerate(features.paths)}
         self._update_source()
         self.refresh()
+
+    def mismatch(self) -> str | None:
+        """Why the loaded features must not be shown with the open model (None: they may)."""
+        if self.features is None or self.model is None:
+            return None
+        stored = str(self.features.attrs.get("checkpoint_sha256", "") or "")
+        if not stored:
+            return ("These features do not say which checkpoint computed them, so they may belong to "
+                    "another model: their neighbours are not shown.")
+        if self.model_sha and stored != self.model_sha:
+            return (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than the "
+                    f"open one ({self.model_sha[:12]}…): their neighbours are not shown.")
+        return None
 
     def set_query(self, index: int | None) -> None:
         """Neighbours of dataset image ``index`` by its whole embedding."""
@@ -176,6 +212,10 @@ class RetrievalPanel(QWidget):
             errors.show_error(self, "Region retrieval", "Region retrieval needs a checkpoint and "
                               "features (open an HDF5 feature file or compute features first).")
             return
+        if self.mismatch():
+            errors.show_error(self, "Region retrieval", f"{self.mismatch()} Compute the features of the "
+                              "open model first (Compute features in the Retrieval panel).")
+            return
         self.region = tuple(float(v) for v in region)
         self.whole_button.show()
         y0, x0, y1, x1 = self.region
@@ -185,12 +225,15 @@ class RetrievalPanel(QWidget):
         # The query itself is left out, as whole-image retrieval leaves it out.
         exclude = self._query_row()
 
+        generation = self._generation
+
         def job(cancel):
             from dmlviewer.core.explain.region import region_query
 
             with lock:
                 cancel.raise_if_cancelled()
-                return region_query(model, image, region, features, k=k, device=device, exclude=exclude)
+                return generation, region_query(model, image, region, features, k=k, device=device,
+                                                exclude=exclude)
 
         self.runner.submit(job, cancel_aware=True)
 
@@ -213,9 +256,11 @@ class RetrievalPanel(QWidget):
         for ch in "_-.":
             name = name.replace(ch, ch + "\u200b")
         self.header.setText(f"Neighbours of the query ({name})")
-        if self.features is None:
+        mismatch = self.mismatch()
+        if self.features is None or mismatch:
             self._show([])
-            if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX):
+            if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX
+                    and (self.features is None or self._auto_reextract)):
                 self._auto_requested = True
                 self.extract_requested.emit()
             return
@@ -225,17 +270,20 @@ class RetrievalPanel(QWidget):
             self._show([])
             return
         self._update_source()
-        features, k = self.features, self.k_spin.value()
+        features, k, generation = self.features, self.k_spin.value(), self._generation
 
         def job(cancel):
             from dmlviewer.core.evaluate import retrieve
 
-            return retrieve(features, row, k)
+            return generation, retrieve(features, row, k)
 
         self.runner.submit(job, cancel_aware=True)
 
     # -- outputs
-    def _on_results(self, _request: int, results: object) -> None:
+    def _on_results(self, _request: int, value: object) -> None:
+        generation, results = value
+        if generation != self._generation:  # computed from features or a model no longer open
+            return
         self._show(list(results))
 
     def _on_failed(self, _request: int, text: str) -> None:
@@ -271,13 +319,22 @@ class RetrievalPanel(QWidget):
 
     def _features_text(self) -> str:
         f = self.features
-        return "No features loaded" if f is None else f"Features: {len(f.paths):,} images"
+        if f is None:
+            return "No features loaded"
+        path = getattr(f, "path", None)
+        return f"Features: {len(f.paths):,} images" + (f" ({Path(path).name})" if path else "")
 
     def _update_source(self) -> None:
         has = self.features is not None
-        self.source.setText(self._features_text() if has else
-                            "No features loaded: open an HDF5 feature file, or compute them.")
-        self.extract_button.setVisible(not has)
+        mismatch = self.mismatch()
+        if mismatch:
+            self.source.setText(f"<span style='color:#eb5757'><b>Features of another model.</b></span> {mismatch}")
+            self.extract_button.setText("Compute features of the open model")
+        else:
+            self.source.setText(self._features_text() if has else
+                                "No features loaded: open an HDF5 feature file, or compute them.")
+            self.extract_button.setText("Compute features")
+        self.extract_button.setVisible(not has or bool(mismatch))
         self.extract_button.setEnabled(self.model is not None and self.dataset is not None)
 
     def shutdown(self) -> None:

@@ -26,11 +26,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QScrollArea,
+    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
     QSpinBox, QSplitter, QToolButton, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import Progress
+from dmlviewer.gui.widgets import fit_to_screen, scrolling
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -613,10 +614,8 @@ class TrainingDialog(QDialog):
         self.cancel_button.setEnabled(False)
         self.open_button.setEnabled(False)
 
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.form)
-        scroll.setMinimumWidth(self.form.sizeHint().width() + 30)
+        scroll = scrolling(self.form)  # the form scrolls; its spin boxes leave the wheel to it
+        scroll.setMinimumWidth(self.form.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 8)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
@@ -634,7 +633,7 @@ class TrainingDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(splitter, 1)
         layout.addLayout(buttons)
-        self.resize(1300, 860)
+        fit_to_screen(self, 1300, 860)  # Start and Close stay on a 1366 x 768 screen
 
         self.form.changed.connect(self.revalidate)
         self.form.widgets["dataset"].changed.connect(self._suggest_out)
