@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.progress import Progress
 from dmlviewer.gui.training_dialog import PathEdit, format_eta
+from dmlviewer.gui.widgets import fit_to_screen, guard_wheel
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -221,9 +222,13 @@ class MetricsTable(QTableWidget):
 
 
 def default_features_path(checkpoint: str, split: str) -> str:
-    """``<checkpoint folder>/<checkpoint stem>-<split>.h5``."""
+    """``<checkpoint folder>/<checkpoint stem>-<split>.h5``; in ``features/`` of the output
+    folder instead when the checkpoint lies in the package (the shipped demo checkpoint), in
+    the cache or in a folder the user cannot write."""
+    from dmlviewer.gui import settings
+
     path = Path(checkpoint)
-    return str(path.with_name(f"{path.stem}-{split}.h5"))
+    return str(settings.output_path_for(path.with_name(f"{path.stem}-{split}.h5"), "features"))
 
 
 class EvaluationView(QWidget):
@@ -270,7 +275,8 @@ class EvaluationView(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(self.table, 1)
         layout.addLayout(table_row)
-        self.resize(720, 560)
+        fit_to_screen(self, 760, 600)
+        guard_wheel(self)
 
         self.inputs.changed.connect(self._suggest_out)
         self.inputs.split.currentTextChanged.connect(self._suggest_out)
@@ -374,7 +380,10 @@ class EvaluationView(QWidget):
     def add_features(self, path: str | None = None) -> int | None:
         """Add the metrics of an already evaluated feature file as a column."""
         if not path:
-            path, _ = QFileDialog.getOpenFileName(self, "Add a features file", "", "HDF5 features (*.h5)")
+            from dmlviewer.gui import settings
+
+            start = settings.start_dir(self.out.text())
+            path, _ = QFileDialog.getOpenFileName(self, "Add a features file", start, "HDF5 features (*.h5)")
             if not path:
                 return None
         try:
@@ -422,7 +431,10 @@ class EvaluationView(QWidget):
 
     def export_csv(self, path: str | None = None) -> None:
         if not path:
-            path, _ = QFileDialog.getSaveFileName(self, "Export metrics", "metrics.csv", "CSV (*.csv)")
+            from dmlviewer.gui import settings
+
+            start = Path(settings.start_dir(self.out.text())) / "metrics.csv"
+            path, _ = QFileDialog.getSaveFileName(self, "Export metrics", str(start), "CSV (*.csv)")
             if not path:
                 return
         self.table.export_csv(path)

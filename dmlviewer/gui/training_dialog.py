@@ -27,7 +27,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
     QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
-    QSpinBox, QSplitter, QToolButton, QVBoxLayout, QWidget,
+    QSpinBox, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import Progress
@@ -123,7 +123,12 @@ class PathEdit(QWidget):
         self.edit.setText(text)
 
     def browse(self) -> None:
-        start = self.text() or str(Path.home())
+        from dmlviewer.gui import settings
+
+        # Start at the current file's folder unless it is the package's or the cache's.
+        start = settings.start_dir(self.text())
+        if self.mode == "save" and self.text():
+            start = str(Path(start) / Path(self.text()).name)
         if self.mode == "dir":
             path = QFileDialog.getExistingDirectory(self, self.caption, start)
         elif self.mode == "save":
@@ -418,8 +423,10 @@ class _Series:
 
 
 class TrainingMonitor(QWidget):
-    """Progress bar with ETA, live plots of the losses (per step) and of Recall@1 / NMI (per
-    epoch), and the run's log. ``reset()`` before a run, ``on_event(Progress)`` for each event."""
+    """Progress bar with ETA, live plots of the training loss and of its terms (per step, on
+    two tabs: the total is mostly the metric term, drawn together they would lie on top of
+    each other), of Recall@1 / NMI (per epoch), and the run's log. ``reset()`` before a run,
+    ``on_event(Progress)`` for each event."""
 
     REFRESH_MS = 200
 
@@ -430,19 +437,28 @@ class TrainingMonitor(QWidget):
         self.progress.setFormat("%p%")
         self.status = QLabel("Not started")
         self.eta = QLabel("ETA --:--")
-        self.loss_plot = pg.PlotWidget(title="Losses per step")
-        self.loss_plot.setLabel("bottom", "step")
-        self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
+        self.loss_plot = pg.PlotWidget(title="Training loss per step (total of the weighted terms)")
+        self.loss_plot.setLabel("left", "loss")
         self.loss_legend = self.loss_plot.addLegend(offset=(-10, 10))
-        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch")
+        self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
+        self.terms_plot.setLabel("left", "term")
+        self.terms_legend = self.terms_plot.addLegend(offset=(-10, 10))
+        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch (test split)")
         self.metric_plot.setLabel("bottom", "epoch")
+        self.metric_plot.setLabel("left", "score")
         self.metric_plot.setYRange(0, 1)
-        self.metric_plot.showGrid(x=True, y=True, alpha=0.2)
         self.metric_legend = self.metric_plot.addLegend(offset=(-10, -10))
-        for plot in (self.loss_plot, self.metric_plot):
+        for plot in (self.loss_plot, self.terms_plot, self.metric_plot):
             plot.setBackground(PLOT_BACKGROUND)
-            plot.setMinimumHeight(160)
+            plot.setMinimumHeight(140)
+            plot.showGrid(x=True, y=True, alpha=0.2)
             no_si_prefix(plot)
+        for plot in (self.loss_plot, self.terms_plot):
+            plot.setLabel("bottom", "step")
+        self.loss_tabs = QTabWidget()
+        self.loss_tabs.setDocumentMode(True)
+        self.loss_tabs.addTab(self.loss_plot, "Loss")
+        self.loss_tabs.addTab(self.terms_plot, "Loss terms")
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(5000)
@@ -455,12 +471,13 @@ class TrainingMonitor(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.status)
         splitter = QSplitter(Qt.Vertical)
-        splitter.addWidget(self.loss_plot)
+        splitter.addWidget(self.loss_tabs)
         splitter.addWidget(self.metric_plot)
         splitter.addWidget(self.log)
         splitter.setSizes([300, 260, 160])
         layout.addWidget(splitter, 1)
-        self.loss_series: dict[str, _Series] = {}
+        self.loss_series: dict[str, _Series] = {}  # the total ("loss")
+        self.term_series: dict[str, _Series] = {}  # the terms, by name
         self.metric_series: dict[str, _Series] = {}
         self._dirty = False
         self._timer = QTimer(self)
@@ -470,6 +487,7 @@ class TrainingMonitor(QWidget):
 
     def reset(self) -> None:
         for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
+                                     (self.terms_plot, self.terms_legend, self.term_series),
                                      (self.metric_plot, self.metric_legend, self.metric_series)):
             for s in series.values():
                 plot.removeItem(s.curve)
@@ -480,13 +498,14 @@ class TrainingMonitor(QWidget):
         self.log.clear()
         self.status.setText("Starting...")
 
-    def _series(self, name: str, metric: bool) -> _Series:
-        table = self.metric_series if metric else self.loss_series
+    def _series(self, name: str, kind: str) -> _Series:
+        """The curve ``name`` of plot ``kind`` (``loss``, ``term`` or ``metric``)."""
+        table, plot = {"loss": (self.loss_series, self.loss_plot), "term": (self.term_series, self.terms_plot),
+                       "metric": (self.metric_series, self.metric_plot)}[kind]
         if name not in table:
-            plot = self.metric_plot if metric else self.loss_plot
             color = PALETTE[len(table) % len(PALETTE)]
-            pen = pg.mkPen(color, width=2 if metric or name == "loss" else 1.2)
-            kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if metric else {}
+            pen = pg.mkPen(color, width=2 if kind != "term" else 1.5)
+            kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if kind == "metric" else {}
             table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
         return table[name]
 
@@ -498,12 +517,12 @@ class TrainingMonitor(QWidget):
             self.eta.setText(f"ETA {format_eta(event.eta_s)}")
         if event.kind == "step":
             x = float(event.current)
-            losses = dict(data.get("losses") or {})
-            if "loss" in data:
-                losses = {"loss": data["loss"], **{k: v for k, v in losses.items() if k != "loss"}}
-            for name, value in losses.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    self._series(name, metric=False).add(x, float(value))
+            total = data.get("loss")
+            if isinstance(total, (int, float)) and math.isfinite(total):
+                self._series("loss", "loss").add(x, float(total))
+            for name, value in dict(data.get("losses") or {}).items():
+                if name != "loss" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._series(name, "term").add(x, float(value))
             epoch = data.get("epoch")
             self.status.setText(f"epoch {epoch}, step {event.current}/{event.total}" if epoch is not None
                                 else f"step {event.current}/{event.total}")
@@ -514,7 +533,7 @@ class TrainingMonitor(QWidget):
                              if self.metric_series else 1)
             for key in ("recall@1", "nmi"):
                 if key in metrics:
-                    self._series(key, metric=True).add(float(epoch), float(metrics[key]))
+                    self._series(key, "metric").add(float(epoch), float(metrics[key]))
             summary = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
             self.append_log(f"epoch {epoch}: {summary}")
             self._dirty = True
@@ -529,7 +548,7 @@ class TrainingMonitor(QWidget):
         if not self._dirty:
             return
         self._dirty = False
-        for series in (*self.loss_series.values(), *self.metric_series.values()):
+        for series in (*self.loss_series.values(), *self.term_series.values(), *self.metric_series.values()):
             series.draw()
         epochs = max((len(s.x) for s in self.metric_series.values()), default=0)
         axis = self.metric_plot.getAxis("bottom")
@@ -541,7 +560,7 @@ class TrainingMonitor(QWidget):
     def point_counts(self) -> dict[str, int]:
         """Points drawn per curve (what the plots actually hold)."""
         out = {}
-        for name, series in (*self.loss_series.items(), *self.metric_series.items()):
+        for name, series in (*self.loss_series.items(), *self.term_series.items(), *self.metric_series.items()):
             x, _ = series.curve.getData()
             out[name] = 0 if x is None else len(x)
         return out
@@ -561,12 +580,19 @@ def read_run_settings(path: str | Path):
     return TrainConfig.from_dict(data)
 
 
-def default_run_folder(dataset: str) -> str:
-    """``<dataset's parent>/runs/<dataset name>-<date-time>`` for a new run."""
-    if not dataset:
-        return ""
-    root = Path(dataset)
-    return str(root.parent / "runs" / f"{root.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+def default_run_folder(base: str | Path | None = None) -> str:
+    """``<base>/run-<date-time>`` for a new run; ``base`` defaults to ``runs/`` in the app's
+    output folder (never next to a dataset in the cache or the package)."""
+    from dmlviewer.gui import settings
+
+    base = Path(base) if base else settings.output_dir() / "runs"
+    return str(base / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+#: QSettings key of the last settings used in the dialog (JSON of a TrainConfig).
+LAST_SETTINGS_KEY = "training/last_settings"
+#: Options not carried over from one opening to the next (a new run goes to a new folder).
+_NOT_REMEMBERED = ("out", "resume")
 
 
 def _checkpoint_of(result: Any, fallback: Path) -> str | None:
@@ -635,8 +661,9 @@ class TrainingDialog(QDialog):
         layout.addLayout(buttons)
         fit_to_screen(self, 1300, 860)  # Start and Close stay on a 1366 x 768 screen
 
+        self.restore_settings()
+        self._suggest_out()
         self.form.changed.connect(self.revalidate)
-        self.form.widgets["dataset"].changed.connect(self._suggest_out)
         self.load_button.clicked.connect(self.load_settings)
         self.start_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
@@ -660,10 +687,51 @@ class TrainingDialog(QDialog):
             _set_combo(w["format"], fmt)
 
     def _suggest_out(self) -> None:
+        """Propose a new run folder in the output folder (at opening, and after a run into the
+        folder we proposed); the dataset field never changes it."""
         out = self.form.widgets["out"]
         if not out.text() or self._suggested_out == out.text():
-            self._suggested_out = default_run_folder(self.form.widgets["dataset"].text())
+            self._suggested_out = default_run_folder()
             out.setText(self._suggested_out)
+            self.monitor.append_log(f"the next run goes to {self._suggested_out}")
+
+    # -- remembered settings
+    def save_settings(self) -> None:
+        """Remember the form's settings for the next opening (run folder and resume excepted)."""
+        from dmlviewer.gui import settings
+
+        try:
+            data = self.form.config().to_dict()
+        except (TypeError, ValueError):
+            return
+        for key in _NOT_REMEMBERED:
+            data.pop(key, None)
+        store = settings.app_settings()
+        store.setValue(LAST_SETTINGS_KEY, json.dumps(data))
+        store.sync()
+
+    def restore_settings(self) -> bool:
+        """Fill the form with the settings remembered from the last opening (False when none,
+        or when they no longer fit this version's options: the defaults stay)."""
+        from dmlviewer.core.train.config import TrainConfig
+        from dmlviewer.gui import settings
+
+        text = settings.app_settings().value(LAST_SETTINGS_KEY, "")
+        if not text:
+            return False
+        try:
+            data = {**self.form.config().to_dict(), **json.loads(str(text))}
+            for key in _NOT_REMEMBERED:
+                data[key] = getattr(TrainConfig(), key)
+            self.form.set_config(TrainConfig.from_dict(data))
+        except (TypeError, ValueError) as exc:
+            log.info("remembered training settings not used: %s", exc)
+            return False
+        return True
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt API
+        self.save_settings()
+        super().hideEvent(event)
 
     def problems_list(self) -> list[str]:
         """What ``core.train.validate`` says about the form's configuration."""
@@ -700,7 +768,10 @@ class TrainingDialog(QDialog):
     def load_settings(self, path: str | None = None) -> bool:
         """Fill the form from a run folder's ``config.json`` (asks for the folder if not given)."""
         if not path:
-            path = QFileDialog.getExistingDirectory(self, "Load settings from a run folder")
+            from dmlviewer.gui import settings
+
+            start = settings.start_dir(self.form.widgets["out"].text() and Path(self.form.widgets["out"].text()).parent)
+            path = QFileDialog.getExistingDirectory(self, "Load settings from a run folder", start)
             if not path:
                 return False
         try:
@@ -725,6 +796,7 @@ class TrainingDialog(QDialog):
         from dmlviewer.core.train import train
 
         config = self._config
+        self.save_settings()
         self.checkpoint = None
         self.open_button.setEnabled(False)
         self.monitor.reset()

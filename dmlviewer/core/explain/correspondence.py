@@ -11,6 +11,20 @@ pair: it shows how much the point-to-point tensor adds over the overall map.
 Pairs: the split's images in a seeded random order, each paired with a random other image of
 its class, up to ``max_pairs``. ``num_parts`` counts the evaluated (pair, part) cases, the
 denominator of both accuracies.
+
+Also reported, to judge what the viewer shows:
+
+- ``chance_accuracy``: the accuracy of a peak drawn uniformly over the reference image, the
+  mean share of the reference's area covered by the part (the chance level of both accuracies).
+- ``matches_on_object`` / ``matches_same_part``: of the top ``MATCHES`` point-to-point matches
+  of each pair (:meth:`.PairExplanation.correspondences`, what "Matches" draws), the share whose
+  two ends both lie on the object (any part), and on the same part.
+- ``group_diversity`` (grouping heads only, else None): how different the groups' maps are. For
+  each image of each pair and each group p, the group's decomposition map ``m_p`` (positive part
+  of its point-to-point tensor summed over the other image: where that image supports the
+  group's share of the similarity, exact, what the Group attention tab shows); the figure is the
+  mean over group pairs of ``1 - cos(m_p, m_q)``: 0 when every group shows the same map, 1 when
+  no two groups share a position.
 """
 
 from __future__ import annotations
@@ -25,6 +39,9 @@ from dmlviewer.core.explain.pair import explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
+
+#: Matches per pair scored by ``matches_on_object`` / ``matches_same_part`` (the viewer's default).
+MATCHES = 8
 
 
 def part_point(mask: np.ndarray) -> tuple[float, float]:
@@ -73,6 +90,9 @@ def correspond(
         raise ValueError(f"split {split!r} has no two images of the same class")
     log.info("part correspondence on %d same-class pairs", len(pairs))
     partial_hits = overall_hits = cases = 0
+    chance = 0.0
+    matches = on_object = same_part = 0
+    diversities: list[float] = []
     clock = EtaClock(len(pairs))
     for k, (q, r) in enumerate(pairs):
         if cancel is not None:
@@ -90,12 +110,61 @@ def correspond(
             peak = np.unravel_index(int(np.argmax(partial)), partial.shape)
             partial_hits += bool(mask_r[peak])
             overall_hits += bool(mask_r[overall_peak])
+            chance += float(mask_r.mean())
             cases += 1
+        for m in pair.correspondences(MATCHES):
+            part_q, part_r = _part_at(masks_q, m["query_xy"]), _part_at(masks_r, m["reference_xy"])
+            matches += 1
+            on_object += part_q is not None and part_r is not None
+            same_part += part_q is not None and part_q == part_r
+        if pair.num_groups > 1:
+            diversities.extend(group_diversity(pair))
         yield Progress("step", k + 1, len(pairs), "correspond", eta_s=clock.eta(k + 1))
     result = {
         "partial_map_accuracy": partial_hits / cases if cases else 0.0,
         "overall_map_accuracy": overall_hits / cases if cases else 0.0,
         "num_pairs": len(pairs),
         "num_parts": cases,
+        "chance_accuracy": chance / cases if cases else 0.0,
+        "matches_on_object": on_object / matches if matches else 0.0,
+        "matches_same_part": same_part / matches if matches else 0.0,
+        "group_diversity": float(np.mean(diversities)) if diversities else None,
     }
     yield Progress("done", len(pairs), len(pairs), data={"result": result})
+
+
+def _part_at(masks: dict[str, np.ndarray], xy: tuple[float, float]) -> str | None:
+    """The part under pixel ``xy`` (core coordinates), or None off the object."""
+    for name, mask in masks.items():
+        x = min(max(int(round(xy[0])), 0), mask.shape[1] - 1)
+        y = min(max(int(round(xy[1])), 0), mask.shape[0] - 1)
+        if mask[y, x]:
+            return name
+    return None
+
+
+def group_maps(pair, side: str) -> np.ndarray:
+    """``P x h x w``: each group's decomposition map on ``side``'s grid, the group's
+    point-to-point tensor summed over the other image (seed 000 Eq. 3 restricted to the group's
+    slice of the embedding; the maps of all groups sum to the Decomposition map)."""
+    axis = 1 if side == "query" else 0
+    grid = pair.grid_query if side == "query" else pair.grid_reference
+    return np.stack([pair.group_point_to_point(p).sum(axis=axis).reshape(grid) for p in range(pair.num_groups)])
+
+
+def group_diversity(pair) -> list[float]:
+    """Per side of ``pair``, the mean over group pairs of ``1 - cos`` between the positive parts
+    of the groups' decomposition maps (see the module docstring); sides where fewer than two
+    groups have a positive part are left out."""
+    out = []
+    for side in ("query", "reference"):
+        maps = np.maximum(group_maps(pair, side), 0.0).reshape(pair.num_groups, -1).astype(np.float64)
+        norms = np.linalg.norm(maps, axis=1)
+        keep = norms > 0
+        if keep.sum() < 2:
+            continue
+        unit = maps[keep] / norms[keep, None]
+        cos = unit @ unit.T
+        upper = np.triu_indices(len(unit), 1)
+        out.append(float(np.mean(1.0 - cos[upper])))
+    return out
