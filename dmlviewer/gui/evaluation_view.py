@@ -43,6 +43,16 @@ _NOT_RANKED = {"num_queries"}
 SPLITS = ["test", "train", "all"]
 
 
+def row_label(key: str) -> str:
+    """Display name of a table row: ``localization (rgradcam)`` -> ``Localization (RGrad-CAM)``."""
+    if key.startswith("localization (") and key.endswith(")"):
+        from dmlviewer.gui.pair_view import METHODS
+
+        method = key[len("localization ("):-1]
+        return f"Localization ({dict(METHODS).get(method, method)})"
+    return key
+
+
 @dataclass
 class MetricsColumn:
     """One evaluated model: where its numbers come from and the numbers."""
@@ -167,7 +177,7 @@ class MetricsTable(QTableWidget):
         names = dict(METRIC_ROWS)
         self.setRowCount(len(keys))
         self.setColumnCount(len(self.columns))
-        self.setVerticalHeaderLabels([names.get(k, k) for k in keys])
+        self.setVerticalHeaderLabels([names.get(k) or row_label(k) for k in keys])
         self.setHorizontalHeaderLabels([c.title for c in self.columns])
         for j, column in enumerate(self.columns):
             tip = "\n".join(f"{k}: {v}" for k, v in (("checkpoint", column.checkpoint),

@@ -87,9 +87,13 @@ class _WheelGuard(QObject):
     surrounding form instead of changing the value."""
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
-        if event.type() != QEvent.Wheel or not isinstance(obj, QWidget) or obj.hasFocus():
+        if event.type() != QEvent.Wheel or not isinstance(obj, QWidget):
             return False
-        area = obj.parentWidget()
+        parent = obj.parentWidget()
+        owner = parent if isinstance(parent, QAbstractSpinBox) else obj  # a spin box's text field
+        if owner.hasFocus():
+            return False
+        area = owner.parentWidget()
         while area is not None and not isinstance(area, QAbstractScrollArea):
             area = area.parentWidget()
         if area is not None:
@@ -113,6 +117,8 @@ def guard_wheel(root: QWidget) -> None:
             widget.setProperty("wheelGuarded", True)
             widget.setFocusPolicy(Qt.StrongFocus)  # the wheel alone no longer focuses it
             widget.installEventFilter(_GUARD)
+            if isinstance(widget, QAbstractSpinBox):  # the wheel over its text lands there first
+                widget.lineEdit().installEventFilter(_GUARD)
 
 
 class FlowLayout(QLayout):

@@ -139,3 +139,24 @@ def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_roo
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "nope.pt" in missing.stderr
     assert np.prod([image.width(), image.height()]) > 0
+
+
+def test_view_menu_brings_problems_and_jobs_to_the_front(window):
+    """Problems and Jobs share the bottom strip (tabbed): choosing one under View shows it in
+    front, not hidden behind the other's tab; an empty problems list says so."""
+    from dmlviewer.gui.problems import EMPTY_TEXT
+
+    window._default_dock_sizes()
+    jobs = window.tools.jobs_dock
+    actions = {a.text().replace("&", ""): a for a in window.view_menu.actions()}
+    assert {"Dataset", "Retrieval", "Problems", "Jobs"} <= set(actions)
+    jobs.show()
+    jobs.raise_()
+    window.problems_dock.hide()
+    actions["Problems"].trigger()
+    assert window.problems_dock.isVisible() and not window.problems_dock.visibleRegion().isEmpty()
+    assert window.problems.rowCount() == 0 and "No problems" in EMPTY_TEXT
+    actions["Jobs"].trigger()  # hide
+    actions["Jobs"].trigger()  # show again: in front
+    assert jobs.isVisible() and not jobs.visibleRegion().isEmpty()
+    assert window.problems_dock.visibleRegion().isEmpty()  # now behind the Jobs tab
