@@ -5,7 +5,7 @@ the Grad-CAM family and grad-weight transfer (seed 000 Sec. 4.3, seed 002), atte
 Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition``/``jacobian`` (E = sum C + B),
 ``pair`` (:class:`PairExplanation`), ``grid`` (pixel/grid alignment), ``hover`` (allocation-free
 hover rendering), ``gradcam``, ``grad_transfer``, ``attention``, ``boxes``, ``localization``,
-``matches``, ``correspondence``, ``region``.
+``matches``, ``correspondence``, ``groups`` (per-group maps of a pair), ``region``.
 """
 
 from dmlviewer.core.explain.attention import attention_maps
@@ -18,6 +18,7 @@ from dmlviewer.core.explain.grad_transfer import (
     compute_grad_weights,
     read_grad_weights,
 )
+from dmlviewer.core.explain.groups import group_diversity, group_maps
 from dmlviewer.core.explain.hover import HoverRenderer, colormap_lut
 from dmlviewer.core.explain.localization import DEFAULT_THRESHOLDS, PAIRINGS, localize
 from dmlviewer.core.explain.pair import METHODS, SIDES, PairExplanation, as_rgb, explain_pair
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_THRESHOLDS", "METHODS", "PAIRINGS", "SIDES",
     "GradWeightBank", "HoverRenderer", "PairExplanation",
     "add_grad_weights", "as_rgb", "attention_maps", "box_from_map", "colormap_lut",
-    "compute_grad_weights", "correspond", "decompose", "explain_pair", "head_function", "iou",
+    "compute_grad_weights", "correspond", "decompose", "explain_pair", "group_diversity", "group_maps",
+    "head_function", "iou",
     "localize", "parse_thresholds", "read_grad_weights", "region_feature", "region_query",
 ]

@@ -35,6 +35,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.explain.groups import group_diversity
 from dmlviewer.core.explain.pair import explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
@@ -142,29 +143,3 @@ def _part_at(masks: dict[str, np.ndarray], xy: tuple[float, float]) -> str | Non
             return name
     return None
 
-
-def group_maps(pair, side: str) -> np.ndarray:
-    """``P x h x w``: each group's decomposition map on ``side``'s grid, the group's
-    point-to-point tensor summed over the other image (seed 000 Eq. 3 restricted to the group's
-    slice of the embedding; the maps of all groups sum to the Decomposition map)."""
-    axis = 1 if side == "query" else 0
-    grid = pair.grid_query if side == "query" else pair.grid_reference
-    return np.stack([pair.group_point_to_point(p).sum(axis=axis).reshape(grid) for p in range(pair.num_groups)])
-
-
-def group_diversity(pair) -> list[float]:
-    """Per side of ``pair``, the mean over group pairs of ``1 - cos`` between the positive parts
-    of the groups' decomposition maps (see the module docstring); sides where fewer than two
-    groups have a positive part are left out."""
-    out = []
-    for side in ("query", "reference"):
-        maps = np.maximum(group_maps(pair, side), 0.0).reshape(pair.num_groups, -1).astype(np.float64)
-        norms = np.linalg.norm(maps, axis=1)
-        keep = norms > 0
-        if keep.sum() < 2:
-            continue
-        unit = maps[keep] / norms[keep, None]
-        cos = unit @ unit.T
-        upper = np.triu_indices(len(unit), 1)
-        out.append(float(np.mean(1.0 - cos[upper])))
-    return out

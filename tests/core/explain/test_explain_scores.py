@@ -127,7 +127,7 @@ class _GroupedPair:
 
 
 def test_group_diversity_is_zero_for_identical_maps_and_one_for_disjoint_ones():
-    from dmlviewer.core.explain.correspondence import group_diversity, group_maps
+    from dmlviewer.core.explain.groups import group_diversity, group_maps
 
     rng = np.random.default_rng(0)
     same = rng.random((4, 4))
