@@ -46,7 +46,17 @@ def _check(path: str | None, what: str) -> None:
         raise FileNotFoundError(2, f"{what} not found", path)
 
 
+def _window_possible() -> bool:
+    """The system libraries of Qt's window plugin are there (else the report is printed: Qt
+    itself would abort naming the wrong package)."""
+    from dmlviewer.system_check import check_before_window
+
+    return check_before_window()
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    if not _window_possible():
+        return 1
     from dmlviewer.gui.app import run_gui as start
 
     return start(screenshot=args.screenshot, demo=True, pin=args.pin, tab=args.tab)
@@ -56,6 +66,8 @@ def run_gui(args: argparse.Namespace) -> int:
     _check(args.dataset, "dataset")
     _check(args.checkpoint, "checkpoint")
     _check(args.features, "features")
+    if not _window_possible():
+        return 1
     from dmlviewer.gui.app import run_gui as start
 
     return start(dataset=args.dataset, checkpoint=args.checkpoint, features=args.features,
