@@ -66,9 +66,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps({"query": query, "results": results}) + "\n")
     else:
-        sys.stdout.write(f"query {query['index']}: {query['path']} (label {query['label']})\n")
+        name = features.class_name
+        sys.stdout.write(f"query {query['index']}: {query['path']} ({name(query['label'])}, label {query['label']})\n")
         for rank, r in enumerate(results, 1):
-            sys.stdout.write(f"{rank:3d}. {r['similarity']:.4f}  {r['path']} (label {r['label']}, index {r['index']})\n")
+            sys.stdout.write(f"{rank:3d}. {r['similarity']:.4f}  {r['path']} ({name(r['label'])}, label {r['label']}, "
+                             f"index {r['index']})\n")
     return 0
 
 

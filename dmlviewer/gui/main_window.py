@@ -57,6 +57,9 @@ class MainWindow(QMainWindow):
     dataset_changed = Signal(object)
     model_changed = Signal(object)
     features_changed = Signal(object)
+    _loaded = Signal(object)  # open_in_background: what the loading thread read
+    _loading_step = Signal(str)
+    _devices_found = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -76,6 +79,7 @@ class MainWindow(QMainWindow):
         self.device = "cpu"
         self.query_index: int | None = None
         self.reference_index: int | None = None
+        self.loading = False  # files being read by open_in_background
         self._extract_job = None
         self._extract_sha: str | None = None  # the checkpoint the running extraction belongs to
         self._grad_job = None
@@ -201,15 +205,13 @@ class MainWindow(QMainWindow):
         bar.addWidget(QLabel(" Device "))
         self.device_combo = QComboBox()
         self.device_combo.setToolTip("Device the model runs on")
-        try:
-            from dmlviewer.core.models import available_devices
-
-            devices = available_devices()
-        except Exception:  # noqa: BLE001 - never block the window on device discovery
-            log.exception("device discovery failed")
-            devices = ["cpu"]
-        for dev in devices:
-            self.device_combo.addItem(dev, dev)
+        # The devices are discovered in the background (it needs torch, seconds to import): until
+        # then the combo holds the CPU and the device saved in the settings.
+        self.device_combo.addItem("cpu", "cpu")
+        saved = str(self.settings.value("options/device", "cpu") or "cpu")
+        if saved != "cpu":
+            self.device_combo.addItem(saved, saved)
+        self.devices_known = False
         bar.addWidget(self.device_combo)
         self.addToolBar(bar)
         self.toolbar = bar
@@ -233,6 +235,10 @@ class MainWindow(QMainWindow):
         self.runner.job_failed.connect(self._on_job_failed)
         self.runner.job_cancelled.connect(self._on_job_cancelled)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
+        self._loaded.connect(self._on_loaded)
+        self._loading_step.connect(self._on_loading_step)
+        self._devices_found.connect(self._on_devices)
+        threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
 
     def _install_tools(self):
         """Training, evaluation, localization, embedding and jobs (gui/tools.py) in the Tools
@@ -275,6 +281,10 @@ class MainWindow(QMainWindow):
         except Exception as exc:  # noqa: BLE001 - every failure reaches the user
             errors.report_exception(self, "Cannot open dataset", exc)
             return False
+        self._apply_dataset(dataset, path, fmt)
+        return True
+
+    def _apply_dataset(self, dataset, path: str, fmt: str | None) -> None:
         previous = {key: str(self.settings.value(f"session/{key}", "") or "")
                     for key in ("dataset", "query", "reference")}
         self.dataset = dataset
@@ -296,7 +306,6 @@ class MainWindow(QMainWindow):
         self.dataset_changed.emit(dataset)
         if not self._restore_pair(previous):
             self._choose_default_pair()
-        return True
 
     def open_checkpoint(self, path: str | Path) -> bool:
         """Load a checkpoint on the selected device. False (and a dialog) on error."""
@@ -309,6 +318,10 @@ class MainWindow(QMainWindow):
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot open checkpoint", exc)
             return False
+        self._apply_checkpoint(model, info, path)
+        return True
+
+    def _apply_checkpoint(self, model, info: dict, path: str) -> None:
         with self.model_lock:
             self.model = model
         self.checkpoint_info = info
@@ -330,7 +343,6 @@ class MainWindow(QMainWindow):
         # for this model's features when they differ (never another model's neighbours).
         self.retrieval.set_model(model, self.device, info.get("sha256"))
         self.model_changed.emit(model)
-        return True
 
     def open_features(self, path: str | Path) -> bool:
         """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""
@@ -343,12 +355,126 @@ class MainWindow(QMainWindow):
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot open features", exc)
             return False
+        self._apply_features(features, path)
+        return True
+
+    def _apply_features(self, features, path: str) -> None:
         self._set_features(features, path, chosen=True)
         settings.add_recent("features", path, self.settings)
         mismatch = self.retrieval.mismatch()
         if mismatch:
             self.statusBar().showMessage(f"{Path(path).name}: {mismatch}", 15000)
-        return True
+
+    def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
+                           checkpoint: str | None = None, features: str | None = None,
+                           demo: bool = False) -> None:
+        """Open these files (``demo``: the demo dataset, generated on first use, and the shipped
+        checkpoint) without blocking the window: a thread reads them (the torch import, the
+        checkpoint, the listing), then they are applied here as ``open_*`` would. Failures
+        become the same dialogs. ``loading`` is True meanwhile."""
+        self.loading = True
+        self.pair_view.info.setText("Loading…")
+        self.statusBar().showMessage("Loading…")
+
+        def work() -> None:
+            result: dict = {"errors": [], "format": fmt}
+
+            def step(text: str) -> None:
+                try:
+                    self._loading_step.emit(text)
+                except RuntimeError:  # the window is gone
+                    pass
+
+            nonlocal dataset, checkpoint
+            if demo:
+                try:
+                    from dmlviewer.gui.app import demo_paths
+
+                    step("Preparing the demo dataset (generated on the first start, a few seconds)…")
+                    root, shipped = demo_paths()
+                    dataset, checkpoint = str(root), checkpoint or (str(shipped) if shipped else None)
+                    if shipped is None:
+                        result["notice"] = ("No demo checkpoint in this build (resources/demo_checkpoint.pt): "
+                                            "open a checkpoint.")
+                except Exception as exc:  # noqa: BLE001
+                    result["errors"].append(("Cannot prepare the demo", exc))
+            for key, title, path, opener in (
+                    ("checkpoint", "Cannot open checkpoint", checkpoint, self._read_checkpoint),
+                    ("dataset", "Cannot open dataset", dataset, lambda p: _read_dataset(p, fmt)),
+                    ("features", "Cannot open features", features, _read_features)):
+                if not path:
+                    continue
+                step(f"Loading the {key} {Path(path).name}…")
+                try:
+                    result[key] = (opener(str(Path(path).expanduser())), str(Path(path).expanduser()))
+                except Exception as exc:  # noqa: BLE001 - reported as a dialog
+                    result["errors"].append((title, exc))
+            try:
+                self._loaded.emit(result)
+            except RuntimeError:
+                pass
+
+        threading.Thread(target=work, name="dmlviewer-open", daemon=True).start()
+
+    def _read_checkpoint(self, path: str):
+        from dmlviewer.core.models import load_checkpoint, resolve_device
+
+        try:
+            device = str(resolve_device(self.device))
+        except ValueError:  # a device saved on another machine
+            device = "cpu"
+        return load_checkpoint(path, device=device)
+
+    def _discover_devices(self) -> None:
+        """Thread: the devices torch sees (CPU, each CUDA device, MPS)."""
+        try:
+            from dmlviewer.core.models import available_devices
+
+            devices = available_devices()
+        except Exception:  # noqa: BLE001 - never block the window on device discovery
+            log.exception("device discovery failed")
+            devices = ["cpu"]
+        try:
+            self._devices_found.emit(devices)
+        except RuntimeError:  # the window is gone
+            pass
+
+    def _on_devices(self, devices: list[str]) -> None:
+        wanted = self.device_combo.currentData()
+        self.device_combo.blockSignals(True)
+        self.device_combo.clear()
+        for dev in devices:
+            self.device_combo.addItem(dev, dev)
+        index = self.device_combo.findData(wanted)
+        self.device_combo.setCurrentIndex(max(0, index))
+        self.device_combo.blockSignals(False)
+        self.devices_known = True
+        if index < 0:  # the saved device is not on this machine
+            self.set_device(self.device_combo.currentData())
+
+    def _on_loading_step(self, text: str) -> None:
+        if self.loading:
+            self.statusBar().showMessage(text)
+            self.pair_view.info.setText(text)
+
+    def _on_loaded(self, result: dict) -> None:
+        self.loading = False
+        self.statusBar().clearMessage()
+        if "checkpoint" in result:
+            (model, info), path = result["checkpoint"]
+            self._apply_checkpoint(model, info, path)
+        if "dataset" in result:
+            dataset, path = result["dataset"]
+            self._apply_dataset(dataset, path, result["format"])
+        if "features" in result:
+            features, path = result["features"]
+            self._apply_features(features, path)
+        if self.dataset is None and self.model is None:
+            self.pair_view.set_pair(None)
+        for title, exc in result["errors"]:
+            errors.report_exception(self, title, exc)
+        if result.get("notice"):
+            self.statusBar().showMessage(result["notice"])
 
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
         """Make dataset images ``query_index``/``reference_index`` the pair (a missing reference
@@ -769,6 +895,18 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
+
+
+def _read_dataset(path: str, fmt: str | None):
+    from dmlviewer.core.data import open_dataset
+
+    return open_dataset(path, format=fmt)
+
+
+def _read_features(path: str):
+    from dmlviewer.core.evaluate import read_features
+
+    return read_features(path)
 
 
 def model_summary(model) -> str:

@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QSizePolicy,
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.gui import errors
 from dmlviewer.gui.thumbnails import ThumbnailLoader
+from dmlviewer.gui.widgets import ElidedLabel
 from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,11 @@ class RetrievalPanel(QWidget):
         self._auto_reextract = True  # features of another model may be replaced without asking
         self._generation = 0  # bumped when features or model change: older results are dropped
 
-        self.header = QLabel("Neighbours")
+        self.header = ElidedLabel("Neighbours", Qt.ElideRight)
         self.header.setObjectName("panelHeader")
-        self.header.setWordWrap(True)
-        # A long file name (one unbreakable word) must not widen the dock, and the main window with it.
-        self.header.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        # The query's file name on a line of its own, elided in the middle (a long name must
+        # neither wrap mid-word nor widen the dock).
+        self.query_label = ElidedLabel("")
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, 100)
         self.k_spin.setValue(12)
@@ -143,6 +144,7 @@ class RetrievalPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addWidget(self.query_label)
         layout.addWidget(self.source)
         buttons = QHBoxLayout()
         buttons.addWidget(self.extract_button)
@@ -219,7 +221,8 @@ class RetrievalPanel(QWidget):
         self.region = tuple(float(v) for v in region)
         self.whole_button.show()
         y0, x0, y1, x1 = self.region
-        self.header.setText(f"Neighbours of the query region x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f}")
+        self.header.setText("Neighbours of a query region")
+        self.query_label.setText(f"x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f} of {self._query_name()}")
         model, device, lock, features, k = self.model, self.device, self.model_lock, self.features, self.k_spin.value()
         region = self.region
         # The query itself is left out, as whole-image retrieval leaves it out.
@@ -237,6 +240,11 @@ class RetrievalPanel(QWidget):
 
         self.runner.submit(job, cancel_aware=True)
 
+    def _query_name(self) -> str:
+        if self.query_index is None or self.dataset is None:
+            return ""
+        return self.dataset.paths[self.query_index].rsplit("/", 1)[-1]
+
     def _query_row(self) -> int | None:
         """The query's row in the feature file (None when it is not there)."""
         if self.query_index is None or self.dataset is None:
@@ -249,13 +257,11 @@ class RetrievalPanel(QWidget):
         index, ds = self.query_index, self.dataset
         if index is None or ds is None:
             self.header.setText("Neighbours: choose a query")
+            self.query_label.setText("")
             self._show([])
             return
-        # Zero-width spaces after "_", "-" and "." let a long file name wrap in a narrow dock.
-        name = ds.paths[index].rsplit('/', 1)[-1]
-        for ch in "_-.":
-            name = name.replace(ch, ch + "\u200b")
-        self.header.setText(f"Neighbours of the query ({name})")
+        self.header.setText("Neighbours of the query")
+        self.query_label.setText(self._query_name())
         mismatch = self.mismatch()
         if self.features is None or mismatch:
             self._show([])

@@ -10,8 +10,8 @@ settings (a size saved on a larger monitor must not come back partly off-screen)
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt
-from PySide6.QtGui import QGuiApplication, QScreen
-from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFrame, QLayout,
+from PySide6.QtGui import QGuiApplication, QPainter, QScreen
+from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFrame, QLabel, QLayout,
                                QScrollArea, QSizePolicy, QSlider, QWidget, QWidgetItem)
 
 #: Room left around a window for its frame and title bar (the geometry we set is the client area).
@@ -237,3 +237,25 @@ def no_vertical_growth(widget: QWidget) -> QWidget:
     policy.setVerticalPolicy(QSizePolicy.Fixed)
     widget.setSizePolicy(policy)
     return widget
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that elides its text (in the middle by default) to the width it gets,
+    instead of wrapping mid-word or widening its dock; the whole text is its tooltip."""
+
+    def __init__(self, text: str = "", mode: Qt.TextElideMode = Qt.ElideMiddle, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.mode = mode
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setToolTip(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        super().setText(text)
+        self.setToolTip(text)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine,
+                         self.fontMetrics().elidedText(self.text(), self.mode, rect.width()))
+        painter.end()
