@@ -24,6 +24,7 @@ BENCHMARKS = {
     "train-step": "train_step",
     "index": "index",
     "memory": "memory",
+    "startup": "startup",
 }
 
 
@@ -65,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(result: dict) -> str:
     keys = [k for k in ("ratio", "p50_ms", "p95_ms", "seconds", "events", "app_rss_mb", "listing_rss_mb",
-                        "extract_rss_mb", "images_per_s") if k in result]
+                        "extract_rss_mb", "images_per_s", "splash_s", "window_s", "loaded_s") if k in result]
     parts = ", ".join(f"{k}={result[k]}" for k in keys)
     return f"{result['benchmark']}: {parts} ({result.get('wall_s')} s)"

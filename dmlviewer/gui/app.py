@@ -187,13 +187,12 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
     """
     startup = _Startup()
     app = create_app()
-    splash = None if screenshot else _splash(app)
+    splash = _splash(app)
     startup.mark("splash")
     log_path = setup_logging()
     errors.install_excepthook()
-    if splash is not None:
-        splash.showMessage("Loading the interface…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
-        app.processEvents()
+    splash.showMessage("Loading the interface…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
+    app.processEvents()
     from dmlviewer.gui.main_window import MainWindow
 
     if last and not (dataset or checkpoint or features):
@@ -209,8 +208,7 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
     if tab == "groups":
         window.tabs.setCurrentWidget(window.group_tabs)
     window.show()
-    if splash is not None:
-        splash.finish(window)
+    splash.finish(window)
     app.processEvents()
     startup.mark("window")
     log.info("dmlviewer started; log file %s", log_path)

@@ -238,7 +238,6 @@ class MainWindow(QMainWindow):
         self._loaded.connect(self._on_loaded)
         self._loading_step.connect(self._on_loading_step)
         self._devices_found.connect(self._on_devices)
-        threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
 
     def _install_tools(self):
         """Training, evaluation, localization, embedding and jobs (gui/tools.py) in the Tools
@@ -424,6 +423,9 @@ class MainWindow(QMainWindow):
         except ValueError:  # a device saved on another machine
             device = "cpu"
         return load_checkpoint(path, device=device)
+
+    def _start_device_discovery(self) -> None:
+        threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
 
     def _discover_devices(self) -> None:
         """Thread: the devices torch sees (CPU, each CUDA device, MPS)."""
@@ -875,6 +877,8 @@ class MainWindow(QMainWindow):
         super().showEvent(event)
         if self._layout_pending:  # dock sizes only apply once the window has its size
             self._layout_pending = False
+            # Devices need torch (seconds to import): looked up once the window is on screen.
+            QTimer.singleShot(0, self._start_device_discovery)
             if not isinstance(self.settings.value("window/state"), QByteArray):
                 QTimer.singleShot(0, self._default_dock_sizes)
 
