@@ -91,8 +91,13 @@ LEGEND_CLASSES = 24
 
 
 def class_colors(labels: np.ndarray) -> dict[int, object]:
-    """A distinct hue per class (hues repeat beyond ``LEGEND_CLASSES`` classes)."""
+    """A colour per class: the distinct marker colours of the pair view for up to 16 classes,
+    else evenly spaced hues (repeating beyond ``LEGEND_CLASSES`` classes)."""
+    from dmlviewer.gui.image_pane import MARKER_COLORS
+
     classes = np.unique(labels)
+    if len(classes) <= len(MARKER_COLORS):
+        return {int(c): pg.mkColor(MARKER_COLORS[k]) for k, c in enumerate(classes)}
     hues = max(min(len(classes), LEGEND_CLASSES), 1)
     return {int(c): pg.intColor(k, hues=hues, values=1, alpha=220) for k, c in enumerate(classes)}
 

@@ -48,7 +48,7 @@ GROUP_DECOMPOSITION = "group_decomposition"
 #: Display names of the maps (``PairExplanation.attention_maps`` keys; ``multilayer/<layer>``
 #: maps are named after their layer).
 MAP_LABELS = {
-    GROUP_DECOMPOSITION: "Group decomposition (exact share of the similarity)",
+    GROUP_DECOMPOSITION: "Group decomposition (exact)",
     "a_grouping": "Group attention (A-grouping softmax)",
     "g_grouping_gate": "Gate of the group's strongest channel",
     "g_grouping_gate_mean": "Group gate, mean over channels",
@@ -91,10 +91,12 @@ class GroupTabs(QWidget):
         self.tabs.setExpanding(False)
         self.tabs.setDocumentMode(True)
         self.kind_combo = QComboBox()
-        self.kind_combo.setToolTip("The group's decomposition map (exact), or an attention map of the head")
+        self.kind_combo.setToolTip("Group decomposition: where each image supports the group's share of the "
+                                   "similarity (exact, one scale for all groups); or an attention map of the head")
         self.kind_combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)
         self.share_label = QLabel("")
         self.share_label.setObjectName("groupShare")
+        self.share_label.setWordWrap(True)
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         splitter = QSplitter(Qt.Horizontal)
         for pane in self.panes:

@@ -373,7 +373,7 @@ class LocalizationView(QWidget):
             # table (labels on the plot ran into each other where the curves peak together).
             self.plot.plot(row["thresholds"], row["accuracy"], pen=pg.mkPen(color, width=2), symbol="o",
                            symbolSize=5, symbolBrush=color, symbolPen=None,
-                           name=f"{name}: best {row['best_accuracy']:.2f} at {row['best_threshold']:g}")
+                           name=f"{name} {row['best_accuracy']:.2f} @ {row['best_threshold']:g}")
             best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,
                                       brush=pg.mkBrush(color), pen=pg.mkPen("k", width=1))
             best.setToolTip(f"{name}: {row['best_accuracy']:.3f} at threshold {row['best_threshold']:g}")
@@ -389,8 +389,8 @@ class LocalizationView(QWidget):
         self.plot.setYRange(0, max(0.1, min(1.0, top * 1.15 + 0.02)))
         if results:
             pairing = results[0].get("pairing")
-            self.plot.setTitle(f"Localization accuracy (IoU > 0.5) against threshold; reference: "
-                               f"{PAIRING_LABELS.get(pairing, pairing)}; {results[0]['num_images']} images")
+            self.plot.setTitle(f"Localization (IoU > 0.5), {results[0]['num_images']} images, reference: "
+                               f"{PAIRING_LABELS.get(pairing, pairing)}")
 
     def show_correspondence(self, result: dict) -> None:
         """Bars of partial-map vs overall-map part-correspondence accuracy."""

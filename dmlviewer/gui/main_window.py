@@ -871,7 +871,10 @@ class MainWindow(QMainWindow):
         if jobs is not None and not jobs.isFloating():
             self.tabifyDockWidget(self.problems_dock, jobs)
             self.resizeDocks([jobs], [170], Qt.Vertical)
-        self.resizeDocks([self.browser_dock, self.retrieval_dock], [400, 300], Qt.Horizontal)
+        # On a small screen the side docks take what they need, the pair view the rest.
+        narrow = self.width() < 1500
+        browser = self.browser.minimumWidth() if narrow else 400
+        self.resizeDocks([self.browser_dock, self.retrieval_dock], [browser, 250 if narrow else 300], Qt.Horizontal)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
