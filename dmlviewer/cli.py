@@ -67,7 +67,8 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     for module, name in (("dmlviewer.core.data.errors", "DatasetError"),
                          ("dmlviewer.core.data.errors", "ImageError"),
                          ("dmlviewer.core.evaluate.store", "StoreError"),
-                         ("dmlviewer.core.models.errors", "CheckpointError")):
+                         ("dmlviewer.core.models.errors", "CheckpointError"),
+                         ("dmlviewer.core.models.errors", "ModelError")):
         try:
             found.append(getattr(importlib.import_module(module), name))
         except Exception:  # noqa: BLE001 - see docstring

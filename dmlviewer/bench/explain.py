@@ -8,8 +8,11 @@ as one matrix product against the seed's four nested loops.
   prepare / bare (target at most 1.3). ``ratio_with_preprocessing`` compares against resizing
   and normalizing the two images (``core.data.to_tensor``) plus the forward passes, which any
   viewer pays too. small_cnn on 500x375 and 224x224 images, A-grouping, resnet50 (random
-  weights); the three are timed interleaved so that load from other processes hits all alike,
-  on one torch thread (on a shared machine, multi-threaded kernels stall on busy cores).
+  weights), a live torchvision resnet50 module through the Python door (the Jacobian rule; its
+  bare forward is the module itself), and ViT-S/16 with the class-token head (linearized with
+  frozen attention, LayerNorm and GELU gates; target at most 1.5); the three timings of a row
+  are interleaved so that load from other processes hits all alike, on one torch thread (on a
+  shared machine, multi-threaded kernels stall on busy cores).
 - ``tensor``: the 14x14 x 14x14 tensor from the contributions by one matrix product against
   four nested Python loops of dot products (the seed's demo code): ``loop_ms``, ``matmul_ms``,
   ``speedup``.
@@ -52,42 +55,65 @@ def _interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 2
     return times
 
 
-def measure_prepare(config: dict, image_shape: tuple[int, int], device: str = "cpu", repeat: int = 15) -> dict:
-    """Median times of explain_pair and of the bare forward passes for one model config."""
-    from dmlviewer.core.data import to_tensor
+def live_resnet50() -> torch.nn.Module:
+    """A user's own module through the Python door: torchvision resnet50 with ``fc`` replaced by
+    a 512-d embedding layer, decomposed by the Jacobian rule (exact here: GAP + Linear)."""
+    import torchvision
+
+    from dmlviewer.core.models import open_model
+
+    net = torchvision.models.resnet50(num_classes=512).eval()
+    return open_model(net, feature_layer="layer4")[0]
+
+
+def measure_prepare(spec: dict | tuple[str, Callable[[], torch.nn.Module]], image_shape: tuple[int, int],
+                    device: str = "cpu", repeat: int = 15, size: int | None = None) -> dict:
+    """Median times of explain_pair and of the bare forward passes for one model: a config for
+    ``build_model``, or ``(label, factory)``. The bare forward is the network the user has (for
+    a live module, the module itself, without dmlviewer's hooks). ``size``: input size override
+    (the pair view's resolution choice)."""
     from dmlviewer.core.explain import explain_pair
     from dmlviewer.core.models import build_model, default_config
 
     torch.manual_seed(0)
-    model = build_model(default_config(**config), device).eval()
-    size = int(model.config["image_size"])
+    if isinstance(spec, dict):
+        model = build_model(default_config(**spec), device).eval()
+        label = f"{spec['backbone']}/{spec.get('pooling', 'gap')}/{spec.get('grouping', 'none')}"
+    else:
+        label, factory = spec
+        model = factory().to(device).eval()
+    network = getattr(model, "net", model) if type(model).__name__ == "ModuleModel" else model
+    preprocess = model.preprocess
+    size = int(size or preprocess.size)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (*image_shape, 3), dtype=np.uint8) for _ in range(2)]
     dev = torch.device(device)
-    batch = torch.stack([to_tensor(im, size) for im in images]).to(dev)
+    batch = torch.stack([preprocess(im, size) for im in images]).to(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def bare() -> None:
         with torch.no_grad():
-            model(batch)
+            network(batch)
         sync()
 
     def with_preprocessing() -> None:
-        x = torch.stack([to_tensor(im, size) for im in images]).to(dev)
+        x = torch.stack([preprocess(im, size) for im in images]).to(dev)
         with torch.no_grad():
-            model(x)
+            network(x)
         sync()
 
     def prepare() -> None:
-        explain_pair(model, images[0], images[1], device)
+        explain_pair(model, images[0], images[1], device, size=size)
         sync()
 
     # interleaved, so that load from other processes hits all three alike
     times = _interleaved({"bare": bare, "pre": with_preprocessing, "prep": prepare}, repeat)
     bare_ms, pre_ms, prep_ms = (float(np.median(times[k])) for k in ("bare", "pre", "prep"))
-    grid = explain_pair(model, images[0], images[1], device).grid_query
+    pair = explain_pair(model, images[0], images[1], device, size=size)
+    grid = pair.grid_query
     return {
-        "model": f"{config['backbone']}/{config.get('pooling', 'gap')}/{config.get('grouping', 'none')}",
+        "model": label,
+        "rule": pair.rule,
         "input": size,
         "image": f"{image_shape[1]}x{image_shape[0]}",
         "grid": f"{grid[0]}x{grid[1]}",
@@ -140,6 +166,14 @@ def measure_tensor(grid: int = 14, dim: int = 512, repeat: int = 3) -> dict:
     }
 
 
+def _has_timm() -> bool:
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run(args=None) -> dict:
     """Both measurements; ``ratio`` is the worst prepare / bare-forward ratio over the models."""
     quick = bool(getattr(args, "quick", False))
@@ -151,13 +185,18 @@ def run(args=None) -> dict:
             (small, (224, 224)),
             (dict(backbone="small_cnn", pooling="gmp", grouping="a", groups=4, dim=128, image_size=224), (375, 500)),
             (dict(backbone="resnet50", pooling="gmp", dim=512, image_size=224), (375, 500)),
+            (("module:resnet50/layer4 (Jacobian rule)", live_resnet50), (375, 500)),
         ]
+        if _has_timm():
+            cases.append((dict(backbone="timm:vit_small_patch16_224", pooling="token", dim=0, image_size=224),
+                          (375, 500)))
     threads, cv_threads = torch.get_num_threads(), cv2.getNumThreads()
     torch.set_num_threads(1)  # one thread: stable ratios on a shared machine (no OpenMP waits)
     cv2.setNumThreads(1)
     try:
         prepare = [
-            measure_prepare(c, shape, device, repeat=5 if quick else (10 if c["backbone"] == "resnet50" else 30))
+            measure_prepare(c, shape, device, repeat=5 if quick else (30 if isinstance(c, dict) and
+                                                                      c["backbone"] == "small_cnn" else 10))
             for c, shape in cases
         ]
         tensor = measure_tensor(14, 512, repeat=1 if quick else 3)

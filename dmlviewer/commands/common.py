@@ -14,16 +14,30 @@ import time
 log = logging.getLogger(__name__)
 
 
-def load_model(checkpoint: str, device: str):
-    """``(model, torch.device)`` from a checkpoint, in eval mode."""
+#: How the commands' ``--checkpoint`` help names what it takes.
+CHECKPOINT_HELP = ("checkpoint file (.pt: from training or import-model), or imagenet:BACKBONE for a "
+                   "pretrained backbone without training (GAP of its last map, no projection)")
+
+
+def model_source_exists(source: str) -> bool:
+    """True for an existing file or an ``imagenet:BACKBONE`` spec (checked when it is opened)."""
+    from pathlib import Path
+
+    return str(source).startswith("imagenet:") or Path(source).is_file()
+
+
+def load_model(checkpoint: str, device: str, size: int | None = None):
+    """``(model, torch.device)`` from a checkpoint file or ``imagenet:BACKBONE`` (a pretrained
+    backbone, GAP, no projection), in eval mode; ``size`` overrides the input size."""
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
 
     try:
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    model, _ = load_checkpoint(checkpoint, dev)
+    model, info = open_model(checkpoint, dev, size=size)
+    log.info("model %s; decomposition %s", checkpoint, info["rule"])
     return model.eval(), dev
 
 

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from dmlviewer.commands.common import CHECKPOINT_HELP
+
 
 def _ks(text: str) -> list[int]:
     try:
@@ -24,7 +26,7 @@ def _ks(text: str) -> list[int]:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="extract features to HDF5 and print retrieval/clustering metrics")
-    p.add_argument("--checkpoint", required=True, metavar="C")
+    p.add_argument("--checkpoint", required=True, metavar="C", help=CHECKPOINT_HELP)
     p.add_argument("--dataset", required=True, metavar="P")
     p.add_argument("--format", help="dataset format (default: detected)")
     p.add_argument("--protocol", default="default", help="split protocol: default | zero-shot | official")
@@ -42,9 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.evaluate import evaluate
 
-    for path, what in ((args.checkpoint, "checkpoint"), (args.dataset, "dataset folder")):
-        if not Path(path).exists():
-            raise UsageError(f"{what} not found: {path}")
+    from dmlviewer.commands.common import model_source_exists
+
+    if not model_source_exists(args.checkpoint):
+        raise UsageError(f"checkpoint not found: {args.checkpoint}")
+    if not Path(args.dataset).exists():
+        raise UsageError(f"dataset folder not found: {args.dataset}")
     if not Path(args.out).parent.is_dir():
         raise UsageError(f"output folder not found: {Path(args.out).parent}")
     if args.split not in ("train", "test", "all"):

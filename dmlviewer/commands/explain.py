@@ -17,6 +17,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from dmlviewer.commands.common import CHECKPOINT_HELP
+
 log = logging.getLogger(__name__)
 
 #: the overall-map methods (``dmlviewer.core.explain.METHODS``; repeated so that building the
@@ -27,7 +29,7 @@ METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="explain one image pair's similarity (npz)",
                        description="Point-to-point activation maps, bias terms and overall maps of one pair.")
-    p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
     p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
@@ -39,8 +41,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import load_model
 
@@ -51,24 +51,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--size must be at least 16, got {args.size}")
     if args.method == "grad_transfer" and not args.features:
         raise UsageError("--method grad_transfer needs --features F.h5 (the labelled images' grad weights)")
-    from dmlviewer.core.explain import explain_pair
+    from dmlviewer.core.explain import Explanation, explain_pair
 
     model, device = load_model(args.checkpoint, args.device)
     bank = grad_bank_from_features(model, args.features, device) if args.method == "grad_transfer" else None
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
-    np.savez(
-        out if out.suffix == ".npz" else str(out),
-        similarity=np.float64(pair.similarity),
-        point_to_point=pair.point_to_point_4d(),
-        bias_query=np.float64(pair.bias_query),
-        bias_reference=np.float64(pair.bias_reference),
-        bias_both=np.float64(pair.bias_both),
-        overall_query=pair.overall(args.method, "query"),
-        overall_reference=pair.overall(args.method, "reference"),
-        grid_query=np.array(pair.grid_query, dtype=np.int64),
-        grid_reference=np.array(pair.grid_reference, dtype=np.int64),
-    )
-    log.info("similarity %.4f; wrote %s", pair.similarity, out)
+    written = Explanation.from_pair(pair, args.method).save(out)
+    log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     return 0
 
 

@@ -64,7 +64,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_gui(args: argparse.Namespace) -> int:
     _check(args.dataset, "dataset")
-    _check(args.checkpoint, "checkpoint")
+    if not str(args.checkpoint or "").startswith("imagenet:"):
+        _check(args.checkpoint, "checkpoint")
     _check(args.features, "features")
     if not _window_possible():
         return 1

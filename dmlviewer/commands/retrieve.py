@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.region:
         if not args.checkpoint:
             raise UsageError("--region needs --checkpoint (the model that computes the region's feature)")
-        if not Path(args.checkpoint).is_file():
+        from dmlviewer.commands.common import model_source_exists
+
+        if not model_source_exists(args.checkpoint):
             raise UsageError(f"checkpoint not found: {args.checkpoint}")
         results = _region_results(args, features)
     else:
@@ -78,14 +80,14 @@ def _region_results(args: argparse.Namespace, features) -> list[dict]:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.data import load_image
     from dmlviewer.core.explain import region_query
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
 
     root = features.attrs.get("dataset_root") or ""
     image_path = Path(root) / features.paths[args.query]
     try:
         device = resolve_device(args.device)
         image = load_image(image_path)
-        model, _ = load_checkpoint(args.checkpoint, device)
+        model, _ = open_model(args.checkpoint, device)
         return region_query(model, image, args.region, features, k=args.k, device=device, exclude=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

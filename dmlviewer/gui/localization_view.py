@@ -96,10 +96,10 @@ def _fraction_box(value: float) -> QDoubleSpinBox:
 
 def _open(checkpoint: str, dataset_root: str, dataset_format: str | None, device: str):
     from dmlviewer.core.data import open_dataset
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
 
     dev = resolve_device(device)
-    model, _ = load_checkpoint(checkpoint, dev)
+    model, _ = open_model(checkpoint, dev)
     return model, open_dataset(dataset_root, dataset_format), dev
 
 

@@ -307,28 +307,32 @@ class MainWindow(QMainWindow):
             self._choose_default_pair()
 
     def open_checkpoint(self, path: str | Path) -> bool:
-        """Load a checkpoint on the selected device. False (and a dialog) on error."""
-        from dmlviewer.core.models import load_checkpoint
+        """Load a checkpoint (or ``imagenet:BACKBONE``, a pretrained backbone) on the selected
+        device. False (and a dialog) on error."""
+        from dmlviewer.core.models import PRETRAINED_PREFIX, open_model
 
-        path = str(Path(path).expanduser())
+        path = str(path) if str(path).startswith(PRETRAINED_PREFIX) else str(Path(path).expanduser())
         try:
             with _busy():
-                model, info = load_checkpoint(path, device=self.device)
+                model, info = open_model(path, device=self.device)
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot open checkpoint", exc)
             return False
-        self._apply_checkpoint(model, info, path)
+        settings.add_recent("checkpoints", path, self.settings)
+        self.settings.setValue("session/checkpoint", path)
+        self.use_model(model, info, path)
         return True
 
-    def _apply_checkpoint(self, model, info: dict, path: str) -> None:
+    def use_model(self, model, info: dict, label: str) -> None:
+        """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone or a
+        live module, see ``core.models.open_model``) with ``info`` from ``open_model``."""
         with self.model_lock:
             self.model = model
         self.checkpoint_info = info
-        self.checkpoint_path = path
-        settings.add_recent("checkpoints", path, self.settings)
-        self.settings.setValue("session/checkpoint", path)
+        self.checkpoint_path = info.get("path")
         self.model_label.setText(model_summary(model))
-        self.model_label.setToolTip(f"{path}\nepoch {info.get('epoch')}\nsha256 {info.get('sha256', '')[:16]}…")
+        self.model_label.setToolTip(f"{label}\nepoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
+                                    f"decomposition: {info.get('rule', '')}")
         if self._extract_job is not None and self._extract_sha != info.get("sha256"):
             self.runner.cancel(self._extract_job)  # features of the previous model: not needed now
             self._extract_job = None
@@ -376,6 +380,8 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("Loading…")
 
         def work() -> None:
+            from dmlviewer.core.models import PRETRAINED_PREFIX  # torch: imported in this thread
+
             result: dict = {"errors": [], "format": fmt}
 
             def step(text: str) -> None:
@@ -404,8 +410,10 @@ class MainWindow(QMainWindow):
                 if not path:
                     continue
                 step(f"Loading the {key} {Path(path).name}…")
+                if not (key == "checkpoint" and str(path).startswith(PRETRAINED_PREFIX)):
+                    path = str(Path(path).expanduser())
                 try:
-                    result[key] = (opener(str(Path(path).expanduser())), str(Path(path).expanduser()))
+                    result[key] = (opener(path), path)
                 except Exception as exc:  # noqa: BLE001 - reported as a dialog
                     result["errors"].append((title, exc))
             try:
@@ -416,13 +424,13 @@ class MainWindow(QMainWindow):
         threading.Thread(target=work, name="dmlviewer-open", daemon=True).start()
 
     def _read_checkpoint(self, path: str):
-        from dmlviewer.core.models import load_checkpoint, resolve_device
+        from dmlviewer.core.models import open_model, resolve_device
 
         try:
             device = str(resolve_device(self.device))
         except ValueError:  # a device saved on another machine
             device = "cpu"
-        return load_checkpoint(path, device=device)
+        return open_model(path, device=device)
 
     def _start_device_discovery(self) -> None:
         threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
@@ -464,7 +472,9 @@ class MainWindow(QMainWindow):
         self.statusBar().clearMessage()
         if "checkpoint" in result:
             (model, info), path = result["checkpoint"]
-            self._apply_checkpoint(model, info, path)
+            settings.add_recent("checkpoints", path, self.settings)
+            self.settings.setValue("session/checkpoint", path)
+            self.use_model(model, info, path)
         if "dataset" in result:
             dataset, path = result["dataset"]
             self._apply_dataset(dataset, path, result["format"])

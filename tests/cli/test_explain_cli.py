@@ -15,7 +15,7 @@ from dmlviewer.core.explain.localization import embed_images
 from dmlviewer.core.models import build_model, default_config, save_checkpoint
 
 NPZ_KEYS = {"similarity", "point_to_point", "bias_query", "bias_reference", "bias_both",
-            "overall_query", "overall_reference", "grid_query", "grid_reference"}
+            "overall_query", "overall_reference", "grid_query", "grid_reference", "method", "rule", "rule_detail"}
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +40,8 @@ def test_explain_npz_satisfies_completeness(setup, method):
     assert rc == 0
     z = np.load(out)
     assert set(z.files) == NPZ_KEYS
+    assert str(z["rule"]) == "exact" and str(z["rule_detail"]) == "exact (max positions, ReLU masks frozen at this input)"
+    assert str(z["method"]) == method
     total = float(z["point_to_point"].astype(np.float64).sum() + z["bias_query"] + z["bias_reference"] + z["bias_both"])
     assert total == pytest.approx(float(z["similarity"]), abs=1e-5)
     assert z["point_to_point"].shape == (4, 4, 4, 4)

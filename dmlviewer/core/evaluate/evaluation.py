@@ -46,12 +46,12 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
     feature file ``out`` (skipped when ``None``), compute the metrics of DESIGN.md and store them
     as the file's attributes (in the same atomic write). Result: the metrics dict."""
     from dmlviewer.core.data import open_dataset
-    from dmlviewer.core.models import load_checkpoint, resolve_device
+    from dmlviewer.core.models import open_model, resolve_device
 
     from .store import FeatureWriter
 
     dev = resolve_device(device)
-    model, info = load_checkpoint(checkpoint, dev)
+    model, info = open_model(checkpoint, dev)
     dataset = open_dataset(dataset_root, format, protocol).select_split(split)
     if len(dataset) == 0:
         raise ValueError(f"{dataset_root} has no images in split {split!r}")

@@ -2,7 +2,7 @@
 the Grad-CAM family and grad-weight transfer (seed 000 Sec. 4.3, seed 002), attention maps
 (seeds 001, 003, 004), localization and part-correspondence scores, region retrieval.
 
-Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition``/``jacobian`` (E = sum C + B),
+Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition`` (E = sum C + B; the generic rule is ``core.models.jacobian``),
 ``pair`` (:class:`PairExplanation`), ``grid`` (pixel/grid alignment), ``hover`` (allocation-free
 hover rendering), ``gradcam``, ``grad_transfer``, ``attention``, ``boxes``, ``localization``,
 ``matches``, ``correspondence``, ``groups`` (per-group maps of a pair), ``region``.
@@ -22,8 +22,9 @@ _EXPORTS = {
     "compute_grad_weights": "grad_transfer", "read_grad_weights": "grad_transfer",
     "group_diversity": "groups", "group_maps": "groups",
     "HoverRenderer": "hover", "colormap_lut": "hover",
+    "as_rgb": "inputs", "Explanation": "record",
     "DEFAULT_THRESHOLDS": "localization", "PAIRINGS": "localization", "localize": "localization",
-    "METHODS": "pair", "SIDES": "pair", "PairExplanation": "pair", "as_rgb": "pair", "explain_pair": "pair",
+    "METHODS": "pair", "SIDES": "pair", "PairExplanation": "pair", "explain_pair": "pair",
     "region_feature": "region", "region_query": "region",
 }
 

@@ -2,7 +2,8 @@
 
 :func:`decompose` uses the head's exact rule (``model.linearize``: GAP, GMP, GeM, flatten, BN,
 FC+ReLU, grouping and attention heads with their masks/gates/attention frozen) and falls back
-to the generic Jacobian decomposition of :mod:`.jacobian` for a head that has none, logging a
+to the generic Jacobian decomposition of :mod:`dmlviewer.core.models.jacobian` for a head that
+has none, logging a
 warning once per head type. :func:`head_function` exposes the head as a function of the last
 feature map (other inputs, such as the multi-layer head's intermediate maps, held at their
 values from the forward pass), which the fallback and Grad-CAM differentiate.
@@ -14,8 +15,7 @@ import logging
 
 import torch
 
-from dmlviewer.core.explain.gradcam import HeadFn
-from dmlviewer.core.explain.jacobian import jacobian_decomposition
+from dmlviewer.core.models.jacobian import HeadFn, jacobian_decomposition
 from dmlviewer.core.models import EmbeddingModel, Linearization, ModelOutput
 from dmlviewer.core.models.output import FIRST_ORDER
 
@@ -50,3 +50,15 @@ def decompose(model: EmbeddingModel, out: ModelOutput) -> Linearization:
         biases.append(b)
     return Linearization(torch.stack(parts), torch.stack(biases), tuple(out.feature_map.shape[-2:]),
                          rule=FIRST_ORDER)
+
+
+def forward_decomposed(model: EmbeddingModel, x: torch.Tensor) -> tuple[ModelOutput, Linearization]:
+    """``model(x)`` and its decomposition; a model that can do both in one pass (a live module,
+    whose head is differentiated by the same forward) does, the others run forward then
+    :func:`decompose`."""
+    both = getattr(model, "forward_decomposed", None)
+    if both is not None:
+        return both(x)
+    with torch.no_grad():
+        out = model(x)
+    return out, decompose(model, out)

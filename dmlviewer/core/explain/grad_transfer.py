@@ -87,7 +87,7 @@ def compute_grad_weights(
     """Grad-CAM weights of every image of ``dataset`` (a ``core.data.Dataset``); the ``done``
     event's result is ``{"weights": N x C, "embeddings": N x D}`` (NaN rows: no positive, or
     an unreadable image)."""
-    from dmlviewer.core.explain.pair import as_device, eval_mode
+    from dmlviewer.core.explain.inputs import as_device, eval_mode
 
     if target not in ("dot", "cosine"):
         raise ValueError(f"unknown grad-weight target {target!r}: use 'dot' or 'cosine'")

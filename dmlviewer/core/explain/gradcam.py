@@ -27,12 +27,9 @@ not matter: maps are normalized to their maximum and thresholded at a positive l
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-HeadFn = Callable[[torch.Tensor], torch.Tensor]
-"""Maps a feature map ``1 x C x h x w`` to the raw embedding ``1 x D`` (eval mode)."""
+from dmlviewer.core.models.jacobian import HeadFn
 
 GRADCAM_METHODS = ("gradcam", "gradcam_nonorm", "rgradcam")
 

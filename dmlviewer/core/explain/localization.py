@@ -28,7 +28,8 @@ import torch
 
 from dmlviewer.core.explain.boxes import box_from_map, iou
 from dmlviewer.core.explain.grad_transfer import GradWeightBank, compute_grad_weights
-from dmlviewer.core.explain.pair import METHODS, as_device, eval_mode, explain_pair
+from dmlviewer.core.explain.inputs import as_device, eval_mode
+from dmlviewer.core.explain.pair import METHODS, explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)

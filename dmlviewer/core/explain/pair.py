@@ -20,66 +20,25 @@ read-only.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from dmlviewer.core.explain.attention import attention_maps
-from dmlviewer.core.explain.decomposition import decompose, head_function
+from dmlviewer.core.explain.decomposition import forward_decomposed, head_function
 from dmlviewer.core.explain.grad_transfer import GradWeightBank
 from dmlviewer.core.explain.gradcam import GRADCAM_METHODS, gradcam_maps, transferred_map
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.hover import HoverRenderer
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 from dmlviewer.core.explain.matches import top_matches
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
-from dmlviewer.core.models import ModelOutput
+from dmlviewer.core.models import FIRST_ORDER, Linearization, ModelOutput
 
 SIDES = ("query", "reference")
 METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
 SIGNS = ("signed", "positive", "negative")
-
-ImageLike = np.ndarray | str | Path
-
-
-def as_rgb(image: ImageLike) -> np.ndarray:
-    """uint8 H x W x 3 RGB from an image file (via :func:`dmlviewer.core.data.load_image`) or an
-    in-memory array already in RGB order: grayscale (H x W, H x W x 1) is repeated, gray+alpha
-    and RGBA are composited on white as the loader does."""
-    from dmlviewer.core.data import load_image
-
-    if isinstance(image, (str, Path)):
-        return load_image(image)
-    a = np.asarray(image)
-    if a.dtype != np.uint8:
-        raise ValueError(f"images must be uint8 arrays, got {a.dtype}")
-    if a.ndim == 2:
-        a = a[..., None]
-    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or min(a.shape[:2]) < 1:
-        raise ValueError(f"not an image array: shape {a.shape}")
-    if a.shape[2] in (2, 4):
-        alpha = a[..., -1:].astype(np.uint16)
-        colour = a[..., :-1].astype(np.uint16)
-        a = ((colour * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
-    if a.shape[2] == 1:
-        a = np.repeat(a, 3, axis=2)
-    return np.ascontiguousarray(a)
-
-
-@contextlib.contextmanager
-def eval_mode(model: torch.nn.Module):
-    """Eval mode (frozen BatchNorm statistics, as the decomposition assumes) for the block."""
-    if not model.training:  # the common case; toggling walks every module
-        yield model
-        return
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train()
-
 
 @dataclass
 class _Side:
@@ -89,6 +48,7 @@ class _Side:
     bias: torch.Tensor  # D
     out: ModelOutput  # the batch this image was in
     index: int  # its position in that batch
+    linearization: Linearization  # the batch's decomposition (its rule and what it freezes)
 
     @property
     def embedding_raw(self) -> torch.Tensor:
@@ -101,7 +61,9 @@ class PairExplanation:
     Attributes: ``similarity`` (cosine), ``point_to_point`` (``nq x nr`` float32, divided by
     ``|Eq||Er|``), ``bias_query``, ``bias_reference``, ``bias_both`` (Eq. 3, see
     :mod:`.pairwise`), ``grid_query``, ``grid_reference``, ``image_shape_query``,
-    ``image_shape_reference``, ``num_groups``.
+    ``image_shape_reference``, ``num_groups``, ``rule`` (``"exact"`` or ``"first order"``:
+    whether the decomposition of both embeddings is exact at these inputs) and ``rule_detail``
+    (one line: what is frozen, or why it is first order).
     """
 
     def __init__(self, model: torch.nn.Module, query: _Side, reference: _Side, grad_bank: GradWeightBank | None = None):
@@ -117,6 +79,9 @@ class PairExplanation:
         self.point_to_point = _frozen(terms.point_to_point.cpu().numpy())
         self._rows = {"query": self.point_to_point, "reference": _frozen(self.point_to_point.T)}
         self.grid_query, self.grid_reference = query.grid, reference.grid
+        lins = (query.linearization, reference.linearization)
+        worst = next((lin for lin in lins if lin.rule == FIRST_ORDER), lins[0])
+        self.rule, self.rule_detail = worst.rule, worst.description
         self.image_shape_query, self.image_shape_reference = query.image_shape, reference.image_shape
         self._grid_maps: dict[tuple[str, str], np.ndarray] = {
             ("decomposition", "query"): terms.overall_query.cpu().numpy(),
@@ -256,13 +221,6 @@ class PairExplanation:
         return s.out.embedding[s.index].detach().float().cpu().numpy()
 
 
-def as_device(device: str | torch.device) -> torch.device:
-    """A ``torch.device`` from a spec (``auto cpu cuda cuda:N mps`` or a device)."""
-    from dmlviewer.core.models import resolve_device
-
-    return device if isinstance(device, torch.device) else resolve_device(str(device))
-
-
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float32)
     a.flags.writeable = False
@@ -302,16 +260,15 @@ def explain_pair(
     preprocess = model.preprocess
     x_q = preprocess(rgb_q, size_q).to(dev)
     x_r = preprocess(rgb_r, size_r).to(dev)
-    with eval_mode(model), torch.no_grad():
+    with eval_mode(model):
         if x_q.shape == x_r.shape:
-            out = model(torch.stack([x_q, x_r]))
+            out, lin = forward_decomposed(model, torch.stack([x_q, x_r]))
             outs, indices = (out, out), (0, 1)
-            lin = decompose(model, out)
             lins = ((lin, 0), (lin, 1))
         else:
-            outs = (model(x_q[None]), model(x_r[None]))
-            indices = (0, 0)
-            lins = ((decompose(model, outs[0]), 0), (decompose(model, outs[1]), 0))
+            (out_q, lin_q), (out_r, lin_r) = forward_decomposed(model, x_q[None]), forward_decomposed(model, x_r[None])
+            outs, indices = (out_q, out_r), (0, 0)
+            lins = ((lin_q, 0), (lin_r, 0))
     sides = []
     for rgb, out, index, (lin, li) in zip((rgb_q, rgb_r), outs, indices, lins):
         sides.append(_Side(
@@ -321,5 +278,6 @@ def explain_pair(
             bias=lin.bias[li].detach().float(),
             out=out,
             index=index,
+            linearization=lin,
         ))
     return PairExplanation(model, sides[0], sides[1], grad_bank)

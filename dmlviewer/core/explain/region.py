@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmlviewer.core.explain.decomposition import decompose
+from dmlviewer.core.explain.decomposition import forward_decomposed
 from dmlviewer.core.explain.grid import region_cell_weights
-from dmlviewer.core.explain.pair import ImageLike, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 
 
 def region_feature(
@@ -32,8 +32,8 @@ def region_feature(
     """Partial feature (D float32, not normalized) of ``region`` of ``image``."""
     rgb = as_rgb(image)
     x = model.preprocess(rgb, size)[None].to(as_device(device))
-    with eval_mode(model), torch.no_grad():
-        lin = decompose(model, model(x))
+    with eval_mode(model):
+        _, lin = forward_decomposed(model, x)
     weights = region_cell_weights(region, rgb.shape[:2], lin.grid).reshape(-1)
     contrib = lin.contributions[0].float().cpu().numpy()
     return (weights @ contrib).astype(np.float32)

@@ -9,3 +9,8 @@ class CheckpointError(ValueError):
     The message is one line naming the file and, for an architecture mismatch, the missing and
     unexpected parameter names.
     """
+
+
+class ModelError(ValueError):
+    """A model that cannot be used as given: a missing feature layer, an output that is not an
+    embedding, an input it cannot take. One line saying what to change."""

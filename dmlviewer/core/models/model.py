@@ -16,6 +16,8 @@ from .multilayer import MultiLayerHead
 from .output import EXACT, Linearization, ModelOutput
 from .pooling import POOLINGS, Pooling
 from .projection import Projection
+from .vit import POOLINGS as VIT_POOLINGS
+from .vit import build_vit, timm_vit_name
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ _DEFAULTS = {
     "image_size": 224,
     "mean": [0.485, 0.456, 0.406],  # input normalization (x / 255 - mean) / std per RGB channel
     "std": [0.229, 0.224, 0.225],
+    "token_grid": 0,         # vision transformers: side of the position-embedding grid (0: timm's default)
 }
 
 
@@ -52,10 +55,16 @@ def default_config(**overrides) -> dict:
 def check_config(config: dict) -> dict:
     """Fill missing keys with defaults and validate; returns the complete config or raises ValueError."""
     config = default_config(**config)
-    if config["backbone"] not in BACKBONES:
-        raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)}")
-    if config["pooling"] not in POOLINGS:
-        raise ValueError(f"unknown pooling {config['pooling']!r}; choose from {', '.join(POOLINGS)}")
+    vit = timm_vit_name(config["backbone"]) is not None
+    if config["backbone"] not in BACKBONES and not vit:
+        raise ValueError(f"unknown backbone {config['backbone']!r}; choose from {', '.join(BACKBONES)} "
+                         "or timm:NAME (a timm vision transformer, with the timm extra installed)")
+    allowed = VIT_POOLINGS if vit else POOLINGS
+    if config["pooling"] not in allowed:
+        raise ValueError(f"unknown pooling {config['pooling']!r} for backbone {config['backbone']}; "
+                         f"choose from {', '.join(allowed)}")
+    if vit and (config["grouping"] != "none" or config["multilayer"]):
+        raise ValueError("vision transformer backbones take grouping none and no multilayer head")
     if config["grouping"] not in GROUPINGS:
         raise ValueError(f"unknown grouping {config['grouping']!r}; choose from {', '.join(GROUPINGS)}")
     for key in ("groups", "image_size"):
@@ -87,7 +96,7 @@ def check_config(config: dict) -> dict:
             raise ValueError("the multi-layer head (multilayer) works with grouping none only")
         if config["pooling"] == "flatten":
             raise ValueError("the multi-layer head needs gap, gmp or gem pooling for its vector u")
-        names = BACKBONES[config["backbone"]].channels_of
+        names = BACKBONES[config["backbone"]].channels_of if not vit else {"last": 0}
         bad = [n for n in layers if n not in names]
         if bad:
             raise ValueError(f"backbone {config['backbone']} has no map(s) {', '.join(bad)}; "
@@ -158,7 +167,8 @@ class EmbeddingModel(nn.Module):
         ``contributions.sum(1) + bias == embedding_raw``. Needs eval mode when the head has
         BatchNorm."""
         lin = self.head.linearize(out)
-        lin.rule, lin.frozen = EXACT, frozen_quantities(self.config)
+        if lin.rule == EXACT and not lin.frozen:  # the heads of this module state theirs by config
+            lin.frozen = frozen_quantities(self.config)
         return lin
 
     def head_function(self, out: ModelOutput, index: int = 0):
@@ -196,6 +206,9 @@ def build_model(config: dict, device: str | torch.device = "cpu", *,
     state dict supplies every weight).
     """
     config = check_config(config)
+    if timm_vit_name(config["backbone"]):
+        backbone, head = build_vit(config, load_pretrained)
+        return EmbeddingModel(config, backbone, head).to(resolve_device(device))
     pretrained = config["pretrained"] if load_pretrained else None
     backbone = Backbone(config["backbone"], pretrained, config["image_size"])
     model = EmbeddingModel(config, backbone, _build_head(config, backbone))

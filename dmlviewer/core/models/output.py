@@ -54,6 +54,7 @@ class Linearization:
       this input for the rule (e.g. ``"ReLU masks"``, ``"attention weights"``).
     - ``nonspatial``: B x D or ``None``: the part of ``bias`` owed to inputs that are not positions
       on the image (a transformer's class, register and distillation tokens); already in ``bias``.
+    - ``reason``: for a first-order rule, why (e.g. which op is not piecewise linear).
     """
 
     contributions: torch.Tensor
@@ -62,10 +63,12 @@ class Linearization:
     rule: str = EXACT
     frozen: tuple[str, ...] = ()
     nonspatial: torch.Tensor | None = None
+    reason: str = ""
 
     @property
     def description(self) -> str:
         """One line for the UI: the rule and what it freezes."""
         if self.rule == FIRST_ORDER:
-            return "first order (gradient x activation; the remainder is in the bias)"
+            why = f"; {self.reason}" if self.reason else ""
+            return f"first order (gradient x activation, the remainder in the bias{why})"
         return "exact" + (f" ({', '.join(self.frozen)} frozen at this input)" if self.frozen else "")

@@ -9,7 +9,7 @@ import torch
 from explain_heads import TinyHead, random_map
 
 from dmlviewer.core.explain.gradcam import gradcam_maps, transferred_map
-from dmlviewer.core.explain.jacobian import jacobian_decomposition
+from dmlviewer.core.models.jacobian import jacobian_decomposition
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
 
 HEADS = [
@@ -74,7 +74,7 @@ def test_jacobian_fallback_matches_exact_rules(pooling, hidden):
     torch.manual_seed(1)
     head = TinyHead(pooling, hidden=hidden).eval()
     a = random_map(seed=2)
-    contrib, bias = jacobian_decomposition(head, a, chunk=3)
+    contrib, bias = jacobian_decomposition(head, a, budget=3 * a.numel() * 4)  # chunks of 3 rows
     exact_c, exact_b = head.exact(a)
     torch.testing.assert_close(contrib, exact_c, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(bias, exact_b, atol=1e-5, rtol=1e-4)

@@ -15,7 +15,7 @@ from dmlviewer.core.data import to_tensor
 from dmlviewer.core.explain import decompose, explain_pair, head_function, region_feature, region_query
 from dmlviewer.core.explain import decomposition as decomposition_module
 from dmlviewer.core.explain.grid import grid_to_pixel, upsample
-from dmlviewer.core.explain.jacobian import jacobian_decomposition
+from dmlviewer.core.models.jacobian import jacobian_decomposition
 from dmlviewer.core.models import build_model, default_config
 from dmlviewer.core.models.heads import Head, _output
 
@@ -86,7 +86,8 @@ def test_jacobian_fallback_matches_exact_rule_of_models(cfg):
         out = model(x)
     lin = model.linearize(out)
     for i in range(2):
-        c, b = jacobian_decomposition(head_function(model, out, i), out.feature_map[i : i + 1], chunk=7)
+        fmap = out.feature_map[i : i + 1]
+        c, b = jacobian_decomposition(head_function(model, out, i), fmap, budget=7 * fmap.numel() * 4)
         torch.testing.assert_close(c, lin.contributions[i], atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(b, lin.bias[i], atol=2e-5, rtol=1e-4)
 

@@ -1,0 +1,323 @@
+"""A user's own ``nn.Module`` as a dmlviewer model (issue 11: the Python door).
+
+Any module whose output is the embedding (a tensor, or a tuple/dict/object from which
+``output`` selects it) becomes a :class:`ModuleModel` with the interface every dmlviewer model
+has (``forward -> ModelOutput``, ``linearize``, ``head_function``, ``preprocess``,
+``group_slices``, ``dim``, ``config``), so the pair view, retrieval, evaluation, localization
+and correspondence work on it unchanged.
+
+- The feature map ``A`` is the output of ``feature_layer`` (a name as in ``named_modules()``),
+  taken by a forward hook; ``None`` picks the last module whose output is a spatial map.
+- The *head* is everything the forward computes after that layer. It is decomposed by the
+  Jacobian at this input (seed 000 Sec. 4, :mod:`.jacobian`):
+  ``C_ij = sum_c A_c,ij dE/dA_c,ij`` and ``B = E - sum_ij C_ij``. A
+  :class:`~.tail.TailRecorder` watches the head's ops: when all of them are linear or piecewise
+  linear (pooling, Linear, eval BatchNorm, ReLU/LeakyReLU, max, Dropout in eval, Flatten,
+  Identity) the decomposition is *exact* with the masks frozen (``rule`` :data:`~.output.EXACT`);
+  otherwise it is *first order* (:data:`~.output.FIRST_ORDER`) and the report names the ops.
+- A final L2 normalization of the output is recognized and stripped: ``embedding_raw`` is the
+  vector before it (seed 000 Eq. 3 decomposes the unnormalized embedding; the cosine is the same).
+- Replacing the hooked layer's output (``head_function``) re-runs the module with that map in
+  place of the layer's output, so Grad-CAM and the Jacobian see exactly the user's forward.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import ModelError
+from .jacobian import gradient_x_activation
+from .output import Linearization, ModelOutput
+from .tail import TailRecorder, TailReport
+
+log = logging.getLogger(__name__)
+
+OutputSelector = int | str | Callable[[Any], torch.Tensor] | None
+_OUTPUT_KEYS = ("embedding", "embeddings", "features", "feature", "pooler_output", "image_embeds")
+
+
+def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
+    """The embedding tensor (B x D) in a module's output.
+
+    ``output``: ``None`` (a tensor as it is; a tuple or list: its first element; a dict or an
+    object: the first of ``embedding embeddings features feature pooler_output image_embeds``),
+    an int (index into a tuple/list), a str (dict key or attribute), or a callable.
+    """
+    if callable(output):
+        value = output(result)
+    elif output is None:
+        if isinstance(result, torch.Tensor):
+            value = result
+        elif isinstance(result, (tuple, list)) and result:
+            value = result[0]
+        else:
+            value = None
+            for key in _OUTPUT_KEYS:
+                if isinstance(result, Mapping) and key in result:
+                    value = result[key]
+                    break
+                if not isinstance(result, Mapping) and hasattr(result, key):
+                    value = getattr(result, key)
+                    break
+            if value is None:
+                raise ModelError(f"the model returned a {type(result).__name__}: pass output= (an index, a key or "
+                                 "a function) to say which part is the embedding")
+    elif isinstance(output, int):
+        try:
+            value = result[output]
+        except (TypeError, IndexError, KeyError):
+            raise ModelError(f"output={output}: the model returned a {type(result).__name__} "
+                             "that has no such element") from None
+    elif isinstance(output, str):
+        value = result.get(output) if isinstance(result, Mapping) else getattr(result, output, None)
+        if value is None:
+            raise ModelError(f"output={output!r}: the model's {type(result).__name__} output has no such key or attribute")
+    else:
+        raise ModelError(f"output must be None, an int, a str or a function, got {type(output).__name__}")
+    if not isinstance(value, torch.Tensor):
+        raise ModelError(f"the selected output is a {type(value).__name__}, not a tensor")
+    if value.dim() == 4 and value.shape[-2:] == (1, 1):
+        value = value.flatten(1)
+    if value.dim() != 2:
+        raise ModelError(f"the embedding must be batch x dimensions, got shape {tuple(value.shape)} "
+                         "(select another output with output=)")
+    return value
+
+
+def spatial_layers(module: nn.Module, x: torch.Tensor) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, C x h x w)`` of every named module whose output is a spatial map (B x C x h x w,
+    h*w > 1), in the order they finish during one forward pass of ``x``."""
+    found: list[tuple[str, tuple[int, ...]]] = []
+    handles = []
+
+    def make(name):
+        def hook(_mod, _inp, out):
+            if isinstance(out, torch.Tensor) and out.dim() == 4 and out.shape[-1] * out.shape[-2] > 1:
+                found.append((name, tuple(out.shape[1:])))
+        return hook
+
+    for name, sub in module.named_modules():
+        if name:
+            handles.append(sub.register_forward_hook(make(name)))
+    try:
+        with torch.no_grad():
+            module(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return found
+
+
+def _outer_names(layers: list[tuple[str, tuple[int, ...]]]) -> list[str]:
+    """The distinct names of the least nested layers among ``layers`` (for messages)."""
+    names = list(dict.fromkeys(name for name, _ in layers))
+    depth = min((n.count(".") for n in names), default=0)
+    return [n for n in names if n.count(".") == depth]
+
+
+@dataclass
+class _Run:
+    """One forward pass: the layer's output, the selected output, the raw embedding, the report."""
+
+    feature_map: torch.Tensor
+    output: torch.Tensor
+    raw: torch.Tensor
+    report: TailReport
+
+
+class _Capture:
+    """One forward pass's business at the feature layer: keep (or replace) its output, then start
+    recording the head (see :class:`~.tail.TailRecorder`)."""
+
+    def __init__(self, layer_name: str, replace: torch.Tensor | None, recorder: TailRecorder,
+                 grad_tail: bool) -> None:
+        self.layer_name, self.replace, self.recorder, self.grad_tail = layer_name, replace, recorder, grad_tail
+        self.feature_map: torch.Tensor | None = None
+        self.calls = 0
+        self.recording = False
+
+    def __call__(self, out):
+        self.calls += 1
+        if self.calls > 1:
+            raise ModelError(f"feature layer {self.layer_name!r} runs more than once in a forward pass: "
+                             "choose a layer that runs once")
+        if not isinstance(out, torch.Tensor) or out.dim() != 4:
+            what = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ModelError(f"feature layer {self.layer_name!r} gives {what}, not a spatial map "
+                             "(batch x channels x height x width)")
+        if self.replace is not None:
+            if self.replace.shape != out.shape:
+                raise ModelError(f"replacement map {tuple(self.replace.shape)} does not match the layer's "
+                                 f"output {tuple(out.shape)}")
+            out = self.replace
+        if self.grad_tail:
+            if self.replace is None:  # differentiate the head with respect to this very map
+                out = out.detach().requires_grad_(True)
+            torch.set_grad_enabled(True)
+        self.recorder.start(out)
+        self.recorder.__enter__()
+        self.recording = True
+        self.feature_map = out
+        return out
+
+
+class ModuleModel(nn.Module):
+    """A live ``nn.Module`` with the dmlviewer model interface (see the module docstring).
+
+    ``preprocess`` (a :class:`~dmlviewer.core.data.transforms.Preprocess`) is how images become
+    the module's input. Construction runs one probe forward pass (eval mode) that checks the
+    layer, the output and the input size, and fixes ``dim`` and the decomposition rule."""
+
+    def __init__(self, module: nn.Module, feature_layer: str | None, preprocess,
+                 output: OutputSelector = None) -> None:
+        super().__init__()
+        while isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            module = module.module
+        self.net = module
+        self.output_selector = output
+        self._preprocess = preprocess
+        self._local = threading.local()  # the capture of the forward pass running in this thread
+        self._handle = None
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        probe = torch.zeros(1, 3, preprocess.size, preprocess.size, device=device)
+        was_training = module.training
+        module.eval()
+        try:
+            if feature_layer is None:
+                feature_layer = self._auto_layer(probe)
+            try:
+                self.layer = module.get_submodule(feature_layer)
+                self._handle = self.layer.register_forward_hook(self._hook)
+            except AttributeError:
+                raise ModelError(f"the model has no layer {feature_layer!r}; layers with spatial maps: "
+                                 f"{', '.join(_outer_names(spatial_layers(module, probe))[-8:]) or 'none'}") from None
+            self.feature_layer = feature_layer
+            with torch.no_grad():
+                run = self._run(probe)
+        finally:
+            module.train(was_training)
+        self._dim = int(run.raw.shape[1])
+        self.stride = max(1, preprocess.size // int(run.feature_map.shape[-2]))  # nominal, for resolutions
+        self.probe_report = run.report
+        self.config = {
+            "backbone": f"module:{type(module).__name__}", "feature_layer": feature_layer,
+            "pretrained": None, "pooling": "module", "grouping": "none", "groups": 1, "bn": False,
+            "hidden": 0, "multilayer": [], "dim": self._dim, "image_size": preprocess.size,
+            "mean": list(preprocess.mean), "std": list(preprocess.std),
+            "normalized_output": run.report.normalized, "source": "python",
+        }
+        log.info("%s: feature layer %s (%d x %d x %d at %d px), embedding %d, decomposition %s",
+                 type(module).__name__, feature_layer, *run.feature_map.shape[1:], preprocess.size,
+                 self._dim, run.report.explain())
+
+    # ------------------------------------------------------------------ interface
+    @property
+    def preprocess(self):
+        return self._preprocess
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def group_slices(self) -> list[slice]:
+        return [slice(0, self._dim)]
+
+    def forward(self, x: torch.Tensor) -> ModelOutput:
+        run = self._run(x)
+        raw = run.raw
+        return ModelOutput(F.normalize(raw.float(), dim=1), raw, run.feature_map, intermediates={"input": x})
+
+    def head_function(self, out: ModelOutput, index: int = 0):
+        """``A (1 x C x h x w) -> embedding_raw (1 x D)``: the module re-run on image ``index``
+        with ``A`` in place of the feature layer's output."""
+        x = out.intermediates["input"][index : index + 1]
+
+        def run(feature_map: torch.Tensor) -> torch.Tensor:
+            return self._run(x, replace=feature_map, grad_tail=torch.is_grad_enabled()).raw
+
+        return run
+
+    def linearize(self, out: ModelOutput) -> Linearization:
+        """Jacobian decomposition of the head at this input, batched over images (see the module
+        docstring); ``rule`` exact when the head's ops are piecewise linear, else first order.
+        Re-runs the module on ``out``'s input; :meth:`forward_decomposed` saves that pass."""
+        leaf = out.feature_map.detach().clone().requires_grad_(True)
+        return self._decompose(self._run(out.intermediates["input"], replace=leaf, grad_tail=True))
+
+    def forward_decomposed(self, x: torch.Tensor) -> tuple[ModelOutput, Linearization]:
+        """``forward`` and ``linearize`` from one pass through the module (the layers before the
+        feature map without a graph, the head with one)."""
+        run = self._run(x, grad_tail=True)
+        out = ModelOutput(F.normalize(run.raw.detach().float(), dim=1), run.raw.detach(),
+                          run.feature_map.detach(), intermediates={"input": x})
+        return out, self._decompose(run)
+
+    def _decompose(self, run: _Run) -> Linearization:
+        leaf = run.feature_map
+        with torch.enable_grad():
+            contributions = gradient_x_activation(run.raw, leaf)
+        raw = run.raw.detach()
+        bias = raw.float() - contributions.sum(1)
+        report = run.report
+        if report.rule != "exact":
+            log.info("decomposition of %s is first order: %s", self.config["backbone"], report.explain())
+        return Linearization(contributions, bias, tuple(leaf.shape[-2:]), rule=report.rule,
+                             frozen=tuple(report.frozen), reason=report.explain() if report.rule != "exact" else "")
+
+    def describe_rule(self) -> str:
+        """The decomposition rule, with its reason, for the UI."""
+        return self.probe_report.explain()
+
+    # ------------------------------------------------------------------ internals
+    def _auto_layer(self, probe: torch.Tensor) -> str:
+        layers = spatial_layers(self.net, probe)
+        if not layers:
+            raise ModelError("the model has no layer with a spatial output map (batch x channels x height x "
+                             "width); pass feature_layer=")
+        name = layers[-1][0]
+        log.info("feature layer not given: using %s (%s), the last spatial map", name, "x".join(map(str, layers[-1][1])))
+        return name
+
+    def _hook(self, _module, _inputs, out):
+        """The layer's one forward hook: a no-op unless this thread is inside :meth:`_run` (the
+        module may run elsewhere, or in several threads at once)."""
+        capture = getattr(self._local, "capture", None)
+        return None if capture is None else capture(out)
+
+    def _run(self, x: torch.Tensor, replace: torch.Tensor | None = None, grad_tail: bool = False) -> _Run:
+        recorder = TailRecorder()
+        hook = _Capture(self.feature_layer, replace, recorder, grad_tail)
+        if getattr(self._local, "capture", None) is not None:
+            raise ModelError("the model's forward pass was re-entered from inside itself")
+        self._local.capture = hook
+        previous = torch.is_grad_enabled()
+        try:
+            if grad_tail:
+                torch.set_grad_enabled(False)  # the layers before the hook need no graph
+            try:
+                result = self.net(x)
+            except ModelError:
+                raise
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise ModelError(f"the model failed on a {x.shape[0]} x {x.shape[1]} x {x.shape[2]} x "
+                                 f"{x.shape[3]} input: {first} (dmlviewer feeds RGB images resized to the "
+                                 "preprocessing size: check size= or transform=)") from None
+        finally:
+            if hook.recording:
+                recorder.__exit__(None, None, None)
+            self._local.capture = None
+            torch.set_grad_enabled(previous)
+        if hook.feature_map is None:
+            raise ModelError(f"feature layer {self.feature_layer!r} did not run in the forward pass")
+        output = select_output(result, self.output_selector)
+        return _Run(hook.feature_map, output, recorder.raw_for(output), recorder.report(output))

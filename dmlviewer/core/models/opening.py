@@ -1,0 +1,193 @@
+"""One way in for every model (issue 11): a checkpoint, a pretrained backbone, or a live module.
+
+:func:`open_model` turns any of these into a model with the one interface the rest of dmlviewer
+uses (``forward -> ModelOutput``, ``linearize``, ``head_function``, ``preprocess``,
+``group_slices``, ``dim``, ``config``) plus an ``info`` dict saying where it came from:
+
+- a dmlviewer checkpoint file (``load_checkpoint``; made by training or by ``import-model``);
+- ``imagenet:BACKBONE``: a backbone with its ImageNet weights and no training, the embedding
+  being the GAP of its last map (no projection), so real photographs can be looked at before
+  any training;
+- an ``nn.Module`` from Python: a timm vision transformer (:func:`vit_from_module`) or any
+  other module (:class:`.module_model.ModuleModel`), with ``feature_layer``, ``output`` and the
+  preprocessing (``transform``) the user gives.
+
+``info["sha256"]`` identifies the model's weights (the file's hash for a checkpoint, a hash of
+the state dict otherwise), so that feature files can be matched to the model that made them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import ModelError
+from .model import EmbeddingModel
+from .projection import Projection
+from .vit import TokenHead, ViTBackbone
+
+log = logging.getLogger(__name__)
+
+PRETRAINED_PREFIX = "imagenet:"
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """SHA-256 of the config and every tensor of the state dict (order of keys)."""
+    digest = hashlib.sha256(json.dumps(getattr(model, "config", {}), sort_keys=True, default=str).encode())
+    for key, value in model.state_dict().items():
+        digest.update(key.encode())
+        tensor = value.detach().cpu().contiguous()
+        digest.update(str(tensor.dtype).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def pretrained_config(backbone: str, image_size: int | None = None) -> dict:
+    """The config of an untrained embedding model on an ImageNet backbone: GAP of the last map,
+    no projection (``dim`` 0), the backbone's usual input size."""
+    from .model import check_config
+
+    size = image_size or (299 if backbone == "inception_v3" else 224)
+    return check_config({"backbone": backbone, "pretrained": "imagenet", "pooling": "gap", "dim": 0,
+                         "image_size": size})
+
+
+def as_preprocess(transform: Any = None, size: int | None = None, default_size: int = 224):
+    """A :class:`~dmlviewer.core.data.transforms.Preprocess` from what a user passes:
+    ``None`` (ImageNet statistics at ``size`` or ``default_size``), a ``Preprocess``, a dict with
+    ``size``/``mean``/``std``, or a torchvision transform (``Resize``, ``CenterCrop`` and
+    ``Normalize`` are read from it; dmlviewer stretches the whole image instead of cropping, so
+    maps cover all of it)."""
+    from dmlviewer.core.data.transforms import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+
+    if isinstance(transform, Preprocess):
+        return transform.with_size(size) if size else transform
+    if transform is None:
+        return Preprocess(int(size or default_size))
+    if isinstance(transform, dict):
+        unknown = set(transform) - {"size", "mean", "std"}
+        if unknown:
+            raise ModelError(f"transform dict keys are size, mean and std; got {', '.join(sorted(unknown))}")
+        return Preprocess(int(size or transform.get("size", default_size)), tuple(transform.get("mean", IMAGENET_MEAN)),
+                          tuple(transform.get("std", IMAGENET_STD)))
+    steps = getattr(transform, "transforms", [transform])
+    found: dict[str, Any] = {}
+    for step in steps:
+        kind = type(step).__name__
+        if kind in ("Resize", "CenterCrop", "RandomResizedCrop"):
+            value = step.size if isinstance(step.size, int) else max(step.size)
+            if kind == "CenterCrop" or "size" not in found:  # the crop is the size the model sees
+                found["size"] = int(value)
+            if kind == "CenterCrop":
+                log.info("the transform crops the centre; dmlviewer resizes the whole image to %d px instead", value)
+        elif kind == "Normalize":
+            found["mean"], found["std"] = tuple(float(v) for v in step.mean), tuple(float(v) for v in step.std)
+    if not found:
+        raise ModelError(f"cannot read a size or normalization from the transform {type(transform).__name__}: "
+                         "pass transform=dict(size=..., mean=..., std=...)")
+    return Preprocess(int(size or found.get("size", default_size)), found.get("mean", IMAGENET_MEAN),
+                      found.get("std", IMAGENET_STD))
+
+
+def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer: str | None = None,
+               output: Any = None, transform: Any = None, size: int | None = None) -> tuple[nn.Module, dict]:
+    """``(model in eval mode on device, info)`` from a checkpoint path, ``imagenet:BACKBONE``, a
+    dmlviewer model or any ``nn.Module`` (see the module docstring). ``info``: ``source``
+    (``checkpoint``, ``pretrained`` or ``python``), ``sha256``, ``path``, ``epoch``,
+    ``metrics``, ``rule`` (the decomposition rule, one line)."""
+    from .checkpoint import load_checkpoint
+    from .device import resolve_device
+    from .model import build_model
+    from .module_model import ModuleModel
+    from .vit import is_vit
+
+    dev = resolve_device(device)
+    if isinstance(source, (str, os.PathLike)):
+        text = str(source)
+        if text.startswith(PRETRAINED_PREFIX):
+            config = pretrained_config(text[len(PRETRAINED_PREFIX):], size)
+            model = build_model(config, dev).eval()
+            info = {"source": "pretrained", "path": text, "epoch": 0, "metrics": {}, "config": config}
+        else:
+            model, info = load_checkpoint(Path(text).expanduser(), dev)
+            info = {**info, "source": "checkpoint"}
+            if size:
+                model.config["image_size"] = int(size)
+    elif isinstance(source, (EmbeddingModel, ModuleModel)):
+        model = source.to(dev).eval()
+        info = {"source": "python", "path": None, "epoch": None, "metrics": {}, "config": model.config}
+    elif isinstance(source, nn.Module):
+        source = source.to(dev).eval()
+        default_size = _module_size(source)
+        preprocess = as_preprocess(transform, size, default_size)
+        if is_vit(source):
+            model = vit_from_module(source, preprocess).eval()
+        else:
+            model = ModuleModel(source, feature_layer, preprocess, output).eval()
+        info = {"source": "python", "path": None, "epoch": None, "metrics": {}, "config": model.config}
+    else:
+        raise ModelError(f"cannot open a model from a {type(source).__name__}: pass a checkpoint path, "
+                         "'imagenet:BACKBONE' or a torch.nn.Module")
+    info.setdefault("sha256", None)
+    if not info["sha256"]:
+        info["sha256"] = model_fingerprint(model)
+    info["rule"] = describe_rule(model)
+    return model, info
+
+
+def vit_from_module(vit: nn.Module, preprocess, pool: str | None = None, name: str | None = None):
+    """A user's timm vision transformer (its own modules, shared, not copied) as an
+    :class:`~dmlviewer.core.models.model.EmbeddingModel`: feature map on the patch-token grid,
+    head per ``pool`` (default: timm's own ``global_pool``), projection = the model's ``head``."""
+    pool = pool or ("gap" if vit.global_pool == "avg" else "token")
+    if pool == "token" and vit.global_pool not in ("token", ""):
+        log.warning("the transformer was built with global_pool=%r; reading out its class token", vit.global_pool)
+    head = vit.head
+    width = int(vit.embed_dim)
+    if isinstance(head, nn.Linear):
+        projection = Projection(width, head.out_features)
+        projection.out = head
+    elif isinstance(head, nn.Identity):
+        projection = Projection(width, width, final=False)
+    else:
+        raise ValueError(f"the transformer's head is a {type(head).__name__}: only Linear or Identity is supported")
+    backbone = ViTBackbone(vit, len(vit.blocks) - 1 if pool == "token" else len(vit.blocks), name or type(vit).__name__)
+    config = {
+        "backbone": f"module:{type(vit).__name__}", "pretrained": None, "pooling": pool, "gem_p": 3.0,
+        "gem_learnable": False, "bn": False, "hidden": 0, "grouping": "none", "groups": 1,
+        "dim": projection.out_dim, "multilayer": [], "image_size": preprocess.size,
+        "mean": list(preprocess.mean), "std": list(preprocess.std), "source": "python",
+    }
+    return EmbeddingModel(config, backbone, TokenHead(vit, pool, projection))
+
+
+def _module_size(module: nn.Module) -> int:
+    """The input size a module says it expects (timm's ``pretrained_cfg``), else 224."""
+    cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
+    size = cfg.get("input_size") if isinstance(cfg, dict) else None
+    return int(size[-1]) if size else 224
+
+
+def describe_rule(model: nn.Module) -> str:
+    """The decomposition rule of ``model`` in one line, without running it: what the UI shows
+    next to the maps (the exact rule per pair comes with each ``Linearization``)."""
+    describe = getattr(model, "describe_rule", None)
+    if callable(describe):
+        return describe()
+    from .model import frozen_quantities
+
+    head = getattr(model, "head", None)
+    if isinstance(head, TokenHead):
+        if head.pool == "token":
+            return ("exact (last block's attention weights, LayerNorm scales and activation gates frozen at "
+                    "this input; Ali et al. 2022)")
+        return "exact (LayerNorm scales frozen at this input)"
+    frozen = frozen_quantities(model.config)
+    return "exact" + (f" ({', '.join(frozen)} frozen at this input)" if frozen else "")
