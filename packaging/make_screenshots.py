@@ -323,7 +323,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     pair_view.matches_n.setValue(MATCHES)
     pair_view.matches_box.setChecked(True)
     pair_view.link.pin(0, *pin)
-    yield Wait("features, neighbours and thumbnails", timeout_s=120,
+    yield Wait("features, neighbours and thumbnails", timeout_s=900,
                done=lambda: window.features is not None and bool(window.retrieval.results)
                and not window.loader.busy and not runner.busy)
     yield delay(300)
@@ -348,7 +348,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         resize(evaluation, EVALUATION_SIZE)
         evaluation.out.setText(str(work / "demo-test.h5"))
         job = evaluation.start()
-        yield wait_job(runner, job, "the evaluation", 120)
+        yield wait_job(runner, job, "the evaluation", 900)
         check_job(job)
 
     # 4. localization and part correspondence
@@ -360,10 +360,10 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         localization.limit.setValue(LOCALIZATION_IMAGES)
         localization.max_pairs.setValue(CORRESPONDENCE_PAIRS)
         job = localization.run_localization()
-        yield wait_job(runner, job, "the localization", 240)
+        yield wait_job(runner, job, "the localization", 1800)
         check_job(job)
         job = localization.run_correspondence()
-        yield wait_job(runner, job, "the correspondence", 240)
+        yield wait_job(runner, job, "the correspondence", 1800)
         check_job(job)
         yield delay(300)
         if "localization" in shots:
@@ -380,7 +380,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         resize(embedding, EMBEDDING_SIZE)
         embedding.set_features(str(work / "demo-test.h5"))
         job = embedding.project("pca")
-        yield wait_job(runner, job, "the projection", 120)
+        yield wait_job(runner, job, "the projection", 600)
         check_job(job)
         yield delay(300)
         save(embedding, out / "embedding.png")
@@ -397,13 +397,13 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         if job is None:
             raise RuntimeError(f"the training dialog refused to start: {dialog.problems_list()}")
         # Mid-run: after the evaluation of epoch SHOT_EPOCH, with the next epoch under way.
-        yield Wait(f"the evaluation of epoch {SHOT_EPOCH}", signal=runner.job_progress, timeout_s=240,
+        yield Wait(f"the evaluation of epoch {SHOT_EPOCH}", signal=runner.job_progress, timeout_s=1800,
                    accept=lambda j, event: j is job and event.kind == "eval"
                    and (event.data or {}).get("epoch", 0) >= SHOT_EPOCH, done=lambda: job.ended)
         check_running(job)
         yield delay(600)  # the monitor's refresh timer draws the new points
         save(dialog, out / "training_dialog.png")
-        yield wait_job(runner, job, "the end of the training run", 240)
+        yield wait_job(runner, job, "the end of the training run", 1800)
         check_job(job)
 
 

@@ -56,6 +56,24 @@ ADVERSARIAL_LABELS = {
 }
 PRETRAINED_CHOICES = [("none", "none (random init)"), ("imagenet", "ImageNet (from cache)"),
                       ("file", "local file...")]
+#: Display names of option values (the value itself, as the command line takes it, in brackets).
+VALUE_LABELS = {
+    "loss": {"contrastive": "Contrastive", "triplet": "Triplet", "margin": "Margin",
+             "binomial": "Binomial deviance", "ms": "Multi-similarity", "proxy_nca": "Proxy-NCA"},
+    "miner": {"auto": "Automatic (the loss's own)", "none": "None (all pairs)", "semihard": "Semi-hard",
+              "multi_similarity": "Multi-similarity", "distance_weighted": "Distance-weighted"},
+    "pooling": {"gap": "Global average", "gmp": "Global max", "gem": "Generalized mean (GeM)"},
+    "optimizer": {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"},
+    "scheduler": {"constant": "Constant", "cosine": "Cosine"},
+    "protocol": {"default": "Default for the format", "zero-shot": "Zero-shot (class halves)",
+                 "official": "Official split"},
+    "amp": {"auto": "Automatic (on with CUDA)", "on": "On", "off": "Off"},
+}
+
+
+def _labelled_values(name: str, values) -> list[tuple[Any, str]]:
+    labels = VALUE_LABELS.get(name, {})
+    return [(v, f"{labels[v]} ({v})" if v in labels else str(v)) for v in values]
 #: Attributes of the core's loss modules that are the losses' hyper-parameters.
 _LOSS_PARAMS = ("margin", "pos_margin", "neg_margin", "alpha", "beta", "base", "nu",
                 "scale_pos", "scale_neg", "softmax_scale", "balanced")
@@ -192,19 +210,19 @@ class TrainingForm(QWidget):
         w: dict[str, QWidget] = {}
         w["dataset"] = PathEdit("dir", "Choose the dataset folder")
         w["format"] = _combo([(None, "detect")] + [(f, f) for f in FORMATS])
-        w["protocol"] = _combo(PROTOCOLS)
+        w["protocol"] = _combo(_labelled_values("protocol", PROTOCOLS))
         w["out"] = PathEdit("dir", "Choose the run folder")
         w["resume"] = QCheckBox("resume from RUN/checkpoint.pt")
         w["backbone"] = _combo(BACKBONES)
         w["pretrained"] = _combo(PRETRAINED_CHOICES)
         self.pretrained_file = PathEdit("open", "Choose backbone weights", "Weights (*.pt *.pth);;All files (*)")
-        w["pooling"] = _combo(POOLINGS)
+        w["pooling"] = _combo(_labelled_values("pooling", POOLINGS))
         w["grouping"] = _combo([(g, GROUPING_LABELS.get(g, g)) for g in GROUPINGS])
         w["groups"] = _spin(1, 64)
         w["dim"] = _spin(1, 4096, 16)
         w["image_size"] = _spin(32, 1024, 32)
-        w["loss"] = _combo(METRIC_LOSSES)
-        w["miner"] = _combo(MINERS)
+        w["loss"] = _combo(_labelled_values("loss", METRIC_LOSSES))
+        w["miner"] = _combo(_labelled_values("miner", MINERS))
         w["binomial"] = _combo(tuple(BINOMIAL_PRESETS))
         w["diversity"] = _dspin(0, 100, 0.1, 3)
         w["adversarial"] = _combo([(a, ADVERSARIAL_LABELS.get(a, a)) for a in ADVERSARIAL_MODES])
@@ -220,10 +238,10 @@ class TrainingForm(QWidget):
         w["lr"] = _dspin(1e-7, 10, 1e-5, 7)
         w["head_lr_mult"] = _dspin(0.001, 1000, 1, 3)
         w["weight_decay"] = _dspin(0, 1, 1e-4, 6)
-        w["optimizer"] = _combo(OPTIMIZERS)
-        w["scheduler"] = _combo(SCHEDULERS)
+        w["optimizer"] = _combo(_labelled_values("optimizer", OPTIMIZERS))
+        w["scheduler"] = _combo(_labelled_values("scheduler", SCHEDULERS))
         w["device"] = _combo([("auto", "auto")] + [(d, d) for d in available_devices()])
-        w["amp"] = _combo(AMP_MODES)
+        w["amp"] = _combo(_labelled_values("amp", AMP_MODES))
         w["num_workers"] = _spin(0, 64)
         w["eval_every"] = _spin(0, 1000)
         w["eval_every"].setSpecialValueText("last epoch only")
