@@ -213,7 +213,8 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
     startup.mark("window")
     log.info("dmlviewer started; log file %s", log_path)
     if dataset or checkpoint or features or demo:
-        window.open_in_background(dataset=dataset, fmt=fmt, checkpoint=checkpoint, features=features, demo=demo)
+        window.open_in_background(dataset=dataset, fmt=fmt, checkpoint=checkpoint, features=features,
+                                  demo=demo_paths if demo else None)
         watch = QTimer(window, interval=50)
 
         def milestones() -> None:

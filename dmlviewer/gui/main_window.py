@@ -17,6 +17,7 @@ import hashlib
 import logging
 import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -370,11 +371,12 @@ class MainWindow(QMainWindow):
 
     def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
                            checkpoint: str | None = None, features: str | None = None,
-                           demo: bool = False) -> None:
-        """Open these files (``demo``: the demo dataset, generated on first use, and the shipped
-        checkpoint) without blocking the window: a thread reads them (the torch import, the
-        checkpoint, the listing), then they are applied here as ``open_*`` would. Failures
-        become the same dialogs. ``loading`` is True meanwhile."""
+                           demo: Callable[[], tuple] | None = None) -> None:
+        """Open these files without blocking the window: a thread reads them (the torch import,
+        the checkpoint, the listing), then they are applied here as ``open_*`` would. ``demo``:
+        a function giving ``(dataset folder, checkpoint or None)`` to open instead (the app's
+        ``demo_paths``, which may first generate the data). Failures become the same dialogs.
+        ``loading`` is True meanwhile."""
         self.loading = True
         self.pair_view.info.setText("Loading…")
         self.statusBar().showMessage("Loading…")
@@ -391,12 +393,10 @@ class MainWindow(QMainWindow):
                     pass
 
             nonlocal dataset, checkpoint
-            if demo:
+            if demo is not None:
                 try:
-                    from dmlviewer.gui.app import demo_paths
-
                     step("Preparing the demo dataset (generated on the first start, a few seconds)…")
-                    root, shipped = demo_paths()
+                    root, shipped = demo()
                     dataset, checkpoint = str(root), checkpoint or (str(shipped) if shipped else None)
                     if shipped is None:
                         result["notice"] = ("No demo checkpoint in this build (resources/demo_checkpoint.pt): "

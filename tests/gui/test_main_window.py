@@ -125,7 +125,7 @@ def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
 @pytest.mark.slow
 def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_root, agroup_ckpt):
     shot = tmp_path / "shot.png"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"),  # QT_QPA_PLATFORM: conftest's desktop screen
                XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
     done = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--dataset", str(demo_root),
                            "--checkpoint", str(agroup_ckpt), "--screenshot", str(shot), "--pin",

@@ -18,7 +18,11 @@ Also reported, to judge what the viewer shows:
   mean share of the reference's area covered by the part (the chance level of both accuracies).
 - ``matches_on_object`` / ``matches_same_part``: of the top ``MATCHES`` point-to-point matches
   of each pair (:meth:`.PairExplanation.correspondences`, what "Matches" draws), the share whose
-  two ends both lie on the object (any part), and on the same part.
+  two ends both lie on the object (any part), and on the same part. A match joins two grid
+  cells; an end lies on a part when the part covers some of the middle of its cell (the central
+  half in each direction, where the marker is drawn): on a coarse grid a thin part rarely
+  covers the exact centre pixel of the cell it fills most of. The same part: the part covering
+  most of the middle of each end's cell.
 - ``group_diversity`` (grouping heads only, else None): how different the groups' maps are. For
   each image of each pair and each group p, the group's decomposition map ``m_p`` (positive part
   of its point-to-point tensor summed over the other image: where that image supports the
@@ -114,7 +118,8 @@ def correspond(
             chance += float(mask_r.mean())
             cases += 1
         for m in pair.correspondences(MATCHES):
-            part_q, part_r = _part_at(masks_q, m["query_xy"]), _part_at(masks_r, m["reference_xy"])
+            part_q = _part_at(masks_q, m["query_xy"], pair.grid_query)
+            part_r = _part_at(masks_r, m["reference_xy"], pair.grid_reference)
             matches += 1
             on_object += part_q is not None and part_r is not None
             same_part += part_q is not None and part_q == part_r
@@ -134,12 +139,16 @@ def correspond(
     yield Progress("done", len(pairs), len(pairs), data={"result": result})
 
 
-def _part_at(masks: dict[str, np.ndarray], xy: tuple[float, float]) -> str | None:
-    """The part under pixel ``xy`` (core coordinates), or None off the object."""
-    for name, mask in masks.items():
-        x = min(max(int(round(xy[0])), 0), mask.shape[1] - 1)
-        y = min(max(int(round(xy[1])), 0), mask.shape[0] - 1)
-        if mask[y, x]:
-            return name
-    return None
+def _part_at(masks: dict[str, np.ndarray], xy: tuple[float, float], grid: tuple[int, int]) -> str | None:
+    """The part covering most of the middle of the grid cell centred at pixel ``xy`` (the
+    central half of the cell in each direction), or None when no part reaches it."""
+    if not masks:
+        return None
+    h, w = next(iter(masks.values())).shape
+    rx, ry = w / grid[1] / 4.0, h / grid[0] / 4.0
+    x0, x1 = max(int(np.floor(xy[0] - rx + 0.5)), 0), min(int(np.ceil(xy[0] + rx + 0.5)), w)
+    y0, y1 = max(int(np.floor(xy[1] - ry + 0.5)), 0), min(int(np.ceil(xy[1] + ry + 0.5)), h)
+    cover = {name: int(mask[y0:y1, x0:x1].sum()) for name, mask in masks.items()}
+    name = max(cover, key=cover.get)
+    return name if cover[name] > 0 else None
 
