@@ -278,8 +278,8 @@ class PairView(QWidget):
         self.method_combo.setCurrentIndex(self.method_combo.findData(method))
 
     def set_model(self, model, device: str = "cpu") -> None:
-        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair).
-        Call :meth:`set_grad_bank` first when the model comes with Grad-CAM weights."""
+        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair). A new
+        model drops the Grad-CAM weights (:meth:`set_grad_bank` gives its own afterwards)."""
         if model is not self.model:  # Grad-CAM weights belong to one model
             self.grad_bank = None
             self._grad_missing = None
