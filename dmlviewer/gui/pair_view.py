@@ -113,11 +113,17 @@ class _MatchLines(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.Antialiasing)
         q, r = self.panes
+        top = max((float(m["score"]) for m in self.matches), default=0.0)
         for k, m in enumerate(self.matches):
             # The layer covers its parent (the panes' container) exactly: parent coordinates.
             a = q.mapTo(self.parentWidget(), q.map_to_widget(*m["query_xy"]).toPoint())
             b = r.mapTo(self.parentWidget(), r.map_to_widget(*m["reference_xy"]).toPoint())
-            painter.setPen(QPen(QColor(MARKER_COLORS[k % len(MARKER_COLORS)]), 2))
+            # A line is as strong as its match: weak matches (picked once the strong cells are
+            # used up) are drawn thin and faint, not like the best one.
+            strength = float(m["score"]) / top if top > 0 else 1.0
+            color = QColor(MARKER_COLORS[k % len(MARKER_COLORS)])
+            color.setAlphaF(0.25 + 0.75 * strength)
+            painter.setPen(QPen(color, 1.0 + 2.0 * strength))
             painter.drawLine(QPointF(a), QPointF(b))
         painter.end()
 
