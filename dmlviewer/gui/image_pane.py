@@ -129,7 +129,6 @@ class ImagePane(QWidget):
         self.readout.setObjectName("paneReadout")
         self.readout.setTextFormat(Qt.RichText)
         self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
-        self.readout.setWordWrap(True)
         self.readout.move(6, 4)
         self.readout.hide()
 
@@ -241,8 +240,6 @@ class ImagePane(QWidget):
             return
         if html != self.readout.text():
             self.readout.setText(html)
-            # Within the image's part of the view, left of the colour bar (wrapping if need be).
-            self.readout.setMaximumWidth(max(120, self.graphics.width() - COLORBAR_AXIS_WIDTH - 40))
             self.readout.adjustSize()
         self.readout.show()
         self.readout.raise_()

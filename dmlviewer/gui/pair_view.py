@@ -551,8 +551,7 @@ class PairView(QWidget):
         text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
         if share is not None:
             text += f": this position explains {100.0 * share:+.2f}% of the similarity"
-            other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity "
-                               f"({'pinned' if pinned else 'hovered'} {SIDE_NAMES[side]} point)")
+            other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity")
         if pinned:
             text += "   [pinned, Esc to release]"
         self.status_message.emit(text)
