@@ -86,6 +86,7 @@ class GroupTabs(QWidget):
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
         self._renderers: dict[int, object] = {}
+        self._scale = 1.0  # colour scale of the group-wise partial maps (see _build_renderers)
 
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
@@ -287,11 +288,14 @@ class GroupTabs(QWidget):
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))
         lut = overlay_lut("jet")
+        # The pair view's whole-pair scale: a group's partial map is coloured by how much of the
+        # cosine it carries, comparable across groups and with the pair view.
+        self._scale = float(np.abs(e.point_to_point).max()) or 1.0
         for side in (QUERY, REFERENCE):
             other = 1 - side
             self._renderers[side] = HoverRenderer(
                 p2p if side == QUERY else p2p.T, shapes[side], grids[side],
-                overlay_shape(shapes[other]), grids[other], lut=lut)
+                overlay_shape(shapes[other]), grids[other], lut=lut, scale=self._scale)
 
     def _render_partial(self, side: int, x: float, y: float):
         renderer = self._renderers.get(side)
@@ -303,7 +307,15 @@ class GroupTabs(QWidget):
             return None
 
     def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
-        self.panes[1 - side].set_colorbar("jet", False, (0.0, 1.0), f"group {self.group + 1} partial map")
+        other = self.panes[1 - side]
+        other.set_colorbar("jet", False, (0.0, self._scale), f"group {self.group + 1}: contribution to the cosine")
+        renderer, e = self._renderers.get(side), self.explanation
+        if renderer is not None and e is not None and e.similarity:
+            try:
+                share = float(renderer.grid_map(x, y).sum(dtype=np.float64)) / float(e.similarity)
+                other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity (group {self.group + 1})")
+            except ValueError:  # a point on the very border
+                other.show_readout(None)
         self.status_message.emit(f"group {self.group + 1}, {SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
                                  + ("   [pinned, Esc to release]" if pinned else ""))
 

@@ -64,10 +64,14 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
     side, x, y = tabs.link.hover
     from dmlviewer.core.explain.hover import HoverRenderer
 
-    want = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
-                         overlay_shape(expl.image_shape_reference), expl.grid_reference,
-                         lut=overlay_lut("jet")).render(x, y)
-    np.testing.assert_array_equal(r.overlay_image(), want)
+    # on the pair view's whole-pair scale, so that groups compare with each other
+    scale = float(np.abs(expl.point_to_point).max())
+    renderer = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
+                             overlay_shape(expl.image_shape_reference), expl.grid_reference,
+                             lut=overlay_lut("jet"), scale=scale)
+    np.testing.assert_array_equal(r.overlay_image(), renderer.render(x, y))
+    share = 100.0 * float(renderer.grid_map(x, y).sum()) / expl.similarity
+    assert f"{share:+.1f}%" in r.readout.text() and "group 3" in r.readout.text()
 
 
 def test_a_model_without_groups_explains_the_empty_area(window, demo_root, small_ckpt, wait_ready, qtbot):
