@@ -17,11 +17,11 @@ Also reported, to judge what the viewer shows:
 - ``chance_accuracy``: the accuracy of a peak drawn uniformly over the reference image, the
   mean share of the reference's area covered by the part (the chance level of both accuracies).
 - ``matches_on_object`` / ``matches_same_part``: of the top ``MATCHES`` point-to-point matches
-  of each pair (:meth:`.PairExplanation.correspondences`, what "Matches" draws, each line as
-  strong as its score), the share of their summed scores held by matches whose two ends both
-  lie on the object (any part), and on the same part. (Weighted by score because the matches
-  are spread out: once the object's cells are used up, the remaining ones are weak and drawn
-  faint.) A match joins two grid
+  of each pair (:meth:`.PairExplanation.correspondences`, what "Matches" draws), the share
+  whose two ends both lie on the object (any part), and on the same part;
+  ``matches_score_on_object``: the share of their summed scores held by the matches on the
+  object (the matches are spread out, so once the object's cells are used up the remaining
+  ones are weak; the pair view draws each line as strong as its score). A match joins two grid
   cells; an end lies on a part when the part covers some of the middle of its cell (the central
   half in each direction, where the marker is drawn): on a coarse grid a thin part rarely
   covers the exact centre pixel of the cell it fills most of. The same part: the part covering
@@ -99,7 +99,8 @@ def correspond(
     log.info("part correspondence on %d same-class pairs", len(pairs))
     partial_hits = overall_hits = cases = 0
     chance = 0.0
-    matches = on_object = same_part = 0.0
+    matches = on_object = same_part = 0
+    score_total = score_on_object = 0.0
     diversities: list[float] = []
     clock = EtaClock(len(pairs))
     for k, (q, r) in enumerate(pairs):
@@ -123,10 +124,12 @@ def correspond(
         for m in pair.correspondences(MATCHES):
             part_q = _part_at(masks_q, m["query_xy"], pair.grid_query)
             part_r = _part_at(masks_r, m["reference_xy"], pair.grid_reference)
-            score = float(m["score"])
-            matches += score
-            on_object += score * (part_q is not None and part_r is not None)
-            same_part += score * (part_q is not None and part_q == part_r)
+            joined = part_q is not None and part_r is not None
+            matches += 1
+            on_object += joined
+            same_part += part_q is not None and part_q == part_r
+            score_total += float(m["score"])
+            score_on_object += float(m["score"]) * joined
         if pair.num_groups > 1:
             diversities.extend(group_diversity(pair))
         yield Progress("step", k + 1, len(pairs), "correspond", eta_s=clock.eta(k + 1))
@@ -138,6 +141,7 @@ def correspond(
         "chance_accuracy": chance / cases if cases else 0.0,
         "matches_on_object": on_object / matches if matches else 0.0,
         "matches_same_part": same_part / matches if matches else 0.0,
+        "matches_score_on_object": score_on_object / score_total if score_total > 0 else 0.0,
         "group_diversity": float(np.mean(diversities)) if diversities else None,
     }
     yield Progress("done", len(pairs), len(pairs), data={"result": result})

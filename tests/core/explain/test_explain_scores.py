@@ -100,7 +100,8 @@ def test_correspond_counts_and_baseline_bound(model, dataset):
 
     result = run_to_end(correspond(model, dataset, split="test", max_pairs=6))
     assert set(result) == {"partial_map_accuracy", "overall_map_accuracy", "num_pairs", "num_parts",
-                           "chance_accuracy", "matches_on_object", "matches_same_part", "group_diversity"}
+                           "chance_accuracy", "matches_on_object", "matches_same_part", "matches_score_on_object",
+                           "group_diversity"}
     assert result["num_pairs"] == 6
     assert result["num_parts"] == 3 * 6  # head, body and tail in every demo image
     # the overall map has one peak per pair and the parts are disjoint: at most 1 hit in 3
@@ -111,6 +112,7 @@ def test_correspond_counts_and_baseline_bound(model, dataset):
              for mask in load_part_masks(dataset, r).values()]
     assert result["chance_accuracy"] == pytest.approx(np.mean(areas))
     assert 0.0 <= result["matches_same_part"] <= result["matches_on_object"] <= 1.0
+    assert 0.0 <= result["matches_score_on_object"] <= 1.0
     assert result["group_diversity"] is None  # no grouping head
 
 
