@@ -14,7 +14,10 @@ before the QApplication exists), so the user's own settings never show and the d
 generated afresh.
 
 Screenshots (1600 x 950: the main window, the training dialog and the localization view;
-900 x 600: the evaluation view):
+900 x 600: the evaluation view; 980 x 700: the embedding view). ``--fit`` leaves every window
+at the size the app gives it on the screen it runs on (to look at a 1366 x 768 laptop's view:
+``xvfb-run -s "-screen 0 1366x768x24" ... --fit --out /tmp/shots-768``); ``--quick`` runs
+fewer localization images and correspondence pairs (for looking, not for the README):
 
 - ``pair_view.png``: a same-class pair of the test split (classes unseen in training), a point
   pinned on the query's tail (the centroid of its part mask, ``core.data.load_part_masks``)
@@ -36,6 +39,8 @@ Screenshots (1600 x 950: the main window, the training dialog and the localizati
 - ``faithfulness.png``: the Faithfulness tab of the same window after a faithfulness run of
   every map of the demo checkpoint over 40 test pairs (oracle on 4).
 - ``pair_faithfulness.png``: Tools > Faithfulness of This Pair on the pair of ``pair_view.png``.
+- ``embedding.png``: the embedding view (Tools menu), PCA of those test features, coloured by
+  class with its legend.
 
 A step that does not finish within its timeout ends the script with status 1 (what was
 already written stays).
@@ -60,8 +65,9 @@ log = logging.getLogger("make_screenshots")
 WINDOW_SIZE = (1600, 950)
 #: Size of the training dialog and the localization view.
 TOOL_SIZE = (1600, 950)
-#: Size of the evaluation view (a table of one column needs less room).
+#: Size of the evaluation view (a table of one column needs less room) and the embedding view.
 EVALUATION_SIZE = (900, 600)
+EMBEDDING_SIZE = (980, 700)
 #: Part of the query whose centroid is pinned.
 PIN_PART = "tail"
 #: Same-class test pairs tried (in the correspondence evaluation's order) for the pin.
@@ -82,11 +88,13 @@ TRAIN_OPTIONS = {"backbone": "small_cnn", "pooling": "gap", "grouping": "a", "gr
 SHOT_EPOCH = 3
 #: PNGs larger than this are reduced to 256 colours.
 MAX_BYTES = 400_000
-SHOTS = ("pair_view", "group_tabs", "evaluation", "localization", "faithfulness", "pair_faithfulness",
+SHOTS = ("pair_view", "group_tabs", "evaluation", "embedding", "localization", "faithfulness", "pair_faithfulness",
          "training_dialog")
 #: The faithfulness run of the screenshot (the README's table comes from the command over 200 pairs).
 FAITHFULNESS_PAIRS = 40
 FAITHFULNESS_ORACLE_PAIRS = 4
+#: Set by --fit: windows keep the size the app gives them on this screen.
+FIT = False
 
 
 def isolate_user_folders(tmp: Path) -> None:
@@ -95,6 +103,14 @@ def isolate_user_folders(tmp: Path) -> None:
         folder = tmp / name
         folder.mkdir(parents=True, exist_ok=True)
         os.environ[var] = str(folder)
+    # The app's output folder is <documents>/dmlviewer: documents in the temporary folder too.
+    (tmp / "config" / "user-dirs.dirs").write_text(f'XDG_DOCUMENTS_DIR="{tmp / "documents"}"\n')
+
+
+def resize(widget, size: tuple[int, int]) -> None:
+    """The screenshot size, unless ``--fit`` keeps the size the app chose for this screen."""
+    if not FIT:
+        widget.resize(*size)
 
 
 # -- a scenario: a generator of waits driven by the event loop
@@ -302,8 +318,8 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     window.open_checkpoint(checkpoint)
     window.open_dataset(dataset_dir)
     window.tools.jobs_dock.hide()  # the central views get the height; the jobs are not the topic here
-    # The pair view's toolbar sets the central width; the browser (two columns) yields the rest to retrieval.
-    window.resizeDocks([window.browser_dock, window.retrieval_dock], [0, WINDOW_SIZE[0]], Qt.Horizontal)
+    if not FIT:  # the browser (two columns) yields the rest to retrieval
+        window.resizeDocks([window.browser_dock, window.retrieval_dock], [0, WINDOW_SIZE[0]], Qt.Horizontal)
     query, reference, pin = choose_pair(window.dataset, window.model)
 
     # 1. the pair view with a pinned point and the correspondences
@@ -314,7 +330,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     pair_view.matches_n.setValue(MATCHES)
     pair_view.matches_box.setChecked(True)
     pair_view.link.pin(0, *pin)
-    yield Wait("features, neighbours and thumbnails", timeout_s=120,
+    yield Wait("features, neighbours and thumbnails", timeout_s=900,
                done=lambda: window.features is not None and bool(window.retrieval.results)
                and not window.loader.busy and not runner.busy)
     yield delay(300)
@@ -336,25 +352,25 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     if "evaluation" in shots:
         tool_action(window, "Evaluate").trigger()
         evaluation = window.tools.evaluation
-        evaluation.resize(*EVALUATION_SIZE)
+        resize(evaluation, EVALUATION_SIZE)
         evaluation.out.setText(str(work / "demo-test.h5"))
         job = evaluation.start()
-        yield wait_job(runner, job, "the evaluation", 120)
+        yield wait_job(runner, job, "the evaluation", 900)
         check_job(job)
 
     # 4. localization and part correspondence
     if shots & {"localization", "evaluation"}:
         tool_action(window, "Localization").trigger()
         localization = window.tools.localization
-        localization.resize(*TOOL_SIZE)
+        resize(localization, TOOL_SIZE)
         localization.set_methods(LOCALIZATION_METHODS)
         localization.limit.setValue(LOCALIZATION_IMAGES)
         localization.max_pairs.setValue(CORRESPONDENCE_PAIRS)
         job = localization.run_localization()
-        yield wait_job(runner, job, "the localization", 240)
+        yield wait_job(runner, job, "the localization", 1800)
         check_job(job)
         job = localization.run_correspondence()
-        yield wait_job(runner, job, "the correspondence", 240)
+        yield wait_job(runner, job, "the correspondence", 1800)
         check_job(job)
         yield delay(300)
         if "localization" in shots:
@@ -388,24 +404,37 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         save(evaluation, out / "evaluation.png")
         evaluation.hide()
 
+    # 5a. the embedding view on the evaluated features
+    if "embedding" in shots and "evaluation" in shots:
+        tool_action(window, "Embedding").trigger()
+        embedding = window.tools.embedding
+        resize(embedding, EMBEDDING_SIZE)
+        embedding.set_features(str(work / "demo-test.h5"))
+        job = embedding.project("pca")
+        yield wait_job(runner, job, "the projection", 600)
+        check_job(job)
+        yield delay(300)
+        save(embedding, out / "embedding.png")
+        embedding.hide()
+
     # 5. a short training run in the training dialog
     if "training_dialog" in shots:
         data = make_demo_data(work / "train-data", **TRAIN_DATA)
         tool_action(window, "Train").trigger()
         dialog = window.tools.training
-        dialog.resize(*TOOL_SIZE)
+        resize(dialog, TOOL_SIZE)
         dialog.form.set_config(TrainConfig(dataset=str(data), out=str(work / "run"), **TRAIN_OPTIONS))
         job = dialog.start()
         if job is None:
             raise RuntimeError(f"the training dialog refused to start: {dialog.problems_list()}")
         # Mid-run: after the evaluation of epoch SHOT_EPOCH, with the next epoch under way.
-        yield Wait(f"the evaluation of epoch {SHOT_EPOCH}", signal=runner.job_progress, timeout_s=240,
+        yield Wait(f"the evaluation of epoch {SHOT_EPOCH}", signal=runner.job_progress, timeout_s=1800,
                    accept=lambda j, event: j is job and event.kind == "eval"
                    and (event.data or {}).get("epoch", 0) >= SHOT_EPOCH, done=lambda: job.ended)
         check_running(job)
         yield delay(600)  # the monitor's refresh timer draws the new points
         save(dialog, out / "training_dialog.png")
-        yield wait_job(runner, job, "the end of the training run", 240)
+        yield wait_job(runner, job, "the end of the training run", 1800)
         check_job(job)
 
 
@@ -413,7 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
     parser.add_argument("--only", nargs="+", choices=SHOTS, help="write only these screenshots")
+    parser.add_argument("--fit", action="store_true", help="keep the window sizes the app picks for this screen")
+    parser.add_argument("--quick", action="store_true", help="fewer localization images and correspondence pairs")
     args = parser.parse_args(argv)
+    global FIT, LOCALIZATION_IMAGES, CORRESPONDENCE_PAIRS
+    FIT = args.fit
+    if args.quick:
+        LOCALIZATION_IMAGES, CORRESPONDENCE_PAIRS = 30, 30
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -426,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
         app = create_app()
         window = MainWindow()
-        window.resize(*WINDOW_SIZE)
+        resize(window, WINDOW_SIZE)
         window.show()
         work = tmp / "work"
         work.mkdir()

@@ -3,7 +3,6 @@ there and consistent (the timings themselves are printed by ``dmlviewer bench``,
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

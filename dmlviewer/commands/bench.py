@@ -26,6 +26,7 @@ BENCHMARKS = {
     "memory": "memory",
     "faithfulness": "faithfulness",
     "search": "search",
+    "startup": "startup",
 }
 
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 def _summary(result: dict) -> str:
     keys = [k for k in ("ratio", "whole_run_s", "scaling", "p50_ms", "p95_ms", "seconds", "events", "app_rss_mb",
                         "listing_rss_mb", "extract_rss_mb", "images_per_s", "query_ms", "recall@10", "floor_ratio",
-                        "million_seconds", "browser_filter_worst_ms", "large_rss_mb") if k in result]
+                        "million_seconds", "browser_filter_worst_ms", "large_rss_mb", "splash_s", "window_s",
+                        "loaded_s") if k in result]
     parts = ", ".join(f"{k}={result[k]}" for k in keys)
     return f"{result['benchmark']}: {parts} ({result.get('wall_s')} s)"

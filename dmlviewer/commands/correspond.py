@@ -50,7 +50,11 @@ def run(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         sys.stdout.write(
-            f"partial map {result['partial_map_accuracy']:.3f}, overall map {result['overall_map_accuracy']:.3f} "
-            f"({result['num_parts']} parts in {result['num_pairs']} pairs)\n"
+            f"partial map {result['partial_map_accuracy']:.3f}, overall map {result['overall_map_accuracy']:.3f}, "
+            f"chance {result['chance_accuracy']:.3f} ({result['num_parts']} parts in {result['num_pairs']} pairs)\n"
+            f"top matches on the object {result['matches_on_object']:.3f} ({result['matches_score_on_object']:.3f} "
+            f"of their score), on the same part {result['matches_same_part']:.3f}\n"
         )
+        if result.get("group_diversity") is not None:
+            sys.stdout.write(f"group diversity {result['group_diversity']:.3f} (0: all groups show the same map)\n")
     return 0

@@ -56,7 +56,17 @@ def _check(path: str | None, what: str, folder: bool = False) -> None:
         raise UsageError(f"{what} must be a file: {path} is a folder")
 
 
+def _window_possible() -> bool:
+    """The system libraries of Qt's window plugin are there (else the report is printed: Qt
+    itself would abort naming the wrong package)."""
+    from dmlviewer.system_check import check_before_window
+
+    return check_before_window()
+
+
 def run_demo(args: argparse.Namespace) -> int:
+    if not _window_possible():
+        return 1
     from dmlviewer.gui.app import run_gui as start
 
     return start(screenshot=args.screenshot, demo=True, pin=args.pin, tab=args.tab)
@@ -67,6 +77,8 @@ def run_gui(args: argparse.Namespace) -> int:
     if not str(args.checkpoint or "").startswith("imagenet:"):
         _check(args.checkpoint, "checkpoint")
     _check(args.features, "feature")
+    if not _window_possible():
+        return 1
     from dmlviewer.gui.app import run_gui as start
 
     return start(dataset=args.dataset, checkpoint=args.checkpoint, features=args.features,

@@ -3,7 +3,8 @@
 ``--region y0,x0,y1,x1 --checkpoint C`` asks for interactive partial retrieval (seed 000
 Sec. 5.4): the query is the partial feature of that region (pixels of the original query
 image, read from the feature file's ``dataset_root``), computed and ranked by
-``dmlviewer.core.explain.region_query``; the query image itself stays among the candidates.
+``dmlviewer.core.explain.region_query``; as in whole-image retrieval, the query image itself
+is left out of the results.
 
 The feature file is opened lazily and searched exactly (streamed in chunks: a million rows
 need no more memory than one chunk). ``--index`` searches through the approximate faiss index
@@ -81,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"query": query, "results": results})
     else:
-        sys.stdout.write(f"query {query['index']}: {query['path']} (label {query['label']})\n")
+        name = features.class_name
+        sys.stdout.write(f"query {query['index']}: {query['path']} ({name(query['label'])}, label {query['label']})\n")
         for rank, r in enumerate(results, 1):
-            sys.stdout.write(f"{rank:3d}. {r['similarity']:.4f}  {r['path']} (label {r['label']}, index {r['index']})\n")
+            sys.stdout.write(f"{rank:3d}. {r['similarity']:.4f}  {r['path']} ({name(r['label'])}, label {r['label']}, "
+                             f"index {r['index']})\n")
     return 0
 
 
@@ -119,6 +122,7 @@ def _region_results(args: argparse.Namespace, features, index=None) -> list[dict
         check_inside(root, image_path)
         image = load_image(image_path)
         model, _ = open_model(args.checkpoint, device)
-        return region_query(model, image, args.region, features, k=args.k, device=device, index=index)
+        return region_query(model, image, args.region, features, k=args.k, device=device, index=index,
+                            exclude=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

@@ -1,7 +1,10 @@
 """Starting the app: QApplication, logging to a rotating file, the demo, screenshots.
 
 ``run_gui`` opens the window on what it is given (dataset, checkpoint, features), on the demo,
-or on the last session. With ``screenshot`` it waits until everything asked for is on screen
+or on the last session. A splash screen appears as soon as Qt is up, the window as soon as its
+widgets are built; the files (the torch import, the checkpoint, the demo data generated on the
+first start, the listing) are read in the background (``MainWindow.open_in_background``), with
+their progress in the status bar. With ``screenshot`` it waits until everything asked for is on screen
 (dataset listed, model loaded, first pair prepared, visible thumbnails decoded, features
 for the neighbours extracted when that was started, group attention computed when that tab
 is shown) or a timeout, saves ``window.grab()`` as PNG and
@@ -10,17 +13,19 @@ returns 0 (1 when the timeout struck first; the image is saved anyway).
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
+import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QtMsgType, QTimer, qInstallMessageHandler
-from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt, QtMsgType, QTimer, qInstallMessageHandler
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPixmap
+from PySide6.QtWidgets import QApplication, QSplashScreen
 
 from dmlviewer.gui import errors, settings
 
@@ -136,6 +141,60 @@ def last_session() -> dict:
     return {key: str(s.value(f"session/{key}", "") or "") for key in ("dataset", "format", "checkpoint", "features")}
 
 
+#: Environment variable naming a JSON file to which the app writes its start-up timings
+#: (``bench startup`` reads it).
+STARTUP_REPORT_ENV = "DMLVIEWER_STARTUP_REPORT"
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: from /proc; elsewhere: since this module
+    was imported, a little less)."""
+    try:
+        ticks = os.sysconf("SC_CLK_TCK")
+        start = float(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19]) / ticks
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
+
+
+class _Startup:
+    """Start-up milestones (seconds since the process started), logged and, when
+    ``$DMLVIEWER_STARTUP_REPORT`` names a file, written there as JSON."""
+
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.times[name] = round(process_age_s(), 3)
+        log.info("start-up: %s after %.2f s", name, self.times[name])
+        target = os.environ.get(STARTUP_REPORT_ENV)
+        if target:
+            Path(target).write_text(json.dumps(self.times))
+
+
+def _splash(app: QApplication) -> QSplashScreen:
+    """A small splash shown while the window's modules load (under a second on a laptop)."""
+    pixmap = QPixmap(440, 140)
+    pixmap.fill(QColor(45, 45, 48))
+    painter = QPainter(pixmap)
+    painter.setPen(QColor(235, 235, 235))
+    font = QFont(app.font())
+    font.setPointSize(20)
+    font.setBold(True)
+    painter.setFont(font)
+    painter.drawText(pixmap.rect().adjusted(24, 20, -24, -60), Qt.AlignLeft | Qt.AlignVCenter, "dmlviewer")
+    painter.end()
+    splash = QSplashScreen(pixmap)
+    splash.showMessage("Starting…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
+    splash.show()
+    app.processEvents()
+    return splash
+
+
 def run_gui(dataset: str | None = None, checkpoint: str | None = None, features: str | None = None,
             screenshot: str | None = None, demo: bool = False, fmt: str | None = None,
             last: bool = False, pin: tuple[float, float] | None = None, tab: str | None = None) -> int:
@@ -146,12 +205,16 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
     of the hover read-out). ``tab``:
     ``"groups"`` shows the group attention tab.
     """
+    startup = _Startup()
     app = create_app()
+    splash = _splash(app)
+    startup.mark("splash")
     log_path = setup_logging()
     errors.install_excepthook()
+    splash.showMessage("Loading the interface…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
+    app.processEvents()
     from dmlviewer.gui.main_window import MainWindow
 
-    notice = None
     if last and not (dataset or checkpoint or features):
         session = last_session()
         if session["dataset"] and Path(session["dataset"]).exists():
@@ -160,26 +223,29 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
             features = session["features"] if Path(session["features"] or "/nonexistent").exists() else None
         else:
             demo = True
-    if demo:
-        dataset, demo_ckpt = demo_paths()
-        dataset = str(dataset)
-        checkpoint = checkpoint or (str(demo_ckpt) if demo_ckpt else None)
-        if demo_ckpt is None:
-            notice = "No demo checkpoint in this build (resources/demo_checkpoint.pt): open a checkpoint."
 
     window = MainWindow()
     if tab == "groups":
         window.tabs.setCurrentWidget(window.group_tabs)
     window.show()
+    splash.finish(window)
+    app.processEvents()
+    startup.mark("window")
     log.info("dmlviewer started; log file %s", log_path)
-    if checkpoint:
-        window.open_checkpoint(checkpoint)
-    if dataset:
-        window.open_dataset(dataset, fmt)
-    if features:
-        window.open_features(features)
-    if notice:
-        window.statusBar().showMessage(notice)
+    if dataset or checkpoint or features or demo:
+        window.open_in_background(dataset=dataset, fmt=fmt, checkpoint=checkpoint, features=features,
+                                  demo=demo_paths if demo else None)
+        watch = QTimer(window, interval=50)
+
+        def milestones() -> None:
+            if not window.loading and "loaded" not in startup.times:
+                startup.mark("loaded")
+            if "loaded" in startup.times and window.pair_view.state in ("ready", "failed", "empty"):
+                startup.mark("pair")
+                watch.stop()
+
+        watch.timeout.connect(milestones)
+        watch.start()
     if screenshot:
         shooter = _Screenshot(window, Path(screenshot), pin=pin)
         shooter.start()
@@ -208,6 +274,8 @@ class _Screenshot:
 
     def ready(self) -> bool:
         w = self.window
+        if w.loading:
+            return False
         if w.dataset is not None and w.pair_view.images is None:
             return False
         if w.model is not None and w.pair_view.images is not None and w.pair_view.state == "preparing":

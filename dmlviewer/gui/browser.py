@@ -163,7 +163,9 @@ class ThumbnailModel(QAbstractTableModel):
         if role == Qt.DecorationRole:
             return self.loader.thumbnail(i)
         if role == Qt.DisplayRole:
-            return self.dataset.class_names[int(self.dataset.labels[i])]
+            # The file's name tells the images apart (the class is the same for a whole run of
+            # rows, and in the tooltip and the class filter); drawn elided in the middle.
+            return self.dataset.paths[i].rsplit("/", 1)[-1]
         if role == INDEX_ROLE:
             return i
         if role == MARK_ROLE:
@@ -238,7 +240,7 @@ class ThumbnailDelegate(QStyledItemDelegate):
         text_rect = QRect(rect.x(), img_rect.bottom() + 2, rect.width(), self.TEXT_H)
         painter.setFont(option.font)
         painter.setPen(palette.text().color())
-        text = option.fontMetrics.elidedText(str(index.data(Qt.DisplayRole) or ""), Qt.ElideRight,
+        text = option.fontMetrics.elidedText(str(index.data(Qt.DisplayRole) or ""), Qt.ElideMiddle,
                                              text_rect.width() - 4)
         painter.drawText(text_rect, Qt.AlignHCenter | Qt.AlignVCenter, text)
         painter.restore()

@@ -26,12 +26,15 @@ from typing import Any, Iterator
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
-    QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QComboBox, QFrame, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QSpinBox,
+    QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import CancelToken, Progress
-from dmlviewer.gui.training_dialog import PathEdit
+from dmlviewer.gui.training_dialog import PLOT_BACKGROUND, PathEdit, no_si_prefix
+from dmlviewer.gui.widgets import fit_to_screen, guard_wheel
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -66,11 +69,12 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
     n = len(features)
     rng = np.random.default_rng(seed)
     density = None
+    variance = None  # share of the variance along each PCA axis
     if method == "pca" or n < 5:
         yield Progress("log", 0, 1, f"PCA of all {n} embeddings of size {features.dim}")
         xy_all = np.zeros((n, 2), np.float32)
         if n >= 2 and features.dim >= 2:
-            yield from _streamed_pca(features, xy_all, cancel)
+            variance = yield from _streamed_pca(features, xy_all, cancel)
         projected = n
         rows = np.arange(n)
         if n > SCATTER_MAX:
@@ -99,16 +103,17 @@ def projection_job(features_path: str, method: str = "pca", max_points: int = 50
         "rows": rows, "xy": xy, "labels": features.read("labels", rows).astype(np.int64),
         "paths": features.read("paths", rows).tolist(),
         "root": str(features.attrs.get("dataset_root", "")), "method": method,
-        "total": n, "projected": projected,
+        "total": n, "projected": projected, "class_names": features.class_names, "variance": variance,
     }
     if density is not None:
         result["density"] = density
     yield Progress("done", 1, 1, data={"result": result})
 
 
-def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None) -> Iterator[Progress]:
+def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None):
     """Two passes over the file's embedding chunks (``core.evaluate.projection``): the
-    scatter matrix, then the coordinates into ``out``; progress and cancellation per chunk."""
+    scatter matrix, then the coordinates into ``out``; progress and cancellation per chunk.
+    Returns each axis's share of the total variance (None when there is none)."""
     from dmlviewer.core.evaluate.projection import Scatter
 
     n, scatter = len(features), Scatter()
@@ -124,6 +129,8 @@ def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None) -> Iter
                 out[start:start + len(x)] = Scatter.project(x, mean, axes)
             done = pass_ * n + start + len(x)
             yield Progress("step", done, 2 * n, what)
+    total = float(np.trace(scatter.scatter) - n * float(mean @ mean))
+    return [float(v) / total for v in np.var(out, axis=0)] if total > 0 else None
 
 
 def _density(xy: np.ndarray, bins: int = DENSITY_BINS) -> dict:
@@ -134,12 +141,46 @@ def _density(xy: np.ndarray, bins: int = DENSITY_BINS) -> dict:
     return {"image": counts.astype(np.float32), "rect": (float(lo[0]), float(lo[1]), float(span[0]), float(span[1]))}
 
 
+#: Classes that get a legend entry (and a hue of their own); beyond, hues repeat and the legend
+#: says so: hover a point for its class.
+LEGEND_CLASSES = 24
+
+
+def class_colors(labels: np.ndarray) -> dict[int, object]:
+    """A colour per class: the distinct marker colours of the pair view for up to 16 classes,
+    else evenly spaced hues (repeating beyond ``LEGEND_CLASSES`` classes)."""
+    from dmlviewer.gui.image_pane import MARKER_COLORS
+
+    classes = np.unique(labels)
+    if len(classes) <= len(MARKER_COLORS):
+        return {int(c): pg.mkColor(MARKER_COLORS[k]) for k, c in enumerate(classes)}
+    hues = max(min(len(classes), LEGEND_CLASSES), 1)
+    return {int(c): pg.intColor(k, hues=hues, values=1, alpha=220) for k, c in enumerate(classes)}
+
+
 def class_brushes(labels: np.ndarray) -> list:
-    """One brush per point, a distinct hue per class (hues repeat beyond 24 classes)."""
-    classes, which = np.unique(labels, return_inverse=True)
-    hues = max(min(len(classes), 24), 1)
-    palette = [pg.mkBrush(pg.intColor(k, hues=hues, values=1, alpha=200)) for k in range(hues)]
-    return [palette[k] for k in (np.asarray(which).reshape(-1) % hues).tolist()]
+    """One brush per point, coloured by class (:func:`class_colors`)."""
+    colors = {c: pg.mkBrush(color) for c, color in class_colors(labels).items()}
+    return [colors[int(c)] for c in labels]
+
+
+def _dot(color) -> QIcon:
+    """A round colour swatch for the legend."""
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(Qt.transparent)
+    painter = QPainter(pixmap)
+    painter.setRenderHint(QPainter.Antialiasing)
+    painter.setPen(Qt.NoPen)
+    painter.setBrush(QColor(color))
+    painter.drawEllipse(1, 1, 10, 10)
+    painter.end()
+    return QIcon(pixmap)
+
+
+def class_name(projection: dict, label: int) -> str:
+    """A class's name from the feature file (``class <label>`` when the file has none)."""
+    names = projection.get("class_names") or []
+    return names[label] if 0 <= label < len(names) else f"class {label}"
 
 
 class EmbeddingView(QWidget):
@@ -169,19 +210,26 @@ class EmbeddingView(QWidget):
         self.run_button = QPushButton("Project")
         self.status = QLabel("Choose a features file (Evaluation writes one).")
         self.plot = pg.PlotWidget()
-        self.plot.setBackground("w")
+        self.plot.setBackground(PLOT_BACKGROUND)  # the dark theme's, as the other plots
         self.plot.setAspectLocked(True)
-        self.plot.hideAxis("left")
-        self.plot.hideAxis("bottom")
+        self.plot.showGrid(x=True, y=True, alpha=0.15)
+        no_si_prefix(self.plot)
+        # The legend sits beside the plot, never over points (which it would hide from hovering).
+        self.legend = QListWidget()
+        self.legend.setObjectName("classLegend")
+        self.legend.setSelectionMode(QListWidget.NoSelection)
+        self.legend.setFocusPolicy(Qt.NoFocus)
+        self.legend.setMaximumWidth(220)
+        self.legend.setToolTip("Colour of each class")
         self.scatter = pg.ScatterPlotItem(size=8, pen=None, hoverable=True, hoverSize=13,
-                                          hoverPen=pg.mkPen("k", width=1.5), tip=None)
+                                          hoverPen=pg.mkPen("w", width=1.5), tip=None)
         self.density = pg.ImageItem()
         self.density.setZValue(-1)
         self.plot.addItem(self.density)
         self.plot.addItem(self.scatter)
         self.preview = QLabel(self.plot)
         self.preview.setFrameShape(QFrame.Box)
-        self.preview.setStyleSheet("background: white; padding: 3px;")
+        self.preview.setStyleSheet("background: #2d2d30; color: #e0e0e0; padding: 3px;")
         self.preview.setAlignment(Qt.AlignCenter)
         self.preview.hide()
         self.loader = ThumbnailLoader(size=self.THUMB, capacity=500, threads=1, parent=self)
@@ -194,9 +242,13 @@ class EmbeddingView(QWidget):
         row.addWidget(self.run_button)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
-        layout.addWidget(self.plot, 1)
+        body = QHBoxLayout()
+        body.addWidget(self.plot, 1)
+        body.addWidget(self.legend)
+        layout.addLayout(body, 1)
         layout.addWidget(self.status)
-        self.resize(900, 760)
+        fit_to_screen(self, 980, 760)
+        guard_wheel(self)
 
         self.run_button.clicked.connect(self._on_run_clicked)
         self.scatter.sigHovered.connect(self._on_hovered)
@@ -218,7 +270,7 @@ class EmbeddingView(QWidget):
             return None
         method = method or self.method.currentData()
         self.method.setCurrentIndex(self.method.findData(method))
-        self.job = self.runner.submit(f"{method.upper()} of {Path(path).name}",
+        self.job = self.runner.submit(f"{self.method.currentText()} of {Path(path).name}",
                                       (projection_job, (path, method, self.max_points.value()), {}))
         self.status.setText(f"Computing {self.method.currentText()}...")
         return self.job
@@ -239,6 +291,8 @@ class EmbeddingView(QWidget):
         self.scatter.setData(x=xy[:, 0], y=xy[:, 1], data=np.arange(len(xy)), brush=class_brushes(labels),
                              size=8 if "density" not in projection else 4)
         self._show_density(projection.get("density"))
+        self._axes(projection)
+        self._legend(projection)
         self.plot.autoRange()
         self.loader.set_paths(projection["root"], list(projection["paths"]))
         self.hovered = None
@@ -270,6 +324,26 @@ class EmbeddingView(QWidget):
         self.density.setRect(x, y, w, h)
         self.density.show()
 
+    def _axes(self, projection: dict) -> None:
+        variance = projection.get("variance")
+        if projection["method"] == "pca":
+            for axis, k in (("bottom", 0), ("left", 1)):
+                share = f" ({100 * variance[k]:.0f}% of the variance)" if variance else ""
+                self.plot.setLabel(axis, f"principal component {k + 1}{share}")
+        else:
+            self.plot.setLabel("bottom", "t-SNE 1 (no unit: only neighbourhoods mean something)")
+            self.plot.setLabel("left", "t-SNE 2")
+
+    def _legend(self, projection: dict) -> None:
+        """One entry per class (a dot of its colour and its name) up to ``LEGEND_CLASSES``."""
+        self.legend.clear()
+        labels = projection["labels"]
+        colors = class_colors(labels)
+        for label in sorted(colors)[:LEGEND_CLASSES]:
+            self.legend.addItem(QListWidgetItem(_dot(colors[label]), class_name(projection, label)))
+        if len(colors) > LEGEND_CLASSES:
+            self.legend.addItem(f"… {len(colors) - LEGEND_CLASSES} more classes (colours repeat: hover a point)")
+
     # -- interaction
     def _on_hovered(self, item, points, event) -> None:
         if points is None or len(points) == 0:
@@ -288,7 +362,7 @@ class EmbeddingView(QWidget):
         p = self.projection
         self.loader.set_visible("embedding", [k])  # drops decodes of points hovered earlier
         pix = self.loader.thumbnail(k)
-        text = f"{p['paths'][k]}\nclass {int(p['labels'][k])}"
+        text = f"{p['paths'][k]}\n{class_name(p, int(p['labels'][k]))}"
         if pix is not None:
             self.preview.setPixmap(pix)
             self.preview.setToolTip(text)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.progress import Progress
 from dmlviewer.gui.training_dialog import PathEdit, format_eta
+from dmlviewer.gui.widgets import fit_to_screen, guard_wheel
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,16 @@ METRIC_ROWS = [
 #: Rows where the largest value is not "best" (counts).
 _NOT_RANKED = {"num_queries"}
 SPLITS = ["test", "train", "all"]
+
+
+def row_label(key: str) -> str:
+    """Display name of a table row: ``localization (rgradcam)`` -> ``Localization (RGrad-CAM)``."""
+    if key.startswith("localization (") and key.endswith(")"):
+        from dmlviewer.gui.pair_view import METHODS
+
+        method = key[len("localization ("):-1]
+        return f"Localization ({dict(METHODS).get(method, method)})"
+    return key
 
 
 @dataclass
@@ -166,7 +177,7 @@ class MetricsTable(QTableWidget):
         names = dict(METRIC_ROWS)
         self.setRowCount(len(keys))
         self.setColumnCount(len(self.columns))
-        self.setVerticalHeaderLabels([names.get(k, k) for k in keys])
+        self.setVerticalHeaderLabels([names.get(k) or row_label(k) for k in keys])
         self.setHorizontalHeaderLabels([c.title for c in self.columns])
         for j, column in enumerate(self.columns):
             tip = "\n".join(f"{k}: {v}" for k, v in (("checkpoint", column.checkpoint),
@@ -221,9 +232,13 @@ class MetricsTable(QTableWidget):
 
 
 def default_features_path(checkpoint: str, split: str) -> str:
-    """``<checkpoint folder>/<checkpoint stem>-<split>.h5``."""
+    """``<checkpoint folder>/<checkpoint stem>-<split>.h5``; in ``features/`` of the output
+    folder instead when the checkpoint lies in the package (the shipped demo checkpoint), in
+    the cache or in a folder the user cannot write."""
+    from dmlviewer.gui import settings
+
     path = Path(checkpoint)
-    return str(path.with_name(f"{path.stem}-{split}.h5"))
+    return str(settings.output_path_for(path.with_name(f"{path.stem}-{split}.h5"), "features"))
 
 
 class EvaluationView(QWidget):
@@ -270,7 +285,8 @@ class EvaluationView(QWidget):
         layout.addWidget(self.status)
         layout.addWidget(self.table, 1)
         layout.addLayout(table_row)
-        self.resize(720, 560)
+        fit_to_screen(self, 760, 600)
+        guard_wheel(self)
 
         self.inputs.changed.connect(self._suggest_out)
         self.inputs.split.currentTextChanged.connect(self._suggest_out)
@@ -374,7 +390,10 @@ class EvaluationView(QWidget):
     def add_features(self, path: str | None = None) -> int | None:
         """Add the metrics of an already evaluated feature file as a column."""
         if not path:
-            path, _ = QFileDialog.getOpenFileName(self, "Add a features file", "", "HDF5 features (*.h5)")
+            from dmlviewer.gui import settings
+
+            start = settings.start_dir(self.out.text())
+            path, _ = QFileDialog.getOpenFileName(self, "Add a features file", start, "HDF5 features (*.h5)")
             if not path:
                 return None
         try:
@@ -422,7 +441,10 @@ class EvaluationView(QWidget):
 
     def export_csv(self, path: str | None = None) -> None:
         if not path:
-            path, _ = QFileDialog.getSaveFileName(self, "Export metrics", "metrics.csv", "CSV (*.csv)")
+            from dmlviewer.gui import settings
+
+            start = Path(settings.start_dir(self.out.text())) / "metrics.csv"
+            path, _ = QFileDialog.getSaveFileName(self, "Export metrics", str(start), "CSV (*.csv)")
             if not path:
                 return
         self.table.export_csv(path)

@@ -1,12 +1,14 @@
 """Group attention: one tab per embedding group of a grouping head (seed 001, seed 003, seed 004).
 
 For a grouping head the embedding is the concatenation of P group embeddings. Each tab shows,
-on both images of the current pair, the attention map of that group that the head computed
-(A-grouping: the softmax attention of the group's query over positions, seed 001 Eq. 9-10;
-G-/C-grouping: the strongest channel of the group; the multi-layer head of seed 003: its
-per-layer attention; DeML: the object attention of seed 004 Eq. 2-3 — whatever
-``PairExplanation.attention_maps`` returns, chosen in the "Map" box), the group's share of the
-similarity, and group-wise point-to-point hover: hovering one image shows the partial map of
+on both images of the current pair, a map of that group chosen in the "Map" box: by default the
+group's *decomposition map* (``core.explain.groups``: where each image supports the group's
+share of the similarity; exact for every head, and on one scale for all groups of the pair so
+that a weak group looks weak), or an attention map the head computed (A-grouping: the softmax
+attention of the group's query over positions, seed 001 Eq. 9-10; G-/C-grouping: the strongest
+channel of the group, a rough spatial proxy for channel attention; the multi-layer head of seed
+003: its per-layer attention; DeML: the object attention of seed 004 Eq. 2-3), the group's share
+of the similarity, and group-wise point-to-point hover: hovering one image shows the partial map of
 that point restricted to the group's embedding slice (``group_point_to_point(p)``, which sums
 over groups to the whole tensor because it uses the global normalization).
 
@@ -41,6 +43,26 @@ NO_GROUPS_TEXT = (
     "of the similarity and group-wise point-to-point hover.")
 
 
+#: The group's exact map, first in the Map box (the default).
+GROUP_DECOMPOSITION = "group_decomposition"
+#: Display names of the maps (``PairExplanation.attention_maps`` keys; ``multilayer/<layer>``
+#: maps are named after their layer).
+MAP_LABELS = {
+    GROUP_DECOMPOSITION: "Group decomposition (exact)",
+    "a_grouping": "Group attention (A-grouping softmax)",
+    "g_grouping_gate": "Gate of the group's strongest channel",
+    "g_grouping_gate_mean": "Group gate, mean over channels",
+    "c_grouping_map": "Group's strongest weighted channel",
+    "random_walk": "Object attention (random walk, whole model)",
+}
+
+
+def map_label(key: str) -> str:
+    if key.startswith("multilayer/"):
+        return f"Layer attention: {key.split('/', 1)[1]}"
+    return MAP_LABELS.get(key, key.replace("_", " "))
+
+
 def model_groups(model) -> int:
     """Number of embedding groups of ``model`` (1 for a head without groups, 0 for no model)."""
     return 0 if model is None else len(model.group_slices)
@@ -64,16 +86,18 @@ class GroupTabs(QWidget):
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
         self._renderers: dict[int, object] = {}
+        self._scale = 1.0  # colour scale of the group-wise partial maps (see _build_renderers)
 
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
         self.tabs.setDocumentMode(True)
         self.kind_combo = QComboBox()
-        self.kind_combo.setToolTip("Which attention map of the head to show")
-        self.kind_combo.setMinimumContentsLength(16)
-        self.kind_combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.kind_combo.setToolTip("Group decomposition: where each image supports the group's share of the "
+                                   "similarity (exact, one scale for all groups); or an attention map of the head")
+        self.kind_combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)
         self.share_label = QLabel("")
         self.share_label.setObjectName("groupShare")
+        self.share_label.setWordWrap(True)
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         splitter = QSplitter(Qt.Horizontal)
         for pane in self.panes:
@@ -184,12 +208,15 @@ class GroupTabs(QWidget):
         if explanation is not self.explanation:
             return
         self._data = data
-        current = self.kind_combo.currentText()
+        current = self.kind_combo.currentData()
         self.kind_combo.blockSignals(True)
         self.kind_combo.clear()
-        self.kind_combo.addItems(sorted(data["attention"][QUERY]))
-        if current:
-            self.kind_combo.setCurrentText(current)
+        keys = ([GROUP_DECOMPOSITION] if GROUP_DECOMPOSITION in data["attention"][QUERY] else []) + sorted(
+            k for k in data["attention"][QUERY] if k != GROUP_DECOMPOSITION)
+        for key in keys:
+            self.kind_combo.addItem(map_label(key), key)
+        if current and self.kind_combo.findData(current) >= 0:
+            self.kind_combo.setCurrentIndex(self.kind_combo.findData(current))
         self.kind_combo.blockSignals(False)
         self._on_group()
 
@@ -205,25 +232,33 @@ class GroupTabs(QWidget):
         self._show_share()
 
     def _show_attention(self, *_args) -> None:
-        data, p, kind = self._data, self.group, self.kind_combo.currentText()
-        if data is None:
+        data, p, kind = self._data, self.group, self.kind_combo.currentData()
+        if data is None or kind is None:
             return
         for side, pane in enumerate(self.panes):
             maps = data["attention"][side].get(kind)
             pane.show_message(None)
+            pane.show_readout(None)
             if maps is None or len(maps) == 0:
                 pane.clear_overlay()
-                pane.show_message(f"no '{kind}' map")
+                pane.show_message(f"no '{map_label(kind)}' map")
                 continue
             # One map for the whole head (object attention, per-layer attention) is the same
             # on every tab; per-group maps have one entry per group.
             values = np.asarray(maps[p] if len(maps) > 1 else maps[0], dtype=np.float32)
-            # Levels span the map's own range: attention is often nearly uniform and its
-            # structure would vanish on a 0..max scale.
+            if kind == GROUP_DECOMPOSITION:
+                # One scale for every group of the pair (both images): a group that explains
+                # little looks faint next to one that explains much.
+                levels = (0.0, data["decomposition_max"])
+                pane.set_map(np.maximum(values, 0.0), levels)
+                pane.set_colorbar("inferno", False, levels, "similarity share per cell")
+                continue
+            # Attention levels span the map's own range: attention is often nearly uniform and
+            # its structure would vanish on a 0..max scale.
             lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
             levels = (lo, hi if hi > lo else lo + 1.0)
             pane.set_map(values, levels)
-            pane.set_colorbar("inferno", False, levels, f"{kind} attention")
+            pane.set_colorbar("inferno", False, levels, "attention (own range)")
 
     def _show_share(self) -> None:
         data, p = self._data, self.group
@@ -253,11 +288,14 @@ class GroupTabs(QWidget):
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))
         lut = overlay_lut("jet")
+        # The pair view's whole-pair scale: a group's partial map is coloured by how much of the
+        # cosine it carries, comparable across groups and with the pair view.
+        self._scale = float(np.abs(e.point_to_point).max()) or 1.0
         for side in (QUERY, REFERENCE):
             other = 1 - side
             self._renderers[side] = HoverRenderer(
                 p2p if side == QUERY else p2p.T, shapes[side], grids[side],
-                overlay_shape(shapes[other]), grids[other], lut=lut)
+                overlay_shape(shapes[other]), grids[other], lut=lut, scale=self._scale)
 
     def _render_partial(self, side: int, x: float, y: float):
         renderer = self._renderers.get(side)
@@ -269,7 +307,15 @@ class GroupTabs(QWidget):
             return None
 
     def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
-        self.panes[1 - side].set_colorbar("jet", False, (0.0, 1.0), f"group {self.group + 1} partial map")
+        other = self.panes[1 - side]
+        other.set_colorbar("jet", False, (0.0, self._scale), f"group {self.group + 1}: contribution to the cosine")
+        renderer, e = self._renderers.get(side), self.explanation
+        if renderer is not None and e is not None and e.similarity:
+            try:
+                share = float(renderer.grid_map(x, y).sum(dtype=np.float64)) / float(e.similarity)
+                other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity (group {self.group + 1})")
+            except ValueError:  # a point on the very border
+                other.show_readout(None)
         self.status_message.emit(f"group {self.group + 1}, {SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
                                  + ("   [pinned, Esc to release]" if pinned else ""))
 
@@ -294,10 +340,22 @@ def _group_data(explanation, slices: list[slice]) -> dict:
     the group's slices of the two L2-normalized embeddings (the terms sum over groups to the
     similarity, bias included); ``p2p_sums`` is the part of it its point-to-point tensor holds.
     """
+    from dmlviewer.core.explain.grid import upsample_stack
+    from dmlviewer.core.explain.groups import group_maps
+
     tensors = [explanation.group_point_to_point(p) for p in range(len(slices))]
     eq, er = explanation.embedding("query"), explanation.embedding("reference")
+    attention = [dict(explanation.attention_maps(side)) for side in SIDE_NAMES]
+    peak = 0.0
+    for side, name in enumerate(SIDE_NAMES):
+        if len(slices) > 1:
+            grid_maps = group_maps(explanation, name)
+            peak = max(peak, float(grid_maps.max()))
+            shape = explanation.image_shape_query if name == "query" else explanation.image_shape_reference
+            attention[side][GROUP_DECOMPOSITION] = upsample_stack(grid_maps, tuple(shape))
     return {
-        "attention": [explanation.attention_maps(side) for side in SIDE_NAMES],
+        "attention": attention,
+        "decomposition_max": peak if peak > 0 else 1.0,
         "tensors": tensors,
         "shares": [float(np.dot(eq[sl], er[sl])) for sl in slices],
         "p2p_sums": [float(t.sum(dtype=np.float64)) for t in tensors],

@@ -63,10 +63,11 @@ class HoverLink(QObject):
         self.pinned = None
         for pane in self.panes:
             pane.set_pin(None)
+        # The pinned point's partial map is on the pane opposite the pin, which may be the pane
+        # under the mouse now: put the overall maps back first, then draw the hovered point.
+        self._clear()
         if self.hover is not None:
             self._show(*self.hover, pinned=False)
-        else:
-            self._clear()
 
     def reset(self) -> None:
         """Forget pin and hover (new pair): marks off, nothing pending."""

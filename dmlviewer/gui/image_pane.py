@@ -34,6 +34,10 @@ MARKER_COLORS = [
 ]
 
 
+#: Width of the colour bar's axis: tick values (up to "-0.0125") plus the rotated title.
+COLORBAR_AXIS_WIDTH = 72
+
+
 class PaneViewBox(pg.ViewBox):
     """A ViewBox whose left drag draws a region with Shift or in region mode."""
 
@@ -88,6 +92,9 @@ class ImagePane(QWidget):
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), width=14, interactive=False,
                                         colorMap=colorbar_map("jet"), colorMapMenu=False)
         self.colorbar.axis.enableAutoSIPrefix(False)  # plain values, not "400 (x0.001)"
+        # pyqtgraph fixes the bar's axis at 45 px, room for the tick values only: widen it so
+        # the title beside them does not run over them.
+        self.colorbar.axis.setWidth(COLORBAR_AXIS_WIDTH)
         self.graphics.addItem(self.colorbar, row=0, col=1)
 
         self.image_item = pg.ImageItem(axisOrder="row-major")
@@ -118,6 +125,12 @@ class ImagePane(QWidget):
         self.message.setObjectName("paneMessage")
         self.message.setAlignment(Qt.AlignCenter)
         self.message.hide()
+        self.readout = QLabel(self.graphics)
+        self.readout.setObjectName("paneReadout")
+        self.readout.setTextFormat(Qt.RichText)
+        self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.readout.move(6, 4)
+        self.readout.hide()
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -185,9 +198,10 @@ class ImagePane(QWidget):
         return self.overlay_item.image if self.overlay_item.isVisible() else None
 
     def clear_overlay(self) -> None:
-        """No overlay (and no colour bar, which would describe nothing)."""
+        """No overlay (and no colour bar or read-out, which would describe nothing)."""
         self.overlay_item.hide()
         self.colorbar.hide()
+        self.readout.hide()
 
     def set_opacity(self, opacity: float) -> None:
         self.overlay_item.setOpacity(opacity)
@@ -217,6 +231,18 @@ class ImagePane(QWidget):
         self._place_message()
         self.message.show()
         self.message.raise_()
+
+    def show_readout(self, html: str | None) -> None:
+        """A short read-out in the view's top-left corner (the hovered point's share of the
+        similarity, beside the colour bar that shows its map); None hides it."""
+        if not html:
+            self.readout.hide()
+            return
+        if html != self.readout.text():
+            self.readout.setText(html)
+            self.readout.adjustSize()
+        self.readout.show()
+        self.readout.raise_()
 
     # -- marks
     def set_crosshair(self, point: tuple[float, float] | None) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QGridLayout, QHeaderView, QLabel, QLineEdit, QListWidget,
+    QAbstractItemView, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QListWidget,
     QListWidgetItem, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
     QTabWidget, QVBoxLayout, QWidget,
 )
@@ -31,11 +31,70 @@ from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
 from dmlviewer.gui.faithfulness_view import BASELINES, AucTable, FaithfulnessPlots
 from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
+from dmlviewer.gui.widgets import fit_to_screen, scrolling
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ("decomposition", "decomposition_bias", "gradcam", "rgradcam")
+#: Reference image each image is explained against (core.explain.localize's pairings).
+PAIRING_LABELS = {"self": "the image itself", "nearest": "its nearest neighbour",
+                  "same-class": "another image of its class"}
+
+
+def method_label(method: str) -> str:
+    """The pair view's display name of an explanation method."""
+    from dmlviewer.gui.pair_view import METHODS
+
+    return dict(METHODS).get(method, method)
+
+
+class ThresholdRange(QWidget):
+    """Thresholds as a range: from, to (included) and step, each a spin box (fractions of the
+    map's maximum); ``values()`` lists them as ``core.explain.parse_thresholds`` would."""
+
+    changed = Signal()
+
+    def __init__(self, start: float, stop: float, step: float, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.start, self.stop, self.step = (_fraction_box(v) for v in (start, stop, step))
+        self.step.setMinimum(0.01)
+        self.count = QLabel()
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for label, box in (("from", self.start), ("to", self.stop), ("step", self.step)):
+            row.addWidget(QLabel(label))
+            row.addWidget(box)
+        row.addWidget(self.count, 1)
+        for box in (self.start, self.stop, self.step):
+            box.valueChanged.connect(self._on_changed)
+        self._on_changed()
+
+    def set_range(self, start: float, stop: float, step: float) -> None:
+        for box, value in ((self.start, start), (self.stop, stop), (self.step, step)):
+            box.setValue(value)
+
+    def values(self) -> list[float]:
+        from dmlviewer.core.explain import parse_thresholds
+
+        return parse_thresholds(f"{self.start.value():g}:{self.stop.value():g}:{self.step.value():g}")
+
+    def _on_changed(self, *_: Any) -> None:
+        try:
+            n = len(self.values())
+            self.count.setText(f"{n} threshold{'s' if n != 1 else ''}")
+        except ValueError as exc:
+            self.count.setText(f"<span style='color:#eb5757'>{exc}</span>")
+        self.changed.emit()
+
+
+def _fraction_box(value: float) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(0.0, 1.0)
+    box.setSingleStep(0.05)
+    box.setDecimals(2)
+    box.setValue(value)
+    return box
 
 
 def _open(checkpoint: str, dataset_root: str, dataset_format: str | None, device: str):
@@ -106,17 +165,20 @@ class LocalizationView(QWidget):
         self.inputs = EvaluationInputs()
         self.methods = QListWidget()
         for method in METHODS:
-            item = QListWidgetItem(method)
+            item = QListWidgetItem(method_label(method))
+            item.setData(Qt.UserRole, method)
             item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
             item.setCheckState(Qt.Checked if method in DEFAULT_METHODS else Qt.Unchecked)
             self.methods.addItem(item)
         self.methods.setMaximumHeight(self.methods.sizeHintForRow(0) * (len(METHODS) + 1) + 6)
         self.pairing = QComboBox()
-        self.pairing.addItems(list(PAIRINGS))
+        for pairing in PAIRINGS:
+            self.pairing.addItem(PAIRING_LABELS.get(pairing, pairing), pairing)
+        self.pairing.setToolTip("The reference image each image's map is computed against")
         t = DEFAULT_THRESHOLDS
         step = round(t[1] - t[0], 6) if len(t) > 1 else 0.05
-        self.thresholds = QLineEdit(f"{t[0]:g}:{t[-1]:g}:{step:g}")
-        self.thresholds.setToolTip("start:stop:step (stop included) or a comma-separated list")
+        self.thresholds = ThresholdRange(t[0], t[-1], step)
+        self.thresholds.setToolTip("Each map is cut at these fractions of its maximum (the last included)")
         self.limit = QSpinBox()
         self.limit.setRange(0, 1_000_000)
         self.limit.setSpecialValueText("all")
@@ -124,7 +186,7 @@ class LocalizationView(QWidget):
         self.max_pairs = QSpinBox()
         self.max_pairs.setRange(1, 1_000_000)
         self.max_pairs.setValue(200)
-        self.inputs.form.addRow("Methods", self.methods)
+        self.inputs.form.addRow("Maps", self.methods)
         self.inputs.form.addRow("Reference", self.pairing)
         self.inputs.form.addRow("Thresholds", self.thresholds)
         self.inputs.form.addRow("Images", self.limit)
@@ -173,7 +235,8 @@ class LocalizationView(QWidget):
         self.bar_plot = pg.PlotWidget(title="Part correspondence accuracy")
         self.bar_plot.setBackground(PLOT_BACKGROUND)
         self.bar_plot.setYRange(0, 1)
-        self.bar_plot.getAxis("bottom").setTicks([[(0, "partial map"), (1, "overall map")]])
+        self.bar_plot.setLabel("left", "peak in the same part")
+        self.bar_plot.getAxis("bottom").setTicks([[(0, "point-to-point (partial map)"), (1, "overall map")]])
         self.bar_plot.setMouseEnabled(False, False)
         no_si_prefix(self.bar_plot)
         self.correspond_label = QLabel()
@@ -186,6 +249,7 @@ class LocalizationView(QWidget):
 
         left = QWidget()
         left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 4, 0)
         left_layout.addWidget(self.inputs)
         buttons = QGridLayout()
         for k, b in enumerate((self.localize_button, self.correspond_button, self.faithfulness_button,
@@ -194,6 +258,7 @@ class LocalizationView(QWidget):
         left_layout.addLayout(buttons)
         left_layout.addWidget(self.progress)
         left_layout.addWidget(self.status)
+        self.best_table.setMinimumHeight(120)
         left_layout.addWidget(self.best_table, 1)
         right = QSplitter(Qt.Vertical)
         right.addWidget(self.plot)
@@ -217,15 +282,17 @@ class LocalizationView(QWidget):
         self.tabs.addTab(right, "Localization")
         self.tabs.addTab(faith, "Faithfulness")
         splitter = QSplitter(Qt.Horizontal)
-        splitter.addWidget(left)
+        form = scrolling(left)  # the form scrolls on a short screen
+        form.setMinimumWidth(left.sizeHint().width() + form.verticalScrollBar().sizeHint().width())
+        splitter.addWidget(form)
         splitter.addWidget(self.tabs)
         splitter.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
         layout.addWidget(splitter)
-        self.resize(1250, 800)
+        fit_to_screen(self, 1250, 800)
 
         self.inputs.changed.connect(self._update_buttons)
-        self.thresholds.textChanged.connect(self._update_buttons)
+        self.thresholds.changed.connect(self._update_buttons)
         self.methods.itemChanged.connect(self._update_buttons)
         self.localize_button.clicked.connect(self.run_localization)
         self.correspond_button.clicked.connect(self.run_correspondence)
@@ -246,21 +313,16 @@ class LocalizationView(QWidget):
         self.inputs.set_sources(checkpoint, dataset, dataset_format)
 
     def checked_methods(self) -> list[str]:
-        return [self.methods.item(i).text() for i in range(self.methods.count())
+        return [self.methods.item(i).data(Qt.UserRole) for i in range(self.methods.count())
                 if self.methods.item(i).checkState() == Qt.Checked]
 
     def set_methods(self, methods: Sequence[str]) -> None:
         for i in range(self.methods.count()):
             item = self.methods.item(i)
-            item.setCheckState(Qt.Checked if item.text() in methods else Qt.Unchecked)
+            item.setCheckState(Qt.Checked if item.data(Qt.UserRole) in methods else Qt.Unchecked)
 
     def threshold_values(self) -> list[float]:
-        from dmlviewer.core.explain import parse_thresholds
-
-        text = self.thresholds.text().strip()
-        if ":" in text:
-            return parse_thresholds(text)
-        return [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
+        return self.thresholds.values()
 
     def problems(self, localization: bool = True) -> list[str]:
         out = self.inputs.problems()
@@ -293,7 +355,7 @@ class LocalizationView(QWidget):
             return None
         checkpoint = self.inputs.checkpoint.text()
         args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
-                self.threshold_values(), self.pairing.currentText(), self._split(),
+                self.threshold_values(), self.pairing.currentData(), self._split(),
                 self.inputs.device.currentText(), self.limit.value() or None)
         return self._submit("localization", checkpoint, (localization_job, args, {}))
 
@@ -380,19 +442,18 @@ class LocalizationView(QWidget):
         top = 0.0
         for i, row in enumerate(results):
             color = PALETTE[i % len(PALETTE)]
+            name = method_label(row["method"])
+            # The best point of each curve is a star; its numbers are in the legend and the
+            # table (labels on the plot ran into each other where the curves peak together).
             self.plot.plot(row["thresholds"], row["accuracy"], pen=pg.mkPen(color, width=2), symbol="o",
                            symbolSize=5, symbolBrush=color, symbolPen=None,
-                           name=f"{row['method']} (best {row['best_accuracy']:.3f})")
+                           name=f"{name} {row['best_accuracy']:.2f} @ {row['best_threshold']:g}")
             best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,
                                       brush=pg.mkBrush(color), pen=pg.mkPen("k", width=1))
-            best.setToolTip(f"{row['method']}: {row['best_accuracy']:.3f} at threshold {row['best_threshold']:g}")
+            best.setToolTip(f"{name}: {row['best_accuracy']:.3f} at threshold {row['best_threshold']:g}")
             self.plot.addItem(best)
-            label = pg.TextItem(f"{row['best_accuracy']:.2f} @ {row['best_threshold']:g}", color=color,
-                                anchor=(0.5, 1.3))
-            label.setPos(row["best_threshold"], row["best_accuracy"])
-            self.plot.addItem(label)
             top = max(top, max(row["accuracy"], default=0.0))
-            cells = [row["method"], f"{row['best_threshold']:g}", f"{row['best_accuracy']:.4f}",
+            cells = [name, f"{row['best_threshold']:g}", f"{row['best_accuracy']:.4f}",
                      str(row["num_images"])]
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
@@ -402,8 +463,8 @@ class LocalizationView(QWidget):
         self.plot.setYRange(0, max(0.1, min(1.0, top * 1.15 + 0.02)))
         if results:
             pairing = results[0].get("pairing")
-            self.plot.setTitle(f"Localization accuracy (IoU > 0.5) against threshold, reference: {pairing}, "
-                               f"{results[0]['num_images']} images")
+            self.plot.setTitle(f"Localization (IoU > 0.5), {results[0]['num_images']} images, reference: "
+                               f"{PAIRING_LABELS.get(pairing, pairing)}")
 
     def show_correspondence(self, result: dict) -> None:
         """Bars of partial-map vs overall-map part-correspondence accuracy."""
@@ -416,10 +477,17 @@ class LocalizationView(QWidget):
             text = pg.TextItem(f"{v:.3f}", color="#e0e0e0", anchor=(0.5, 1.1))
             text.setPos(x, v)
             self.bar_plot.addItem(text)
+        chance = result.get("chance_accuracy")
+        if chance is not None:
+            line = pg.InfiniteLine(pos=chance, angle=0, pen=pg.mkPen("#bdbdbd", width=1.5, style=Qt.DashLine),
+                                   label=f"chance {chance:.2f}",
+                                   labelOpts={"position": 0.93, "color": "#bdbdbd", "anchors": [(1, 1), (1, 1)]})
+            self.bar_plot.addItem(line)
         self.bar_plot.setXRange(-0.6, 1.6)
+        extra = f"; chance level {chance:.3f}" if chance is not None else ""
         self.correspond_label.setText(
-            f"partial map {values[0]:.4f}, overall map {values[1]:.4f} over {result['num_parts']} parts "
-            f"in {result['num_pairs']} same-class pairs")
+            f"point-to-point {values[0]:.4f}, overall map {values[1]:.4f} over {result['num_parts']} parts "
+            f"in {result['num_pairs']} same-class pairs{extra}")
 
     def show_faithfulness(self, results: list[dict]) -> None:
         """Mean deletion/insertion curves per method for the chosen pairing and the AUC table

@@ -10,10 +10,12 @@ partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one ca
 core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
-where it is opposed, "signed" both on a diverging map), *scale* ("each map" normalizes every
-map to its own maximum and the colour bar reads 0..1 of it; "whole pair" uses one fixed
-scale, the largest absolute point-to-point entry, for all partial maps of the pair, so maps of
-different points compare), colour map and opacity. "Matches" draws the top-N point-to-point
+where it is opposed, "signed" both on a diverging map), *scale* ("whole pair", the default,
+uses one fixed scale, the largest absolute point-to-point entry, for all partial maps of the
+pair, so maps of different points compare and a weak point looks weak; "each map" normalizes
+every map to its own maximum and the colour bar reads 0..1 of it), colour map and opacity.
+The hovered point's share of the similarity is printed on the other pane, next to its colour
+bar, whatever the scale. "Matches" draws the top-N point-to-point
 correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
 """
 
@@ -34,6 +36,7 @@ from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
 from dmlviewer.gui.image_pane import MARKER_COLORS, ImagePane
+from dmlviewer.gui.widgets import FlowLayout
 from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,9 @@ METHODS = [
 #: Map choice computed by occlusion (model-agnostic; its hover shows the occlusion interaction)
 OCCLUSION = "occlusion"
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
-SCALES = [("map", "Each map"), ("pair", "Whole pair")]
+#: "Whole pair" first: the default is the honest scale, on which a point's colour says how much of
+#: the similarity it explains (a background point at 1% stays dark next to a body point at 20%).
+SCALES = [("pair", "Whole pair"), ("map", "Each map")]
 
 #: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
 MAX_OVERLAY_SIDE = 640
@@ -82,6 +87,19 @@ def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
     return (-m, m) if sign == "signed" else (0.0, m)
 
 
+def _labelled(label: str | None, *widgets: QWidget) -> QWidget:
+    """A label and its control(s) as one toolbar item (they wrap together)."""
+    box = QWidget()
+    row = QHBoxLayout(box)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.setSpacing(4)
+    if label:
+        row.addWidget(QLabel(label))
+    for widget in widgets:
+        row.addWidget(widget)
+    return box
+
+
 class _MatchLines(QWidget):
     """Transparent layer over both panes that joins matched points with coloured lines."""
 
@@ -98,11 +116,17 @@ class _MatchLines(QWidget):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.Antialiasing)
         q, r = self.panes
+        top = max((float(m["score"]) for m in self.matches), default=0.0)
         for k, m in enumerate(self.matches):
             # The layer covers its parent (the panes' container) exactly: parent coordinates.
             a = q.mapTo(self.parentWidget(), q.map_to_widget(*m["query_xy"]).toPoint())
             b = r.mapTo(self.parentWidget(), r.map_to_widget(*m["reference_xy"]).toPoint())
-            painter.setPen(QPen(QColor(MARKER_COLORS[k % len(MARKER_COLORS)]), 2))
+            # A line is as strong as its match: weak matches (picked once the strong cells are
+            # used up) are drawn thin and faint, not like the best one.
+            strength = float(m["score"]) / top if top > 0 else 1.0
+            color = QColor(MARKER_COLORS[k % len(MARKER_COLORS)])
+            color.setAlphaF(0.25 + 0.75 * strength)
+            painter.setPen(QPen(color, 1.0 + 2.0 * strength))
             painter.drawLine(QPointF(a), QPointF(b))
         painter.end()
 
@@ -116,6 +140,7 @@ class PairView(QWidget):
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
     _occlusion_progress = Signal(int, float)  # (pair token, fraction), from the worker thread
+    grad_bank_needed = Signal()  # grad-weight transfer chosen without Grad-CAM weights at hand
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
@@ -130,6 +155,13 @@ class PairView(QWidget):
         self._pair_token = 0
         self._overall_pending = ""
         self.occlusion_baseline = "blur"  # blur | mean | noise (core.explain.perturb.BASELINES)
+        #: Grad-CAM weights of labelled images for grad-weight transfer (seed 002), or None;
+        #: ``_grad_missing`` says why there are none (None: not asked for yet).
+        self.grad_bank = None
+        self._grad_missing: str | None = None
+        #: Called by Swap (the main window swaps the roles of the two dataset images); without
+        #: one, Swap exchanges the two photographs here.
+        self.swap_handler = None
 
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         self._build_toolbar()
@@ -146,11 +178,12 @@ class PairView(QWidget):
         self.lines.hide()
         self.info = QLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
         self.info.setObjectName("pairInfo")
+        self.info.setWordWrap(True)  # a long read-out must not widen the window
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(4)
-        layout.addLayout(self.toolbar)
+        layout.addWidget(self.toolbar_widget)
         layout.addWidget(self.body, 1)
         layout.addWidget(self.info)
 
@@ -187,7 +220,8 @@ class PairView(QWidget):
         self.scale_combo = QComboBox()
         for key, label in SCALES:
             self.scale_combo.addItem(label, key)
-        self.scale_combo.setToolTip("Partial maps: normalize each map to its maximum, or one scale for the pair")
+        self.scale_combo.setToolTip("Partial maps: one scale for the whole pair (a point's colour says how much of the "
+                                    "similarity it explains), or each map stretched to its own maximum")
         self.cmap_combo = QComboBox()
         for name in SEQUENTIAL:
             self.cmap_combo.addItem(name, name)
@@ -216,26 +250,21 @@ class PairView(QWidget):
         self.fit_button.setToolTip("Show the whole images")
 
         for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo):
-            # Let the toolbar shrink on small screens (the text elides) instead of forcing the
-            # window wider than the display.
-            combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(6)
+            combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)  # full names, never "Decomposit"
         self.opacity.setFixedWidth(80)
 
-        bar = QHBoxLayout()
-        bar.setContentsMargins(0, 0, 0, 0)
+        # The toolbar wraps onto a second row on a narrow window (1366 px laptops with both
+        # docks open) instead of forcing the window wider than the screen; each label stays
+        # with its control, Swap and Fit stay at the right end.
+        bar = FlowLayout(spacing=10)
         for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
                               ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
                               ("Opacity", self.opacity)):
-            bar.addWidget(QLabel(label))
-            bar.addWidget(widget)
-        bar.addSpacing(8)
-        bar.addWidget(self.matches_box)
-        bar.addWidget(self.matches_n)
-        bar.addWidget(self.region_button)
-        bar.addStretch(1)
-        bar.addWidget(self.swap_button)
-        bar.addWidget(self.fit_button)
+            bar.addWidget(_labelled(label, widget))
+        bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
+        bar.add_right(_labelled(None, self.swap_button, self.fit_button))
+        self.toolbar_widget = QWidget()
+        self.toolbar_widget.setLayout(bar)
         self.toolbar = bar
 
         self.method_combo.currentIndexChanged.connect(self._on_method)
@@ -269,7 +298,11 @@ class PairView(QWidget):
             self._on_method()
 
     def set_model(self, model, device: str = "cpu") -> None:
-        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair)."""
+        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair). A new
+        model drops the Grad-CAM weights (:meth:`set_grad_bank` gives its own afterwards)."""
+        if model is not self.model:  # Grad-CAM weights belong to one model
+            self.grad_bank = None
+            self._grad_missing = None
         self.model = model
         self.device = str(device)
         if self.images is not None:
@@ -293,9 +326,34 @@ class PairView(QWidget):
         self._prepare()
 
     def swap(self) -> None:
-        if self.images is not None:
-            i = self.images
-            self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
+        """Exchange the roles: the reference becomes the query (the explanation, captions and
+        bias terms follow the roles, not the screen positions)."""
+        if self.images is None:
+            return
+        if self.swap_handler is not None:
+            self.swap_handler()
+            return
+        i = self.images
+        self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
+
+    def set_grad_bank(self, bank, reason: str | None = None) -> None:
+        """Grad-CAM weights for grad-weight transfer (None with ``reason``: unavailable, and
+        why). Maps computed with an older bank are dropped."""
+        self.grad_bank = bank
+        self._grad_missing = reason
+        if self.explanation is not None:
+            self.explanation.grad_bank = bank
+            self._overall.pop("grad_transfer", None)
+        if self.state == "ready" and self.method == "grad_transfer":
+            self._on_method()
+
+    def show_grad_progress(self, text: str) -> None:
+        """While the Grad-CAM weights are computed: say so on both panes."""
+        self._grad_missing = None
+        if self.method == "grad_transfer" and self.state == "ready":
+            for pane in self.panes:
+                pane.clear_overlay()
+                pane.show_message(f"Grad-weight transfer: {text}")
 
     def hover_point(self) -> tuple[int, float, float] | None:
         """The point whose partial map is on screen: the pin, else the hovered point."""
@@ -348,6 +406,7 @@ class PairView(QWidget):
         if token != self._pair_token:
             return
         self.explanation = expl
+        expl.grad_bank = self.grad_bank
         # These two come with the pair; the Grad-CAM family is computed on request.
         self._overall = {"decomposition": True, "decomposition_bias": True}
         self._set_state("ready")
@@ -368,11 +427,16 @@ class PairView(QWidget):
     def _show_similarity_info(self) -> None:
         e = self.explanation
         p2p_sum = float(np.asarray(e.point_to_point).sum())
+        (hq, wq), (hr, wr) = e.grid_query, e.grid_reference
         self.info.setText(
-            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} + bias terms "
-            f"{e.bias_query:+.4f} / {e.bias_reference:+.4f} / {e.bias_both:+.4f}   ·   "
-            f"grids {tuple(e.grid_query)} × {tuple(e.grid_reference)}   ·   "
-            "hover a point, click to pin, Esc to release")
+            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
+            f"+ query cells · reference bias {e.bias_query:+.4f} "
+            f"+ reference cells · query bias {e.bias_reference:+.4f} + bias · bias {e.bias_both:+.4f}"
+            f"   ·   grids {hq}×{wq} and {hr}×{wr}   ·   hover a point, click to pin, Esc to release")
+        self.info.setToolTip(
+            "Seed 000 Eq. 3: with E = Σ C_ij + B for each image (C: the contributions of the grid cells, "
+            "B: the head's bias), E_q·E_r/(|E_q||E_r|) = Σ C_q·C_r (point-to-point) + Σ C_q·B_r "
+            "+ Σ C_r·B_q + B_q·B_r, each divided by |E_q||E_r|.")
 
     # -- overall maps
     def _on_method(self) -> None:
@@ -383,6 +447,16 @@ class PairView(QWidget):
             self._build_renderers()  # occlusion has its own point-to-point maps
             self._show_overall()
             self.link.refresh()
+            return
+        if method == "grad_transfer" and self.explanation.grad_bank is None:
+            # Seed 002 borrows the Grad-CAM weights of labelled training images: the owner
+            # computes them in the job queue (or says why it cannot) and calls set_grad_bank.
+            for pane in self.panes:
+                pane.clear_overlay()
+                pane.show_message("Grad-weight transfer unavailable:\n" + self._grad_missing if self._grad_missing
+                                  else "Grad-weight transfer: preparing the Grad-CAM weights of the training images…")
+            if self._grad_missing is None:
+                self.grad_bank_needed.emit()
             return
         for pane in self.panes:
             pane.clear_overlay()
@@ -441,6 +515,7 @@ class PairView(QWidget):
                 else "similarity lost when hidden" if self.method == OCCLUSION else "map value")
         for pane, side in zip(self.panes, SIDE_NAMES):
             pane.show_message(None)
+            pane.show_readout(None)
             shown = self.explanation.overall(self.method, side, self.sign)
             levels = display_levels(shown, self.sign)
             pane.set_map(shown, levels)
@@ -494,9 +569,9 @@ class PairView(QWidget):
         signed = self.sign == "signed"
         scale = getattr(self, "_partial_scale", None)
         if scale is None:
-            levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of map maximum"
+            levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of this map's maximum"
         else:
-            levels, label = ((-scale, scale) if signed else (0.0, scale)), "share of similarity"
+            levels, label = ((-scale, scale) if signed else (0.0, scale)), "contribution to the cosine"
         if self.sign == "negative":
             label = "− " + label
         other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
@@ -511,6 +586,7 @@ class PairView(QWidget):
             text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
         if share is not None:
             text += f": this position explains {100.0 * share:+.2f}% of the similarity"
+            other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity")
         if pinned:
             text += "   [pinned, Esc to release]"
         self.status_message.emit(text)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QGuiApplication, QKeySequence
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QKeySequence, QPainter
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 
+#: What the empty list says (it is opened from View > Problems when there is nothing to list).
+EMPTY_TEXT = ("No problems: every image read so far opened fine. Unreadable images (missing, "
+              "truncated, not an image) are listed here with their path and the reason.")
+
+
 class ProblemsList(QTableWidget):
-    """Two columns, path and reason; ``count_changed(n)`` after each new problem."""
+    """Two columns, path and reason; ``count_changed(n)`` after each new problem. Empty, it
+    says so in its middle."""
 
     count_changed = Signal(int)
 
@@ -43,6 +49,15 @@ class ProblemsList(QTableWidget):
         self._seen.clear()
         self.setRowCount(0)
         self.count_changed.emit(0)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().paintEvent(event)
+        if self.rowCount() == 0:
+            painter = QPainter(self.viewport())
+            painter.setPen(self.palette().placeholderText().color())
+            painter.drawText(self.viewport().rect().adjusted(12, 8, -12, -8), Qt.AlignCenter | Qt.TextWordWrap,
+                             EMPTY_TEXT)
+            painter.end()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt API
         if event.matches(QKeySequence.StandardKey.Copy):

@@ -7,6 +7,11 @@ file is then opened), automatically for small datasets and on a button press for
 Each result is framed green when its class equals the query's, red otherwise; clicking one
 makes it the reference.
 
+Neighbours are shown only for features of the open model: the feature file's
+``checkpoint_sha256`` must equal the open checkpoint's. After another checkpoint is opened the
+panel re-extracts (small datasets, in the job queue) or offers to; a feature file of another
+model is flagged and its neighbours are not shown under this model's pair.
+
 Interactive retrieval (seed 000 Sec. 5.4): a rectangle drawn on the query pane gives the
 partial feature of that region (``core.explain.region_feature``, the sum of the region's
 contributions ``W_ij A_ij``), which is matched against the stored embeddings instead of the
@@ -17,16 +22,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QSizePolicy,
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.core.data.lookup import PathIndex
 from dmlviewer.gui import errors
 from dmlviewer.gui.thumbnails import ThumbnailLoader
+from dmlviewer.gui.widgets import ElidedLabel
 from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -90,18 +97,21 @@ class RetrievalPanel(QWidget):
         self.search_note = ""
         self.model = None
         self.device = "cpu"
+        self.model_sha: str | None = None
         self.query_index: int | None = None
         self.region: tuple | None = None
         self.results: list[dict] = []
         self._row_of_path = PathIndex([])  # dataset row of a path
         self._feature_rows = PathIndex([])  # feature-file row of a path
         self._auto_requested = False
+        self._auto_reextract = True  # features of another model may be replaced without asking
+        self._generation = 0  # bumped when features or model change: older results are dropped
 
-        self.header = QLabel("Neighbours")
+        self.header = ElidedLabel("Neighbours", Qt.ElideRight)
         self.header.setObjectName("panelHeader")
-        self.header.setWordWrap(True)
-        # A long file name (one unbreakable word) must not widen the dock, and the main window with it.
-        self.header.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        # The query's file name on a line of its own, elided in the middle (a long name must
+        # neither wrap mid-word nor widen the dock).
+        self.query_label = ElidedLabel("")
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, 100)
         self.k_spin.setValue(12)
@@ -137,6 +147,7 @@ class RetrievalPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addWidget(self.query_label)
         layout.addWidget(self.source)
         buttons = QHBoxLayout()
         buttons.addWidget(self.extract_button)
@@ -150,23 +161,50 @@ class RetrievalPanel(QWidget):
         self.dataset = dataset
         self._row_of_path = PathIndex([] if dataset is None else dataset.paths)
         self._auto_requested = False
+        self._generation += 1
         self.query_index = None
         self._show([])
         self._update_source()
 
-    def set_model(self, model, device: str = "cpu") -> None:
+    def set_model(self, model, device: str = "cpu", sha256: str | None = None) -> None:
+        """The open model (``sha256``: its checkpoint's, to check the features' provenance).
+        Features of another model are then replaced by this model's (extracted in the job
+        queue; automatically for small datasets)."""
+        changed = sha256 != self.model_sha or model is not self.model
         self.model = model
         self.device = str(device)
+        self.model_sha = sha256 or None
         self._auto_requested = False
+        if changed:
+            self._generation += 1
+            self._auto_reextract = True
         self._update_source()
+        self.refresh()
 
-    def set_features(self, features) -> None:
+    def set_features(self, features, chosen: bool = False) -> None:
+        """Retrieve from ``features``; ``chosen``: opened by the user (a file of another model is
+        then flagged, not replaced without asking)."""
         self.features = features
         self.index = None
         self.search_note = ""
+        self._generation += 1
+        self._auto_reextract = not chosen
         self._feature_rows = PathIndex([] if features is None else features.paths)
         self._update_source()
         self.refresh()
+
+    def mismatch(self) -> str | None:
+        """Why the loaded features must not be shown with the open model (None: they may)."""
+        if self.features is None or self.model is None:
+            return None
+        stored = str(self.features.attrs.get("checkpoint_sha256", "") or "")
+        if not stored:
+            return ("These features do not say which checkpoint computed them, so they may belong to "
+                    "another model: their neighbours are not shown.")
+        if self.model_sha and stored != self.model_sha:
+            return (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than the "
+                    f"open one ({self.model_sha[:12]}…): their neighbours are not shown.")
+        return None
 
     def set_index(self, index) -> None:
         """Search through ``index`` (an ``ApproximateIndex`` of the open features; None: exact)."""
@@ -196,23 +234,43 @@ class RetrievalPanel(QWidget):
             errors.show_error(self, "Region retrieval", "Region retrieval needs a checkpoint and "
                               "features (open an HDF5 feature file or compute features first).")
             return
+        if self.mismatch():
+            errors.show_error(self, "Region retrieval", f"{self.mismatch()} Compute the features of the "
+                              "open model first (Compute features in the Retrieval panel).")
+            return
         self.region = tuple(float(v) for v in region)
         self.whole_button.show()
         y0, x0, y1, x1 = self.region
-        self.header.setText(f"Neighbours of the query region x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f}")
+        self.header.setText("Neighbours of a query region")
+        self.query_label.setText(f"x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f} of {self._query_name()}")
         model, device, lock, features, k = self.model, self.device, self.model_lock, self.features, self.k_spin.value()
-        search_index = self.index
-
+        search_index, feature_rows = self.index, self._feature_rows
         region = self.region
+        # The query itself is left out, as whole-image retrieval leaves it out (its row is
+        # looked up in the worker).
+        query_path, generation = self._query_path(), self._generation
 
         def job(cancel):
             from dmlviewer.core.explain.region import region_query
 
+            exclude = None if query_path is None else feature_rows.find(query_path)
             with lock:
                 cancel.raise_if_cancelled()
-                return region_query(model, image, region, features, k=k, device=device, index=search_index)
+                return generation, region_query(model, image, region, features, k=k, device=device,
+                                                index=search_index, exclude=exclude)
 
         self.runner.submit(job, cancel_aware=True)
+
+    def _query_name(self) -> str:
+        if self.query_index is None or self.dataset is None:
+            return ""
+        return self.dataset.paths[self.query_index].rsplit("/", 1)[-1]
+
+    def _query_path(self) -> str | None:
+        """The query's path (None without a query)."""
+        if self.query_index is None or self.dataset is None:
+            return None
+        return str(self.dataset.paths[self.query_index])
 
     def refresh(self) -> None:
         if self.region is not None:
@@ -220,21 +278,21 @@ class RetrievalPanel(QWidget):
         index, ds = self.query_index, self.dataset
         if index is None or ds is None:
             self.header.setText("Neighbours: choose a query")
+            self.query_label.setText("")
             self._show([])
             return
-        # Zero-width spaces after "_", "-" and "." let a long file name wrap in a narrow dock.
-        name = ds.paths[index].rsplit('/', 1)[-1]
-        for ch in "_-.":
-            name = name.replace(ch, ch + "\u200b")
-        self.header.setText(f"Neighbours of the query ({name})")
-        if self.features is None:
+        self.header.setText("Neighbours of the query")
+        self.query_label.setText(self._query_name())
+        mismatch = self.mismatch()
+        if self.features is None or mismatch:
             self._show([])
-            if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX):
+            if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX
+                    and (self.features is None or self._auto_reextract)):
                 self._auto_requested = True
                 self.extract_requested.emit()
             return
         self._update_source()
-        features, k, search_index = self.features, self.k_spin.value(), self.index
+        features, k, search_index, generation = self.features, self.k_spin.value(), self.index, self._generation
         feature_rows, dataset_rows, path = self._feature_rows, self._row_of_path, ds.paths[index]
 
         def job(cancel):
@@ -244,15 +302,18 @@ class RetrievalPanel(QWidget):
             # rows): here in the worker, not on the GUI thread.
             row = feature_rows.find(path)
             if row is None:
-                return None
+                return generation, None
             results = retrieve(features, row, k, index=search_index)
             dataset_rows.prepare()
-            return results
+            return generation, results
 
         self.runner.submit(job, cancel_aware=True)
 
     # -- outputs
-    def _on_results(self, _request: int, results: object) -> None:
+    def _on_results(self, _request: int, value: object) -> None:
+        generation, results = value
+        if generation != self._generation:  # computed from features or a model no longer open
+            return
         if results is None:
             self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
             self._show([])
@@ -295,13 +356,21 @@ class RetrievalPanel(QWidget):
         f = self.features
         if f is None:
             return "No features loaded"
-        return f"Features: {len(f):,} images" + (f"<br><i>{self.search_note}</i>" if self.search_note else "")
+        path = getattr(f, "path", None)
+        return (f"Features: {len(f):,} images" + (f" ({Path(path).name})" if path else "")
+                + (f"<br><i>{self.search_note}</i>" if self.search_note else ""))
 
     def _update_source(self) -> None:
         has = self.features is not None
-        self.source.setText(self._features_text() if has else
-                            "No features loaded: open an HDF5 feature file, or compute them.")
-        self.extract_button.setVisible(not has)
+        mismatch = self.mismatch()
+        if mismatch:
+            self.source.setText(f"<span style='color:#eb5757'><b>Features of another model.</b></span> {mismatch}")
+            self.extract_button.setText("Compute features of the open model")
+        else:
+            self.source.setText(self._features_text() if has else
+                                "No features loaded: open an HDF5 feature file, or compute them.")
+            self.extract_button.setText("Compute features")
+        self.extract_button.setVisible(not has or bool(mismatch))
         self.extract_button.setEnabled(self.model is not None and self.dataset is not None)
 
     def shutdown(self) -> None:

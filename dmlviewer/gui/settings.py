@@ -4,6 +4,10 @@ Settings are an INI file in the user scope (``QSettings.IniFormat``), so that te
 them to a temporary folder with ``QSettings.setPath(QSettings.IniFormat, QSettings.UserScope,
 tmp)``. The data folder (logs) and the cache folder (demo data) come from
 ``QStandardPaths`` with a home-folder fallback when Qt reports none.
+
+What the user asks the app to compute (feature files, training runs) goes to the *output
+folder*: ``~/Documents/dmlviewer`` (Qt's documents location) unless changed with File > Output
+Folder, never into the installed package or a cache folder (:func:`is_private`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,70 @@ def data_dir() -> Path:
 def cache_dir() -> Path:
     """The user's cache folder for the app (``CacheLocation``), created on demand."""
     return _location(QStandardPaths.CacheLocation, ".cache")
+
+
+def output_dir(settings: QSettings | None = None) -> Path:
+    """The user-visible folder for the app's outputs (the ``paths/output`` setting, else
+    ``<documents>/dmlviewer``), created on demand."""
+    settings = settings or app_settings()
+    chosen = str(settings.value("paths/output", "") or "")
+    if chosen:
+        folder = Path(chosen).expanduser()
+    else:
+        docs = QStandardPaths.writableLocation(QStandardPaths.DocumentsLocation) or str(Path.home())
+        folder = Path(docs) / APPLICATION
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def set_output_dir(path: str | os.PathLike, settings: QSettings | None = None) -> Path:
+    settings = settings or app_settings()
+    settings.setValue("paths/output", str(Path(path).expanduser().resolve()))
+    return output_dir(settings)
+
+
+def package_dir() -> Path:
+    """The folder of the installed dmlviewer package."""
+    import dmlviewer
+
+    return Path(dmlviewer.__file__).resolve().parent
+
+
+def is_private(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies in the installed package (e.g. the shipped demo checkpoint), its
+    resources or the app's cache: no place for the user's outputs or to start browsing."""
+    from dmlviewer.resources import resource_path
+
+    target = Path(path).expanduser().resolve()
+    roots = {package_dir(), resource_path("").resolve(), Path(QStandardPaths.writableLocation(
+        QStandardPaths.CacheLocation) or (Path.home() / ".cache" / APPLICATION)).resolve()}
+    return any(target == root or root in target.parents for root in roots)
+
+
+def output_path_for(preferred: str | os.PathLike, kind: str, settings: QSettings | None = None) -> Path:
+    """``preferred`` when the user may write there, else the same file name in
+    ``<output folder>/<kind>/`` (an output next to the shipped demo checkpoint, or in a
+    read-only folder, moves to the output folder)."""
+    preferred = Path(preferred).expanduser()
+    folder = preferred.parent
+    if not is_private(folder) and folder.is_dir() and os.access(folder, os.W_OK):
+        return preferred
+    target = output_dir(settings) / kind
+    target.mkdir(parents=True, exist_ok=True)
+    return target / preferred.name
+
+
+def start_dir(*candidates: str | os.PathLike | None, settings: QSettings | None = None) -> str:
+    """Where a file dialog opens: the first candidate folder (a file's folder) that exists and
+    is not private (:func:`is_private`), else the output folder."""
+    for candidate in candidates:
+        if not candidate:
+            continue
+        path = Path(candidate).expanduser()
+        folder = path if path.is_dir() else path.parent
+        if folder.is_dir() and not is_private(folder):
+            return str(folder)
+    return str(output_dir(settings))
 
 
 def log_dir() -> Path:

@@ -2,7 +2,8 @@
 the faithfulness of the pair on screen (with the pair view's occlusion baseline).
 
 ``install_tools(main_window)`` adds one action per tool through
-``main_window.add_tool_action`` and a "Jobs" dock. Each tool window is created on first use,
+``main_window.add_tool_action`` and a "Jobs" dock (toggled under View, through
+``main_window.add_view_action``). Each tool window is created on first use,
 kept (closing it only hides it, a run keeps going) and prefilled with the main window's
 current dataset, checkpoint and features each time it is shown. The tools use the main
 window's ``runner``; their results flow back through its public methods (``open_checkpoint``,
@@ -11,8 +12,9 @@ window's ``runner``; their results flow back through its public methods (``open_
 Used from the main window: ``runner``, ``dataset`` (with ``paths``), ``dataset_path``,
 ``dataset_format``, ``checkpoint_path``, ``features_path``, ``open_checkpoint(path)``,
 ``set_pair(query_index, reference_index)``, ``add_tool_action(action)``,
-``addDockWidget(area, dock)``, and for the pair's faithfulness ``model``, ``model_lock``,
-``device``, ``pair_view`` (``images``, ``set_occlusion_baseline``), ``tools_menu``.
+``add_view_action(dock, text)``, ``addDockWidget(area, dock)``, and for the pair's faithfulness
+``model``, ``model_lock``, ``device``, ``pair_view`` (``images``, ``set_occlusion_baseline``),
+``tools_menu``.
 """
 
 from __future__ import annotations
@@ -171,9 +173,8 @@ def install_tools(main_window: Any) -> Tools:
         action.triggered.connect(slot)  # the slots take no argument: "checked" is dropped
         main_window.add_tool_action(action)
     _install_pair_actions(main_window, tools)
-    jobs_action = tools.jobs_dock.toggleViewAction()
-    jobs_action.setText("&Jobs")
-    main_window.add_tool_action(jobs_action)
+    # The Jobs dock is shown and hidden from the View menu, with the other docks.
+    main_window.add_view_action(tools.jobs_dock, "&Jobs")
     main_window.tools = tools
     return tools
 

@@ -33,11 +33,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton, QScrollArea,
-    QSpinBox, QSplitter, QToolButton, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
+    QSpinBox, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import Progress
+from dmlviewer.gui.widgets import fit_to_screen, scrolling
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,28 @@ ADVERSARIAL_LABELS = {
 }
 PRETRAINED_CHOICES = [("none", "none (random init)"), ("imagenet", "ImageNet (from cache)"),
                       ("file", "local file...")]
+#: Display names of option values (the value itself, as the command line takes it, in brackets).
+VALUE_LABELS = {
+    "loss": {"contrastive": "Contrastive", "triplet": "Triplet", "margin": "Margin",
+             "binomial": "Binomial deviance", "ms": "Multi-similarity", "proxy_nca": "Proxy-NCA"},
+    "miner": {"auto": "Automatic (the loss's own)", "none": "None (all pairs)", "semihard": "Semi-hard",
+              "multi_similarity": "Multi-similarity", "distance_weighted": "Distance-weighted"},
+    "pooling": {"gap": "Global average", "gmp": "Global max", "gem": "Generalized mean (GeM)"},
+    "optimizer": {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD"},
+    "scheduler": {"constant": "Constant", "cosine": "Cosine"},
+    "protocol": {"default": "Default for the format", "zero-shot": "Zero-shot (class halves)",
+                 "official": "Official split"},
+    "amp": {"auto": "Automatic (on with CUDA)", "on": "On", "off": "Off"},
+    "select_metric": {"recall@1": "Recall@1", "map@r": "MAP@R"},
+    "freeze_bn": {"auto": "Automatic (frozen when pretrained)", "on": "Frozen", "off": "Trained"},
+}
+
+
+def _labelled_values(name: str, values) -> list[tuple[Any, str]]:
+    labels = VALUE_LABELS.get(name, {})
+    return [(v, f"{labels[v]} ({v})" if v in labels else str(v)) for v in values]
+
+
 #: Attributes of the core's loss modules that are the losses' hyper-parameters.
 _LOSS_PARAMS = ("margin", "pos_margin", "neg_margin", "alpha", "beta", "base", "nu",
                 "scale_pos", "scale_neg", "softmax_scale", "balanced", "self_pairs")
@@ -129,7 +152,12 @@ class PathEdit(QWidget):
         self.edit.setText(text)
 
     def browse(self) -> None:
-        start = self.text() or str(Path.home())
+        from dmlviewer.gui import settings
+
+        # Start at the current file's folder unless it is the package's or the cache's.
+        start = settings.start_dir(self.text())
+        if self.mode == "save" and self.text():
+            start = str(Path(start) / Path(self.text()).name)
         if self.mode == "dir":
             path = QFileDialog.getExistingDirectory(self, self.caption, start)
         elif self.mode == "save":
@@ -200,19 +228,19 @@ class TrainingForm(QWidget):
         w: dict[str, QWidget] = {}
         w["dataset"] = PathEdit("dir", "Choose the dataset folder")
         w["format"] = _combo([(None, "detect")] + [(f, f) for f in FORMATS])
-        w["protocol"] = _combo(PROTOCOLS)
+        w["protocol"] = _combo(_labelled_values("protocol", PROTOCOLS))
         w["out"] = PathEdit("dir", "Choose the run folder")
         w["resume"] = QCheckBox("resume from RUN/checkpoint.pt")
         w["backbone"] = _combo(BACKBONES)
         w["pretrained"] = _combo(PRETRAINED_CHOICES)
         self.pretrained_file = PathEdit("open", "Choose backbone weights", "Weights (*.pt *.pth);;All files (*)")
-        w["pooling"] = _combo(POOLINGS)
+        w["pooling"] = _combo(_labelled_values("pooling", POOLINGS))
         w["grouping"] = _combo([(g, GROUPING_LABELS.get(g, g)) for g in GROUPINGS])
         w["groups"] = _spin(1, 64)
         w["dim"] = _spin(1, 4096, 16)
         w["image_size"] = _spin(32, 1024, 32)
-        w["loss"] = _combo(METRIC_LOSSES)
-        w["miner"] = _combo(MINERS)
+        w["loss"] = _combo(_labelled_values("loss", METRIC_LOSSES))
+        w["miner"] = _combo(_labelled_values("miner", MINERS))
         w["binomial"] = _combo(tuple(BINOMIAL_PRESETS))
         w["triplet_margin"] = _dspin(0, 10, 0.01, 3)
         w["diversity"] = _dspin(0, 100, 0.1, 3)
@@ -230,17 +258,17 @@ class TrainingForm(QWidget):
         w["lr"] = _dspin(1e-7, 10, 1e-5, 7)
         w["head_lr_mult"] = _dspin(0.001, 1000, 1, 3)
         w["weight_decay"] = _dspin(0, 1, 1e-4, 6)
-        w["optimizer"] = _combo(OPTIMIZERS)
-        w["scheduler"] = _combo(SCHEDULERS)
+        w["optimizer"] = _combo(_labelled_values("optimizer", OPTIMIZERS))
+        w["scheduler"] = _combo(_labelled_values("scheduler", SCHEDULERS))
         w["val_fraction"] = _dspin(0, 0.9, 0.05, 2)
         w["val_fraction"].setSpecialValueText("none (keep the last epoch)")
-        w["select_metric"] = _combo(SELECT_METRICS)
+        w["select_metric"] = _combo(_labelled_values("select_metric", SELECT_METRICS))
         w["patience"] = _spin(0, 10_000)
         w["patience"].setSpecialValueText("never stop early")
-        w["freeze_bn"] = _combo([(m, {"auto": "auto (frozen when pretrained)"}.get(m, m)) for m in FREEZE_BN_MODES])
+        w["freeze_bn"] = _combo(_labelled_values("freeze_bn", FREEZE_BN_MODES))
         w["warmup_epochs"] = _spin(0, 10_000)
         w["device"] = _combo([("auto", "auto")] + [(d, d) for d in available_devices()])
-        w["amp"] = _combo(AMP_MODES)
+        w["amp"] = _combo(_labelled_values("amp", AMP_MODES))
         w["num_workers"] = _spin(0, 64)
         w["eval_every"] = _spin(0, 1000)
         w["eval_every"].setSpecialValueText("last epoch only")
@@ -523,9 +551,11 @@ class _Series:
 
 
 class TrainingMonitor(QWidget):
-    """Progress bar with ETA, live plots of the losses (per step) and of Recall@1 / NMI (per
-    epoch, from epoch 0, the model before training; with a validation split also its
-    Recall@1), and the run's log. ``reset()`` before a run, ``on_event(Progress)`` for each event."""
+    """Progress bar with ETA, live plots of the training loss and of its terms (per step, on
+    two tabs: the total is mostly the metric term, drawn together they would lie on top of
+    each other), of Recall@1 / NMI (per epoch, from epoch 0, the model before training; with a
+    validation split also its Recall@1), and the run's log. ``reset()`` before a run,
+    ``on_event(Progress)`` for each event."""
 
     REFRESH_MS = 200
 
@@ -536,19 +566,28 @@ class TrainingMonitor(QWidget):
         self.progress.setFormat("%p%")
         self.status = QLabel("Not started")
         self.eta = QLabel("ETA --:--")
-        self.loss_plot = pg.PlotWidget(title="Losses per step")
-        self.loss_plot.setLabel("bottom", "step")
-        self.loss_plot.showGrid(x=True, y=True, alpha=0.2)
+        self.loss_plot = pg.PlotWidget(title="Training loss per step (total of the weighted terms)")
+        self.loss_plot.setLabel("left", "loss")
         self.loss_legend = self.loss_plot.addLegend(offset=(-10, 10))
+        self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
+        self.terms_plot.setLabel("left", "term")
+        self.terms_legend = self.terms_plot.addLegend(offset=(-10, 10))
         self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch (0: before training)")
         self.metric_plot.setLabel("bottom", "epoch")
+        self.metric_plot.setLabel("left", "score")
         self.metric_plot.setYRange(0, 1)
-        self.metric_plot.showGrid(x=True, y=True, alpha=0.2)
         self.metric_legend = self.metric_plot.addLegend(offset=(-10, -10))
-        for plot in (self.loss_plot, self.metric_plot):
+        for plot in (self.loss_plot, self.terms_plot, self.metric_plot):
             plot.setBackground(PLOT_BACKGROUND)
-            plot.setMinimumHeight(160)
+            plot.setMinimumHeight(140)
+            plot.showGrid(x=True, y=True, alpha=0.2)
             no_si_prefix(plot)
+        for plot in (self.loss_plot, self.terms_plot):
+            plot.setLabel("bottom", "step")
+        self.loss_tabs = QTabWidget()
+        self.loss_tabs.setDocumentMode(True)
+        self.loss_tabs.addTab(self.loss_plot, "Loss")
+        self.loss_tabs.addTab(self.terms_plot, "Loss terms")
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(5000)
@@ -561,12 +600,13 @@ class TrainingMonitor(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.status)
         splitter = QSplitter(Qt.Vertical)
-        splitter.addWidget(self.loss_plot)
+        splitter.addWidget(self.loss_tabs)
         splitter.addWidget(self.metric_plot)
         splitter.addWidget(self.log)
         splitter.setSizes([300, 260, 160])
         layout.addWidget(splitter, 1)
-        self.loss_series: dict[str, _Series] = {}
+        self.loss_series: dict[str, _Series] = {}  # the total ("loss")
+        self.term_series: dict[str, _Series] = {}  # the terms, by name
         self.metric_series: dict[str, _Series] = {}
         self._dirty = False
         self._timer = QTimer(self)
@@ -576,6 +616,7 @@ class TrainingMonitor(QWidget):
 
     def reset(self) -> None:
         for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
+                                     (self.terms_plot, self.terms_legend, self.term_series),
                                      (self.metric_plot, self.metric_legend, self.metric_series)):
             for s in series.values():
                 plot.removeItem(s.curve)
@@ -586,13 +627,14 @@ class TrainingMonitor(QWidget):
         self.log.clear()
         self.status.setText("Starting...")
 
-    def _series(self, name: str, metric: bool) -> _Series:
-        table = self.metric_series if metric else self.loss_series
+    def _series(self, name: str, kind: str) -> _Series:
+        """The curve ``name`` of plot ``kind`` (``loss``, ``term`` or ``metric``)."""
+        table, plot = {"loss": (self.loss_series, self.loss_plot), "term": (self.term_series, self.terms_plot),
+                       "metric": (self.metric_series, self.metric_plot)}[kind]
         if name not in table:
-            plot = self.metric_plot if metric else self.loss_plot
             color = PALETTE[len(table) % len(PALETTE)]
-            pen = pg.mkPen(color, width=2 if metric or name == "loss" else 1.2)
-            kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if metric else {}
+            pen = pg.mkPen(color, width=2 if kind != "term" else 1.5)
+            kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if kind == "metric" else {}
             table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
         return table[name]
 
@@ -606,12 +648,12 @@ class TrainingMonitor(QWidget):
             self.eta.setText(f"ETA {format_eta(event.eta_s)}")
         if event.kind == "step":
             x = float(event.current)
-            losses = dict(data.get("losses") or {})
-            if "loss" in data:
-                losses = {"loss": data["loss"], **{k: v for k, v in losses.items() if k != "loss"}}
-            for name, value in losses.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    self._series(name, metric=False).add(x, float(value))
+            total = data.get("loss")
+            if isinstance(total, (int, float)) and math.isfinite(total):
+                self._series("loss", "loss").add(x, float(total))
+            for name, value in dict(data.get("losses") or {}).items():
+                if name != "loss" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._series(name, "term").add(x, float(value))
             epoch = data.get("epoch")
             self.status.setText(f"epoch {epoch}, step {event.current}/{event.total}" if epoch is not None
                                 else f"step {event.current}/{event.total}")
@@ -626,9 +668,9 @@ class TrainingMonitor(QWidget):
                              if self.metric_series else 0)
             for key in ("recall@1", "nmi"):
                 if key in metrics:
-                    self._series(key, metric=True).add(float(epoch), float(metrics[key]))
+                    self._series(key, "metric").add(float(epoch), float(metrics[key]))
             if "recall@1" in val:
-                self._series("val recall@1", metric=True).add(float(epoch), float(val["recall@1"]))
+                self._series("val recall@1", "metric").add(float(epoch), float(val["recall@1"]))
             summary = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
             best = " (best on validation so far)" if data.get("best") else ""
             self.append_log(f"epoch {epoch}: {summary}{best}")
@@ -644,7 +686,7 @@ class TrainingMonitor(QWidget):
         if not self._dirty:
             return
         self._dirty = False
-        for series in (*self.loss_series.values(), *self.metric_series.values()):
+        for series in (*self.loss_series.values(), *self.term_series.values(), *self.metric_series.values()):
             series.draw()
         epochs = max((len(s.x) for s in self.metric_series.values()), default=0)
         axis = self.metric_plot.getAxis("bottom")
@@ -656,7 +698,7 @@ class TrainingMonitor(QWidget):
     def point_counts(self) -> dict[str, int]:
         """Points drawn per curve (what the plots actually hold)."""
         out = {}
-        for name, series in (*self.loss_series.items(), *self.metric_series.items()):
+        for name, series in (*self.loss_series.items(), *self.term_series.items(), *self.metric_series.items()):
             x, _ = series.curve.getData()
             out[name] = 0 if x is None else len(x)
         return out
@@ -676,12 +718,19 @@ def read_run_settings(path: str | Path):
     return TrainConfig.from_dict(data)
 
 
-def default_run_folder(dataset: str) -> str:
-    """``<dataset's parent>/runs/<dataset name>-<date-time>`` for a new run."""
-    if not dataset:
-        return ""
-    root = Path(dataset)
-    return str(root.parent / "runs" / f"{root.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+def default_run_folder(base: str | Path | None = None) -> str:
+    """``<base>/run-<date-time>`` for a new run; ``base`` defaults to ``runs/`` in the app's
+    output folder (never next to a dataset in the cache or the package)."""
+    from dmlviewer.gui import settings
+
+    base = Path(base) if base else settings.output_dir() / "runs"
+    return str(base / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+#: QSettings key of the last settings used in the dialog (JSON of a TrainConfig).
+LAST_SETTINGS_KEY = "training/last_settings"
+#: Options not carried over from one opening to the next (a new run goes to a new folder).
+_NOT_REMEMBERED = ("out", "resume")
 
 
 def _checkpoint_of(result: Any, fallback: Path) -> str | None:
@@ -729,10 +778,8 @@ class TrainingDialog(QDialog):
         self.cancel_button.setEnabled(False)
         self.open_button.setEnabled(False)
 
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(self.form)
-        scroll.setMinimumWidth(self.form.sizeHint().width() + 30)
+        scroll = scrolling(self.form)  # the form scrolls; its spin boxes leave the wheel to it
+        scroll.setMinimumWidth(self.form.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width() + 8)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
@@ -750,10 +797,11 @@ class TrainingDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(splitter, 1)
         layout.addLayout(buttons)
-        self.resize(1300, 860)
+        fit_to_screen(self, 1300, 860)  # Start and Close stay on a 1366 x 768 screen
 
+        self.restore_settings()
+        self._suggest_out()
         self.form.changed.connect(self.revalidate)
-        self.form.widgets["dataset"].changed.connect(self._suggest_out)
         self.load_button.clicked.connect(self.load_settings)
         self.start_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
@@ -777,10 +825,51 @@ class TrainingDialog(QDialog):
             _set_combo(w["format"], fmt)
 
     def _suggest_out(self) -> None:
+        """Propose a new run folder in the output folder (at opening, and after a run into the
+        folder we proposed); the dataset field never changes it."""
         out = self.form.widgets["out"]
         if not out.text() or self._suggested_out == out.text():
-            self._suggested_out = default_run_folder(self.form.widgets["dataset"].text())
+            self._suggested_out = default_run_folder()
             out.setText(self._suggested_out)
+            self.monitor.append_log(f"the next run goes to {self._suggested_out}")
+
+    # -- remembered settings
+    def save_settings(self) -> None:
+        """Remember the form's settings for the next opening (run folder and resume excepted)."""
+        from dmlviewer.gui import settings
+
+        try:
+            data = self.form.config().to_dict()
+        except (TypeError, ValueError):
+            return
+        for key in _NOT_REMEMBERED:
+            data.pop(key, None)
+        store = settings.app_settings()
+        store.setValue(LAST_SETTINGS_KEY, json.dumps(data))
+        store.sync()
+
+    def restore_settings(self) -> bool:
+        """Fill the form with the settings remembered from the last opening (False when none,
+        or when they no longer fit this version's options: the defaults stay)."""
+        from dmlviewer.core.train.config import TrainConfig
+        from dmlviewer.gui import settings
+
+        text = settings.app_settings().value(LAST_SETTINGS_KEY, "")
+        if not text:
+            return False
+        try:
+            data = {**self.form.config().to_dict(), **json.loads(str(text))}
+            for key in _NOT_REMEMBERED:
+                data[key] = getattr(TrainConfig(), key)
+            self.form.set_config(TrainConfig.from_dict(data))
+        except (TypeError, ValueError) as exc:
+            log.info("remembered training settings not used: %s", exc)
+            return False
+        return True
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt API
+        self.save_settings()
+        super().hideEvent(event)
 
     def problems_list(self) -> list[str]:
         """What ``core.train.validate`` says about the form's configuration."""
@@ -817,7 +906,10 @@ class TrainingDialog(QDialog):
     def load_settings(self, path: str | None = None) -> bool:
         """Fill the form from a run folder's ``config.json`` (asks for the folder if not given)."""
         if not path:
-            path = QFileDialog.getExistingDirectory(self, "Load settings from a run folder")
+            from dmlviewer.gui import settings
+
+            start = settings.start_dir(self.form.widgets["out"].text() and Path(self.form.widgets["out"].text()).parent)
+            path = QFileDialog.getExistingDirectory(self, "Load settings from a run folder", start)
             if not path:
                 return False
         try:
@@ -842,6 +934,7 @@ class TrainingDialog(QDialog):
         from dmlviewer.core.train import train
 
         config = self._config
+        self.save_settings()
         self.checkpoint = None
         self.open_button.setEnabled(False)
         self.monitor.reset()

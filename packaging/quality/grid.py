@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ def run_plain(dataset: Path, backbone: str, seed: int, budget: dict) -> dict:
 
 def run_dmlviewer(dataset: Path, backbone: str, seed: int, budget: dict, recipe: str | None,
                   overrides: dict) -> dict:
-    from dmlviewer.core.train import TrainConfig, train
+    from dmlviewer.core.train import train
     from dmlviewer.core.train.recipes import apply_recipe
 
     with tempfile.TemporaryDirectory(prefix="dmlviewer-grid-") as tmp:

@@ -117,7 +117,9 @@ def test_correspond_json(setup, capsys, tmp_path):
                "--pairs", "4", "--json", "--device", "cpu"])
     assert rc == 0
     result = json.loads(capsys.readouterr().out)
-    assert set(result) == {"partial_map_accuracy", "overall_map_accuracy", "num_pairs", "num_parts"}
+    assert set(result) == {"partial_map_accuracy", "overall_map_accuracy", "num_pairs", "num_parts",
+                           "chance_accuracy", "matches_on_object", "matches_same_part", "matches_score_on_object",
+                           "group_diversity"}
     assert result["num_pairs"] == 4 and result["num_parts"] == 12
     # a folder dataset has no part masks: one clear line, status 2
     (tmp_path / "a").mkdir()

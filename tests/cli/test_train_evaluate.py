@@ -90,6 +90,7 @@ def test_retrieve_with_region_json(trained, data, tmp_path, capsys):
     assert answer["query"]["region"] == [0, 0, 32, 32] and len(answer["results"]) == 3
     sims = [r["similarity"] for r in answer["results"]]
     assert sims == sorted(sims, reverse=True)
+    assert 3 not in [r["index"] for r in answer["results"]]  # the query is left out, as without --region
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -19,6 +19,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 _HOME = Path(tempfile.mkdtemp(prefix="dmlviewer-gui-tests-"))
 for _var, _sub in (("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config")):
     os.environ[_var] = str(_HOME / _sub)
+# The output folder defaults to <documents>/dmlviewer: Qt reads the documents folder from here.
+(_HOME / "config").mkdir(parents=True, exist_ok=True)
+(_HOME / "config" / "user-dirs.dirs").write_text(f'XDG_DOCUMENTS_DIR="{_HOME / "documents"}"\n')
 
 GRID_CLASSES = 4
 PER_CLASS = 5

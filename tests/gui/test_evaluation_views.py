@@ -114,7 +114,7 @@ def test_localization_and_correspondence_views_show_cli_numbers(qtbot, runner, d
     view.set_sources(checkpoint=str(small_ckpt), dataset=str(demo_root))
     view.inputs.device.setCurrentText("cpu")
     view.set_methods(["decomposition", "gradcam"])
-    view.thresholds.setText("0.1:0.7:0.1")
+    view.thresholds.set_range(0.1, 0.7, 0.1)
     view.limit.setValue(6)
     computed = []
     view.localization_computed.connect(lambda *args: computed.append(args))
@@ -179,6 +179,14 @@ def test_embedding_view_projects_hovers_and_picks_a_query(qtbot, runner, demo_ro
     assert len(xy) == len(features) == len(view.scatter.data)
     assert np.allclose(xy, pca_2d(features.embeddings), atol=1e-5)
     assert len({b.color().name() for b in view.scatter.data["brush"]}) == len(np.unique(features.labels))
+    # a legend entry per class, with the dataset's class names (the feature file carries them)
+    from dmlviewer.core.data import open_dataset
+
+    names = open_dataset(demo_root).class_names
+    assert features.class_names == list(names)
+    entries = [view.legend.item(i).text() for i in range(view.legend.count())]
+    assert entries == [names[c] for c in np.unique(features.labels)]
+    assert "principal component 1" in view.plot.getAxis("bottom").labelText
 
     # hover a point: its image appears; click it: it becomes the query
     k = 7
@@ -190,6 +198,7 @@ def test_embedding_view_projects_hovers_and_picks_a_query(qtbot, runner, demo_ro
     view.loader.wait_idle()
     qtbot.waitUntil(lambda: view.preview.pixmap() is not None and not view.preview.pixmap().isNull(), timeout=5000)
     assert view.preview.isVisible() and view.preview.pixmap().width() <= view.THUMB
+    assert names[int(features.labels[view.projection["rows"][view.hovered]])] in view.preview.toolTip()
     with qtbot.waitSignal(view.query_selected, timeout=5000) as blocker:
         qtbot.mouseClick(view.plot.viewport(), Qt.LeftButton, pos=at)
     row, path = blocker.args
@@ -211,8 +220,10 @@ def test_tools_menu_opens_prefilled_views_and_points_pick_queries(qtbot, window,
     assert window.open_dataset(demo_root) and window.open_checkpoint(small_ckpt)
     texts = [a.text().replace("&", "") for a in window.tools_menu.actions()]
     for text in ("Train a Model…", "Evaluate Checkpoints…", "Localization and Correspondence…",
-                 "Embedding Projection…", "Jobs"):
+                 "Embedding Projection…"):
         assert text in texts
+    views = [a.text().replace("&", "") for a in window.view_menu.actions()]
+    assert "Jobs" in views and "Jobs" not in texts  # docks are shown from the View menu
     action = next(a for a in window.tools_menu.actions() if a.text().replace("&", "") == "Evaluate Checkpoints…")
     action.trigger()
     assert tools.evaluation.isVisible()

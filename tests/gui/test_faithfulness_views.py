@@ -13,7 +13,7 @@ from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.occlusion import OcclusionMaps, occlusion
 from dmlviewer.core.progress import run_to_end
 from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.hover_link import QUERY
 from dmlviewer.gui.pair_view import overlay_shape
 
 pytestmark = pytest.mark.gui

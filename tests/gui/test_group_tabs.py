@@ -28,8 +28,28 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
     assert sum(tabs._data["shares"]) == pytest.approx(expl.similarity, abs=1e-5)
     assert sum(tabs._data["p2p_sums"]) == pytest.approx(float(expl.point_to_point.sum()), abs=1e-5)
 
+    # By default each tab shows the group's decomposition map: its tensor summed over the other
+    # image, on one scale for all groups; the groups' maps add up to the Decomposition map.
+    from dmlviewer.core.explain.grid import upsample
+    from dmlviewer.core.explain.groups import group_maps
+
+    assert tabs.kind_combo.currentData() == "group_decomposition"
+    assert tabs.kind_combo.currentText().startswith("Group decomposition")
+    names = [tabs.kind_combo.itemText(i) for i in range(tabs.kind_combo.count())]
+    assert all("_" not in name for name in names)  # display names, not internal ones
+    grids = {side: group_maps(expl, side) for side in ("query", "reference")}
+    np.testing.assert_allclose(grids["query"].sum(0), expl.overall_grid("decomposition", "query"), atol=1e-5)
+    top = max(float(g.max()) for g in grids.values())
+    for p in (1, 3):
+        tabs.tabs.setCurrentIndex(p)
+        for pane, side in zip(tabs.panes, ("query", "reference")):
+            want = np.maximum(upsample(grids[side][p], expl.image_shape_query if side == "query"
+                                       else expl.image_shape_reference), 0)
+            np.testing.assert_allclose(pane.overlay_image(), want, atol=1e-6)
+            assert pane.overlay_item.levels == pytest.approx((0.0, top))
+
     # Each tab shows that group's A-grouping attention on both images.
-    tabs.kind_combo.setCurrentText("a_grouping")
+    tabs.kind_combo.setCurrentIndex(tabs.kind_combo.findData("a_grouping"))
     for p in (0, 2):
         tabs.tabs.setCurrentIndex(p)
         for pane, side in zip(tabs.panes, ("query", "reference")):
@@ -44,10 +64,14 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
     side, x, y = tabs.link.hover
     from dmlviewer.core.explain.hover import HoverRenderer
 
-    want = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
-                         overlay_shape(expl.image_shape_reference), expl.grid_reference,
-                         lut=overlay_lut("jet")).render(x, y)
-    np.testing.assert_array_equal(r.overlay_image(), want)
+    # on the pair view's whole-pair scale, so that groups compare with each other
+    scale = float(np.abs(expl.point_to_point).max())
+    renderer = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
+                             overlay_shape(expl.image_shape_reference), expl.grid_reference,
+                             lut=overlay_lut("jet"), scale=scale)
+    np.testing.assert_array_equal(r.overlay_image(), renderer.render(x, y))
+    share = 100.0 * float(renderer.grid_map(x, y).sum()) / expl.similarity
+    assert f"{share:+.1f}%" in r.readout.text() and "group 3" in r.readout.text()
 
 
 def test_a_model_without_groups_explains_the_empty_area(window, demo_root, small_ckpt, wait_ready, qtbot):

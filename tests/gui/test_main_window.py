@@ -93,12 +93,13 @@ def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, smal
     second.shutdown()
 
 
-def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_ready):
+def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_ready, qtbot):
     from dmlviewer.core.models import available_devices
 
     action = QAction("Train…", window)
     window.add_tool_action(action)
     assert action in window.tools_menu.actions()
+    qtbot.waitUntil(lambda: window.devices_known, timeout=30000)  # discovered in the background
     assert [window.device_combo.itemData(i) for i in range(window.device_combo.count())] == available_devices()
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     wait_ready(window.pair_view)
@@ -124,7 +125,7 @@ def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
 @pytest.mark.slow
 def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_root, agroup_ckpt):
     shot = tmp_path / "shot.png"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", XDG_DATA_HOME=str(tmp_path / "data"),
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"),  # QT_QPA_PLATFORM: conftest's desktop screen
                XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
     done = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--dataset", str(demo_root),
                            "--checkpoint", str(agroup_ckpt), "--screenshot", str(shot), "--pin",
@@ -139,3 +140,116 @@ def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_roo
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "nope.pt" in missing.stderr
     assert np.prod([image.width(), image.height()]) > 0
+
+
+def test_view_menu_brings_problems_and_jobs_to_the_front(window):
+    """Problems and Jobs share the bottom strip (tabbed): choosing one under View shows it in
+    front, not hidden behind the other's tab; an empty problems list says so."""
+    from dmlviewer.gui.problems import EMPTY_TEXT
+
+    window._default_dock_sizes()
+    jobs = window.tools.jobs_dock
+    actions = {a.text().replace("&", ""): a for a in window.view_menu.actions()}
+    assert {"Dataset", "Retrieval", "Problems", "Jobs"} <= set(actions)
+    jobs.show()
+    jobs.raise_()
+    window.problems_dock.hide()
+    actions["Problems"].trigger()
+    assert window.problems_dock.isVisible() and not window.problems_dock.visibleRegion().isEmpty()
+    assert window.problems.rowCount() == 0 and "No problems" in EMPTY_TEXT
+    actions["Jobs"].trigger()  # hide
+    actions["Jobs"].trigger()  # show again: in front
+    assert jobs.isVisible() and not jobs.visibleRegion().isEmpty()
+    assert window.problems_dock.visibleRegion().isEmpty()  # now behind the Jobs tab
+
+
+def test_the_window_opens_first_and_the_files_load_in_the_background(qtbot, dialogs, demo_root, small_ckpt,
+                                                                      tmp_path, wait_ready):
+    """open_in_background returns at once (the window is usable while the thread reads); the
+    files then open as with open_*; a bad file becomes the usual dialog."""
+    from dmlviewer.gui.main_window import MainWindow
+
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a checkpoint")
+    window.open_in_background(dataset=str(demo_root), checkpoint=str(small_ckpt))
+    assert window.loading and window.model is None and window.dataset is None
+    qtbot.waitUntil(lambda: not window.loading, timeout=60000)
+    assert window.checkpoint_path == str(small_ckpt) and window.dataset_path == str(demo_root)
+    wait_ready(window.pair_view)
+    window.open_in_background(checkpoint=str(bad))
+    qtbot.waitUntil(lambda: not window.loading, timeout=60000)
+    assert [title for title, _, _ in dialogs] == ["Cannot open checkpoint"]
+    assert window.checkpoint_path == str(small_ckpt)  # the good one stays
+    window.shutdown()
+
+
+def test_reopening_restores_the_last_pair_and_swap_swaps_roles(qtbot, dialogs, demo_root, small_ckpt, wait_ready):
+    from dmlviewer.gui.main_window import MainWindow
+
+    first = MainWindow()
+    qtbot.addWidget(first)
+    first.show()
+    assert first.open_checkpoint(small_ckpt) and first.open_dataset(demo_root)
+    first.set_pair(7, 12)
+    wait_ready(first.pair_view)
+    sim = first.pair_view.explanation.similarity
+    bias_q, bias_r = first.pair_view.explanation.bias_query, first.pair_view.explanation.bias_reference
+    first.pair_view.swap_button.click()  # roles swap: the reference is now the query
+    assert (first.query_index, first.reference_index) == (12, 7)
+    assert first.pair_view.panes[0].title.text().startswith("<b style='color:#2f80ed'>Query</b>")
+    assert first.dataset.paths[12].rsplit("/", 1)[-1] in first.pair_view.panes[0].title.text()
+    wait_ready(first.pair_view)
+    swapped = first.pair_view.explanation
+    assert swapped.similarity == pytest.approx(sim, abs=1e-6)
+    # the bias terms follow the roles: each is labelled in the read-out
+    assert swapped.bias_query == pytest.approx(bias_r, abs=1e-6) and swapped.bias_reference == pytest.approx(bias_q, abs=1e-6)
+    info = first.pair_view.info.text()
+    assert f"query cells · reference bias {swapped.bias_query:+.4f}" in info
+    assert f"reference cells · query bias {swapped.bias_reference:+.4f}" in info
+    first.close()
+
+    second = MainWindow()
+    qtbot.addWidget(second)
+    second.show()
+    assert second.open_dataset(demo_root)
+    assert (second.query_index, second.reference_index) == (12, 7)  # the last pair, not the default
+    second.shutdown()
+
+
+def test_save_window_image_adds_png_to_a_bare_name(window, tmp_path):
+    saved = window.save_window_image(tmp_path / "shot")
+    assert saved == tmp_path / "shot.png" and saved.is_file() and QImage(str(saved)).width() > 0
+    assert window.save_window_image(tmp_path / "shot.jpg") == tmp_path / "shot.jpg"
+    assert window.dialogs == []
+
+
+def test_nothing_is_written_into_the_package_and_dialogs_start_outside_it(window, qtbot, demo_root):
+    """Evaluating the shipped demo checkpoint proposes (and writes) its features in the output
+    folder; no file dialog starts in the package or the cache."""
+    from dmlviewer.gui import settings
+    from dmlviewer.gui.evaluation_view import EvaluationView
+    from dmlviewer.resources import resource_path
+
+    demo = resource_path("demo_checkpoint.pt")
+    if not demo.exists():
+        pytest.skip("no demo checkpoint in this build")
+    package = settings.package_dir()
+    before = {p: p.stat().st_mtime_ns for root in (package, resource_path("")) for p in root.rglob("*")}
+    view = EvaluationView(window.runner)
+    qtbot.addWidget(view)
+    view.set_sources(checkpoint=str(demo), dataset=str(demo_root))
+    out = Path(view.out.text())
+    assert out.parent == settings.output_dir() / "features" and not settings.is_private(out)
+    with qtbot.waitSignal(window.runner.job_finished, timeout=120000):
+        view.start()
+    assert out.is_file()
+    after = {p: p.stat().st_mtime_ns for root in (package, resource_path("")) for p in root.rglob("*")
+             if "__pycache__" not in p.parts}
+    assert {p: t for p, t in before.items() if "__pycache__" not in p.parts} == after
+    # file dialogs: never the package's resources or the cache
+    assert settings.start_dir(demo) == str(settings.output_dir())
+    assert settings.start_dir(settings.cache_dir() / "demo-data") == str(settings.output_dir())
+    assert settings.start_dir(demo_root) == str(demo_root)

@@ -24,6 +24,9 @@ def loaded(window, demo_root, small_ckpt, wait_ready):
     assert window.open_checkpoint(small_ckpt)
     assert window.open_dataset(demo_root)
     wait_ready(window.pair_view)
+    # These tests check the "each map" colour mapping (the default is the whole pair's scale).
+    view = window.pair_view
+    view.scale_combo.setCurrentIndex(view.scale_combo.findData("map"))
     return window
 
 
@@ -156,3 +159,72 @@ def test_matches_are_drawn_as_numbered_markers_on_both_panes(loaded):
     assert [label.textItem.toPlainText() for label in q._marker_labels] == [str(k + 1) for k in range(len(matches))]
     view.matches_box.setChecked(False)
     assert not view.lines.isVisible() and not q.marker_item.isVisible()
+
+
+def test_escape_over_the_reference_removes_the_pinned_points_map(loaded, qtbot):
+    """Pin on the query (its partial map goes to the reference), move onto the reference and
+    release: the reference must show its overall map again, the query the hovered point's map."""
+    view = loaded.pair_view
+    q, r = view.panes
+    QTest.mouseClick(q.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(q, 12.0, 12.0))
+    qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
+    assert r.overlay_image().ndim == 3  # the pinned point's partial map (RGBA) on the reference
+    side, hx, hy = hover(r, view.link, 40.0, 30.0)
+    assert side == REFERENCE
+    assert r.overlay_image().ndim == 3  # still pinned: the pinned map stays
+    QTest.keyClick(view, Qt.Key_Escape)
+    assert view.link.pinned is None
+    np.testing.assert_array_equal(r.overlay_image(), view.explanation.overall(view.method, "reference", "positive"))
+    lut = overlay_lut(view.cmap_combo.currentData())
+    assert np.mean(np.all(q.overlay_image() == expected_overlay(view.explanation, "reference", hx, hy, lut),
+                          axis=-1)) > 0.98
+
+
+def test_the_default_scale_is_the_pairs_and_the_share_is_printed_beside_the_map(window, demo_root, small_ckpt,
+                                                                                wait_ready):
+    """Whole-pair scale by default: a point's overlay is coloured on the pair's fixed scale (the
+    largest |point-to-point| entry), so a weak point stays weak; the other pane prints its share."""
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    view = window.pair_view
+    wait_ready(view)
+    assert view.scale_combo.currentData() == "pair"
+    q, r = view.panes
+    expl = view.explanation
+    lut = overlay_lut(view.cmap_combo.currentData())
+    _, x, y = hover(q, view.link, 20.0, 30.0)
+    scale = float(np.abs(expl.point_to_point).max())
+    values = expl.partial_map_image("query", x, y, overlay_shape(expl.image_shape_reference))
+    want = lut[np.clip(values * (255.0 / scale), 0, 255).astype(np.uint8)]
+    assert np.mean(np.all(r.overlay_image() == want, axis=-1)) > 0.98
+    assert r.readout.isVisible()
+    share = 100.0 * expl.share("query", x, y)
+    assert f"{share:+.1f}%" in r.readout.text()
+    view.link._left(QUERY)  # back to the overall maps: the read-out goes
+    assert not r.readout.isVisible()
+
+
+def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_queue(loaded, qtbot):
+    """Choosing Grad-weight transfer without stored weights starts a job over the dataset's
+    training split (as ``localize`` does); then both panes show the core's transferred maps."""
+    from dmlviewer.core.explain.grad_transfer import GradWeightBank, compute_grad_weights
+    from dmlviewer.core.progress import run_to_end
+
+    view = loaded.pair_view
+    view.set_method("grad_transfer")
+    assert "Grad-CAM weights" in view.panes[0].message.text()
+    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    assert loaded.dialogs == []
+    job = [j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]
+    assert len(job) == 1 and job[0].state == "finished"
+    train = loaded.dataset.select_split("train")
+    result = run_to_end(compute_grad_weights(loaded.model, train))
+    bank = GradWeightBank(result["embeddings"], result["weights"])
+    expl = view.explanation
+    for pane, side in zip(view.panes, ("query", "reference")):
+        emb = expl.embedding(side)
+        assert np.allclose(bank.weights_for(emb), expl.grad_bank.weights_for(emb), atol=1e-5)
+        np.testing.assert_array_equal(pane.overlay_image(), expl.overall("grad_transfer", side, "positive"))
+    # Another pair reuses the weights (no second job).
+    loaded.set_pair(loaded.query_index, loaded.query_index + 3)
+    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    assert len([j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]) == 1

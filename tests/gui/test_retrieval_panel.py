@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
@@ -50,8 +52,10 @@ def test_neighbours_and_region_retrieval(window, demo_root, small_ckpt, wait_rea
     y0, x0, y1, x1 = regions[0]
     assert (y0, x0, y1, x1) == pytest.approx((10, 8, 40, 33), abs=1.5)
     want = region_query(window.model, window.pair_view.images.query, regions[0], window.features,
-                        k=panel.k_spin.value())
+                        k=panel.k_spin.value(), exclude=row)
     qtbot.waitUntil(lambda: panel.results == want, timeout=10000)
+    # As in whole-image retrieval, the query itself is not among the results.
+    assert window.dataset.paths[window.query_index] not in [r["path"] for r in panel.results]
     assert "region" in panel.header.text() and panel.whole_button.isVisible()
     panel.whole_button.click()
     qtbot.waitUntil(lambda: panel.results == retrieve(window.features, row, panel.k_spin.value()), timeout=10000)
@@ -64,3 +68,38 @@ def test_hover_benchmark_measures_real_events(qapp):
     assert result["sent"] == 40 and result["events"] >= 35  # distinct points: the overlay changed
     assert 0 < result["p50_ms"] <= result["p95_ms"] and result["baseline_ms"] > 0
     assert result["ratio"] == pytest.approx(result["p50_ms"] / result["baseline_ms"], rel=0.01)
+
+
+def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, demo_root, small_ckpt, agroup_ckpt,
+                                                                       wait_ready, qtbot):
+    """Features carry the checkpoint's sha256: after opening another checkpoint the panel drops
+    the old model's neighbours at once and re-extracts with the new model; a feature file of
+    another model opened by hand is flagged and its neighbours are not shown."""
+    from dmlviewer.core.evaluate.retrieval import retrieve
+    from dmlviewer.gui import settings
+
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    panel = window.retrieval
+    qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value(), timeout=10000)
+    first_path, first_sha = window.features_path, window.features.attrs["checkpoint_sha256"]
+    assert first_sha == window.checkpoint_info["sha256"]
+    # Written to the user's output folder, never to the cache or next to the package.
+    assert Path(first_path).parent == settings.output_dir() / "features"
+
+    assert window.open_checkpoint(agroup_ckpt)
+    second_sha = window.checkpoint_info["sha256"]
+    assert second_sha != first_sha
+    assert panel.results == [] and panel.list.count() == 0  # nothing of the first model on screen
+    qtbot.waitUntil(lambda: window.features is not None
+                    and window.features.attrs["checkpoint_sha256"] == second_sha, timeout=60000)
+    qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value(), timeout=10000)
+    row = window.features.paths.index(window.dataset.paths[window.query_index])
+    assert panel.results == retrieve(window.features, row, panel.k_spin.value())
+
+    # The first model's file, opened by hand under the second model: flagged, not shown.
+    assert window.open_features(first_path)
+    qtbot.wait(200)
+    assert panel.mismatch() and panel.results == [] and panel.list.count() == 0
+    assert "another checkpoint" in panel.source.text() and panel.extract_button.isVisible()
+    assert "another checkpoint" in window.statusBar().currentMessage()

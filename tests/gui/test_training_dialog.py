@@ -194,3 +194,46 @@ def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp
     assert form.config().multilayer == ["stage3"] and dialog.start_button.isEnabled(), dialog.problems.text()
     w["backbone"].setCurrentIndex(w["backbone"].findData("resnet18"))
     assert form.config().multilayer == ["layer3"]
+
+
+def test_settings_are_remembered_and_the_output_folder_never_follows_the_dataset(qtbot, runner, demo, tmp_path):
+    """A second opening of the dialog shows the last settings (a new run folder excepted); the
+    run folder is proposed in the output folder and editing the dataset leaves it alone."""
+    from dmlviewer.gui import settings
+
+    first = TrainingDialog(runner)
+    qtbot.addWidget(first)
+    out = first.form.widgets["out"].text()
+    assert Path(out).parent == settings.output_dir() / "runs"
+    _type(qtbot, first.form.widgets["dataset"], str(demo))
+    assert first.form.widgets["out"].text() == out  # not silently moved next to the dataset
+    w = first.form.widgets
+    w["loss"].setCurrentIndex(w["loss"].findData("ms"))
+    w["lr"].setValue(0.001)
+    w["epochs"].setValue(7)
+    w["grouping"].setCurrentIndex(w["grouping"].findData("c"))
+    first.show()
+    first.close()  # hiding the dialog remembers its settings
+
+    second = TrainingDialog(runner)
+    qtbot.addWidget(second)
+    config = second.form.config()
+    assert (config.loss, config.lr, config.epochs, config.grouping) == ("ms", 0.001, 7, "c")
+    assert config.dataset == str(demo) and not config.resume
+    assert Path(config.out).parent == settings.output_dir() / "runs"
+
+
+def test_loss_and_its_terms_are_not_drawn_on_top_of_each_other(qtbot, dialog):
+    """The total loss and its terms (the total is mostly the metric term) go to two plots."""
+    from dmlviewer.core.progress import Progress
+
+    monitor = dialog.monitor
+    for step in range(1, 4):
+        monitor.on_event(Progress("step", step, 10, data={"epoch": 1, "loss": 1.0 + 0.01 * step,
+                                                            "losses": {"metric": 1.0, "diversity": 1.3}}))
+    monitor.refresh()
+    assert set(monitor.loss_series) == {"loss"} and set(monitor.term_series) == {"metric", "diversity"}
+    loss_curves = [item for item in monitor.loss_plot.getPlotItem().listDataItems()]
+    term_curves = [item for item in monitor.terms_plot.getPlotItem().listDataItems()]
+    assert len(loss_curves) == 1 and len(term_curves) == 2
+    assert monitor.point_counts() == {"loss": 3, "metric": 3, "diversity": 3}

@@ -209,6 +209,7 @@ def feature_attrs(model: torch.nn.Module, dataset, checkpoint_sha256: str | None
         "model_config": json.dumps(model.config, sort_keys=True),
         "dataset_root": str(dataset.root),
         "dataset_format": str(dataset.format),
+        "class_names": json.dumps([str(n) for n in dataset.class_names]),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -17,7 +17,6 @@ extras (:data:`KNOWN_EXTRAS`), never an unknown dataset.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import h5py
 import numpy as np

@@ -5,7 +5,8 @@ normalization), ``labels`` (N int64), ``paths`` (N utf-8, relative to the datase
 ``split`` (N utf-8), ``boxes`` (N x 4 float32 x, y, w, h, NaN when unknown; always written,
 NaN-filled when not given), optional ``groups`` (N x P x Dg). Root attributes:
 ``format_version`` (:data:`FORMAT_VERSION`), ``checkpoint_sha256``, ``model_config`` (JSON
-text), ``dataset_root``, ``dataset_format``, ``created`` (ISO 8601, UTC) and, after evaluation,
+text), ``dataset_root``, ``dataset_format``, ``created`` (ISO 8601, UTC), ``class_names`` (JSON
+list, index = label; written by extraction, absent in older files) and, after evaluation,
 the metrics (:func:`update_attrs`). Attributes the caller does not give are written empty
 (``""``, ``model_config`` ``"{}"``), meaning unknown. Further per-row numeric datasets (e.g.
 ``grad_weights`` for grad-weight transfer, seed 002) may be stored beside the schema's; they
@@ -78,6 +79,16 @@ NORM_TOLERANCE = 1e-3
 _STR = h5py.string_dtype("utf-8")
 
 
+def class_names(attrs: dict) -> list[str]:
+    """The ``class_names`` attribute as a list (empty when the file has none or it is not a
+    list of strings: the file is not trusted)."""
+    try:
+        names = json.loads(attrs.get("class_names") or "[]")
+    except (TypeError, ValueError):
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
 class StoreError(ValueError):
     """A feature file that cannot be read or written as this schema: not HDF5, truncated,
     another ``format_version``, missing or inconsistent datasets, bad arrays or attributes."""
@@ -116,6 +127,16 @@ class Features:
     def model_config(self) -> dict:
         """The ``model_config`` attribute parsed from JSON (``{}`` when unknown)."""
         return json.loads(self.attrs.get("model_config") or "{}")
+
+    def class_name(self, label: int) -> str:
+        """The name of class ``label`` from the ``class_names`` attribute (a JSON list, written
+        since feature files carry it), else ``"class <label>"``."""
+        names = self.class_names
+        return names[label] if 0 <= label < len(names) else f"class {label}"
+
+    @property
+    def class_names(self) -> list[str]:
+        return class_names(self.attrs)
 
     def indices(self, split: str | None = None) -> np.ndarray:
         """Rows whose ``split`` is ``split`` (all rows for ``None`` or ``"all"``)."""
@@ -483,6 +504,10 @@ class FeatureFile:
     @property
     def created(self) -> str:
         return str(self.attrs.get("created", ""))
+
+    @property
+    def class_names(self) -> list[str]:
+        return class_names(self.attrs)
 
     @property
     def model_config(self) -> dict:

@@ -5,30 +5,40 @@ the Grad-CAM family and grad-weight transfer (seed 000 Sec. 4.3, seed 002), atte
 Modules: ``pairwise`` (Eq. 3 on contribution tensors), ``decomposition`` (E = sum C + B; the generic rule is ``core.models.jacobian``),
 ``pair`` (:class:`PairExplanation`), ``grid`` (pixel/grid alignment), ``hover`` (allocation-free
 hover rendering), ``gradcam``, ``grad_transfer``, ``attention``, ``boxes``, ``localization``,
-``matches``, ``correspondence``, ``region``.
+``matches``, ``correspondence``, ``groups`` (per-group maps of a pair), ``region``.
 """
 
-from dmlviewer.core.explain.attention import attention_maps
-from dmlviewer.core.explain.boxes import box_from_map, iou, parse_thresholds
-from dmlviewer.core.explain.correspondence import correspond
-from dmlviewer.core.explain.decomposition import decompose, head_function
-from dmlviewer.core.explain.grad_transfer import (
-    GradWeightBank,
-    add_grad_weights,
-    compute_grad_weights,
-    read_grad_weights,
-)
-from dmlviewer.core.explain.hover import HoverRenderer, colormap_lut
-from dmlviewer.core.explain.localization import DEFAULT_THRESHOLDS, PAIRINGS, localize
-from dmlviewer.core.explain.inputs import as_rgb
-from dmlviewer.core.explain.pair import METHODS, SIDES, PairExplanation, explain_pair
-from dmlviewer.core.explain.record import Explanation
-from dmlviewer.core.explain.region import region_feature, region_query
+# The names below are imported on first use (PEP 562), so that light modules of this package
+# (``grid``, ``hover``: numpy and OpenCV only) can be imported without torch, e.g. by the
+# GUI before its window is up.
+import importlib
 
-__all__ = [
-    "DEFAULT_THRESHOLDS", "METHODS", "PAIRINGS", "SIDES",
-    "Explanation", "GradWeightBank", "HoverRenderer", "PairExplanation",
-    "add_grad_weights", "as_rgb", "attention_maps", "box_from_map", "colormap_lut",
-    "compute_grad_weights", "correspond", "decompose", "explain_pair", "head_function", "iou",
-    "localize", "parse_thresholds", "read_grad_weights", "region_feature", "region_query",
-]
+_EXPORTS = {
+    "attention_maps": "attention",
+    "box_from_map": "boxes", "iou": "boxes", "parse_thresholds": "boxes",
+    "correspond": "correspondence",
+    "decompose": "decomposition", "head_function": "decomposition",
+    "GradWeightBank": "grad_transfer", "add_grad_weights": "grad_transfer",
+    "compute_grad_weights": "grad_transfer", "read_grad_weights": "grad_transfer",
+    "group_diversity": "groups", "group_maps": "groups",
+    "HoverRenderer": "hover", "colormap_lut": "hover",
+    "as_rgb": "inputs", "Explanation": "record",
+    "DEFAULT_THRESHOLDS": "localization", "PAIRINGS": "localization", "localize": "localization",
+    "METHODS": "pair", "SIDES": "pair", "PairExplanation": "pair", "explain_pair": "pair",
+    "region_feature": "region", "region_query": "region",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -11,6 +11,27 @@ pair: it shows how much the point-to-point tensor adds over the overall map.
 Pairs: the split's images in a seeded random order, each paired with a random other image of
 its class, up to ``max_pairs``. ``num_parts`` counts the evaluated (pair, part) cases, the
 denominator of both accuracies.
+
+Also reported, to judge what the viewer shows:
+
+- ``chance_accuracy``: the accuracy of a peak drawn uniformly over the reference image, the
+  mean share of the reference's area covered by the part (the chance level of both accuracies).
+- ``matches_on_object`` / ``matches_same_part``: of the top ``MATCHES`` point-to-point matches
+  of each pair (:meth:`.PairExplanation.correspondences`, what "Matches" draws), the share
+  whose two ends both lie on the object (any part), and on the same part;
+  ``matches_score_on_object``: the share of their summed scores held by the matches on the
+  object (the matches are spread out, so once the object's cells are used up the remaining
+  ones are weak; the pair view draws each line as strong as its score). A match joins two grid
+  cells; an end lies on a part when the part covers some of the middle of its cell (the central
+  half in each direction, where the marker is drawn): on a coarse grid a thin part rarely
+  covers the exact centre pixel of the cell it fills most of. The same part: the part covering
+  most of the middle of each end's cell.
+- ``group_diversity`` (grouping heads only, else None): how different the groups' maps are. For
+  each image of each pair and each group p, the group's decomposition map ``m_p`` (positive part
+  of its point-to-point tensor summed over the other image: where that image supports the
+  group's share of the similarity, exact, what the Group attention tab shows); the figure is the
+  mean over group pairs of ``1 - cos(m_p, m_q)``: 0 when every group shows the same map, 1 when
+  no two groups share a position.
 """
 
 from __future__ import annotations
@@ -21,10 +42,14 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.explain.groups import group_diversity
 from dmlviewer.core.explain.pair import explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
+
+#: Matches per pair scored by ``matches_on_object`` / ``matches_same_part`` (the viewer's default).
+MATCHES = 8
 
 
 def part_point(mask: np.ndarray) -> tuple[float, float]:
@@ -92,6 +117,10 @@ def correspond(
     log.info("part correspondence on %d same-class pairs", len(pairs))
     partial_hits = overall_hits = cases = used = 0
     skipped: dict = {}  # unreadable images and masks, reported once each
+    chance = 0.0
+    matches = on_object = same_part = 0
+    score_total = score_on_object = 0.0
+    diversities: list[float] = []
     clock = EtaClock(len(pairs))
     for k, (q, r) in enumerate(pairs):
         if cancel is not None:
@@ -120,7 +149,19 @@ def correspond(
             peak = np.unravel_index(int(np.argmax(partial)), partial.shape)
             partial_hits += bool(mask_r[peak])
             overall_hits += bool(mask_r[overall_peak])
+            chance += float(mask_r.mean())
             cases += 1
+        for m in pair.correspondences(MATCHES):
+            part_q = _part_at(masks_q, m["query_xy"], pair.grid_query)
+            part_r = _part_at(masks_r, m["reference_xy"], pair.grid_reference)
+            joined = part_q is not None and part_r is not None
+            matches += 1
+            on_object += joined
+            same_part += part_q is not None and part_q == part_r
+            score_total += float(m["score"])
+            score_on_object += float(m["score"]) * joined
+        if pair.num_groups > 1:
+            diversities.extend(group_diversity(pair))
         yield Progress("step", k + 1, len(pairs), "correspond", eta_s=clock.eta(k + 1))
     if used == 0:
         raise ValueError(f"none of the {len(pairs)} pairs could be read (images or part masks); "
@@ -133,5 +174,25 @@ def correspond(
         "overall_map_accuracy": overall_hits / cases if cases else 0.0,
         "num_pairs": used,
         "num_parts": cases,
+        "chance_accuracy": chance / cases if cases else 0.0,
+        "matches_on_object": on_object / matches if matches else 0.0,
+        "matches_same_part": same_part / matches if matches else 0.0,
+        "matches_score_on_object": score_on_object / score_total if score_total > 0 else 0.0,
+        "group_diversity": float(np.mean(diversities)) if diversities else None,
     }
     yield Progress("done", len(pairs), len(pairs), data={"result": result})
+
+
+def _part_at(masks: dict[str, np.ndarray], xy: tuple[float, float], grid: tuple[int, int]) -> str | None:
+    """The part covering most of the middle of the grid cell centred at pixel ``xy`` (the
+    central half of the cell in each direction), or None when no part reaches it."""
+    if not masks:
+        return None
+    h, w = next(iter(masks.values())).shape
+    rx, ry = w / grid[1] / 4.0, h / grid[0] / 4.0
+    x0, x1 = max(int(np.floor(xy[0] - rx + 0.5)), 0), min(int(np.ceil(xy[0] + rx + 0.5)), w)
+    y0, y1 = max(int(np.floor(xy[1] - ry + 0.5)), 0), min(int(np.ceil(xy[1] + ry + 0.5)), h)
+    cover = {name: int(mask[y0:y1, x0:x1].sum()) for name, mask in masks.items()}
+    name = max(cover, key=cover.get)
+    return name if cover[name] > 0 else None
+

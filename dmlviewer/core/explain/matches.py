@@ -5,11 +5,19 @@ query cell ``a`` and reference cell ``b`` (so ``b`` is the peak of ``a``'s parti
 every query cell within ``radius`` cells of ``a`` (Chebyshev distance) and every reference cell
 within ``radius`` of ``b`` is suppressed, so matches are spread over both images. Only
 positive entries are matches.
+
+The viewer uses ``MATCH_RADIUS = 0``: each cell is matched at most once (a greedy one-to-one
+matching of the cells). With radius 1 the 3 x 3 blocks around the first three or four matches
+used up a small object's cells and the remaining matches were drawn on the background (on the
+demo, 31 % of the top 8 joined object parts with radius 1, 69 % with radius 0).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+#: Suppression radius of the matches the viewer draws (see the module docstring).
+MATCH_RADIUS = 0
 
 from dmlviewer.core.explain.grid import grid_to_pixel
 

@@ -32,7 +32,7 @@ from dmlviewer.core.explain.gradcam import GRADCAM_METHODS, gradcam_maps, transf
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.hover import HoverRenderer
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
-from dmlviewer.core.explain.matches import top_matches
+from dmlviewer.core.explain.matches import MATCH_RADIUS, top_matches
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
 from dmlviewer.core.models import FIRST_ORDER, Linearization, ModelOutput
 
@@ -195,7 +195,7 @@ class PairExplanation:
                              o.image_shape if shape is None else shape, o.grid, lut=lut,
                              signed=signed, scale=scale)
 
-    def correspondences(self, n: int = 10, radius: int = 1) -> list[dict]:
+    def correspondences(self, n: int = 10, radius: int = MATCH_RADIUS) -> list[dict]:
         """Top ``n`` matched position pairs (see :func:`.top_matches`)."""
         return top_matches(self.point_to_point, self.grid_query, self.grid_reference,
                            self.image_shape_query, self.image_shape_reference, n, radius)

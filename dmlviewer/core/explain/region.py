@@ -47,13 +47,16 @@ def region_query(
     k: int = 10,
     device: str | torch.device = "cpu",
     index=None,
+    exclude: int | None = None,
 ) -> list[dict]:
     """Top ``k`` stored images by cosine with the region's partial feature.
 
     ``features``: a :class:`dmlviewer.core.evaluate.Features`, a lazily opened ``FeatureFile``
     or the path of a feature file; ``index``: an approximate index of that file (exact search
-    without one). Returns dicts ``index path label similarity`` (as ``retrieve``), most
-    similar first.
+    without one). ``exclude``: the row of the query image itself in ``features``, left out of
+    the results as :func:`dmlviewer.core.evaluate.retrieve` leaves it out of whole-image
+    retrieval (None when the query is not a stored image). Returns dicts ``index path label
+    similarity`` (as ``retrieve``), most similar first.
     """
     from dmlviewer.core.evaluate.retrieval import neighbours
 
@@ -64,4 +67,6 @@ def region_query(
     feat = region_feature(model, image, region, device)
     if not float(np.linalg.norm(feat)) > 0:
         raise ValueError("the region's partial feature is zero: the region covers no contributing position")
-    return neighbours(features, feat, k, index=index)
+    if exclude is not None and not 0 <= int(exclude) < len(features.labels):
+        raise IndexError(f"exclude={exclude} out of range: the feature file has {len(features.labels)} items")
+    return neighbours(features, feat, k, exclude=None if exclude is None else int(exclude), index=index)

@@ -248,3 +248,32 @@ def test_region_feature_is_additive_and_ranks_by_cosine():
     sims = stored @ (top / np.linalg.norm(top))
     assert [r["index"] for r in results] == list(np.argsort(-sims)[:3])
     assert results[0]["path"] == "im3.png" and results[0]["similarity"] == pytest.approx(float(sims[3]), abs=1e-5)
+
+
+def test_region_retrieval_leaves_the_query_out_like_whole_image_retrieval():
+    """A region covering the whole query ranks the query's own stored embedding first unless it
+    is excluded; with ``exclude`` the results are the whole-image retrieval's minus nothing."""
+    from dmlviewer.core.evaluate import retrieve
+
+    model = _model()
+    images = _images(9) + _images(4)
+
+    class _Stored:  # what region_query and retrieve read from dmlviewer.core.evaluate.Features
+        def __len__(self):
+            return len(self.paths)
+
+    h, w = images[0].shape[:2]
+    with torch.no_grad():
+        emb = torch.cat([model(to_tensor(im, SIZE)[None]).embedding for im in images]).numpy()
+    # Row 0 holds the query, stored as the direction of its whole-image partial feature.
+    whole = region_feature(model, images[0], (0, 0, h, w))
+    emb[0] = whole / np.linalg.norm(whole)
+    feats = _Stored()
+    feats.embeddings, feats.paths, feats.labels = emb, [f"im{i}.png" for i in range(len(images))], np.arange(len(images))
+    with_query = region_query(model, images[0], (0, 0, h, w), feats, k=len(images))
+    assert with_query[0]["index"] == 0 and with_query[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
+    without = region_query(model, images[0], (0, 0, h, w), feats, k=len(images), exclude=0)
+    assert 0 not in [r["index"] for r in without] and len(without) == len(images) - 1
+    assert len(retrieve(feats, 0, k=len(images))) == len(without)
+    with pytest.raises(IndexError):
+        region_query(model, images[0], (0, 0, h, w), feats, exclude=len(images))

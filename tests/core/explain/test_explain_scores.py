@@ -95,10 +95,52 @@ def test_localize_runs_every_method_and_pairing(model, dataset, pairing):
 
 
 def test_correspond_counts_and_baseline_bound(model, dataset):
+    from dmlviewer.core.data import load_part_masks
+    from dmlviewer.core.explain.correspondence import same_class_pairs
+
     result = run_to_end(correspond(model, dataset, split="test", max_pairs=6))
-    assert set(result) == {"partial_map_accuracy", "overall_map_accuracy", "num_pairs", "num_parts"}
+    assert set(result) == {"partial_map_accuracy", "overall_map_accuracy", "num_pairs", "num_parts",
+                           "chance_accuracy", "matches_on_object", "matches_same_part", "matches_score_on_object",
+                           "group_diversity"}
     assert result["num_pairs"] == 6
     assert result["num_parts"] == 3 * 6  # head, body and tail in every demo image
     # the overall map has one peak per pair and the parts are disjoint: at most 1 hit in 3
     assert result["overall_map_accuracy"] <= 1 / 3 + 1e-9
     assert 0.0 <= result["partial_map_accuracy"] <= 1.0
+    # chance: the mean share of the reference image that the part covers
+    areas = [float(mask.mean()) for _, r in same_class_pairs(dataset, "test", 6, 0)
+             for mask in load_part_masks(dataset, r).values()]
+    assert result["chance_accuracy"] == pytest.approx(np.mean(areas))
+    assert 0.0 <= result["matches_same_part"] <= result["matches_on_object"] <= 1.0
+    assert 0.0 <= result["matches_score_on_object"] <= 1.0
+    assert result["group_diversity"] is None  # no grouping head
+
+
+class _GroupedPair:
+    """What group_diversity reads from a PairExplanation, with chosen group tensors."""
+
+    def __init__(self, tensors, grid=(2, 2)):
+        self.tensors = [np.asarray(t, dtype=np.float32) for t in tensors]
+        self.num_groups = len(tensors)
+        self.grid_query = self.grid_reference = grid
+
+    def group_point_to_point(self, p):
+        return self.tensors[p]
+
+
+def test_group_diversity_is_zero_for_identical_maps_and_one_for_disjoint_ones():
+    from dmlviewer.core.explain.groups import group_diversity, group_maps
+
+    rng = np.random.default_rng(0)
+    same = rng.random((4, 4))
+    assert group_diversity(_GroupedPair([same, 2 * same, 0.5 * same])) == pytest.approx([0.0, 0.0], abs=1e-6)
+    # group p supports only query cell p and reference cell p: disjoint maps on both sides
+    disjoint = [np.diag(np.eye(4)[p]) for p in range(4)]
+    assert group_diversity(_GroupedPair(disjoint)) == pytest.approx([1.0, 1.0])
+    # the maps are the group tensors summed over the other image, and add up to the total
+    pair = _GroupedPair([rng.normal(size=(4, 4)) for _ in range(3)])
+    np.testing.assert_allclose(group_maps(pair, "query").sum(0).ravel(), sum(pair.tensors).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(group_maps(pair, "reference")[1].ravel(), pair.tensors[1].sum(0), rtol=1e-6)
+    # negative parts do not count: a group that only opposes has no map and is left out
+    only_negative = [np.ones((4, 4)), np.ones((4, 4)), -np.ones((4, 4))]
+    assert group_diversity(_GroupedPair(only_negative)) == pytest.approx([0.0, 0.0], abs=1e-6)

@@ -1,0 +1,261 @@
+"""Small layout helpers shared by the windows: screen fitting, scrolling forms, a wrapping row,
+and spin boxes that leave the mouse wheel to the form unless they have the focus.
+
+Screens: every top-level window and dialog is sized with :func:`fit_to_screen`, which never
+makes it larger than the available area of its screen (1366 x 768 laptops included) and keeps
+it on that screen; :func:`clamp_to_screen` does the same for a geometry restored from the
+settings (a size saved on a larger monitor must not come back partly off-screen).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt
+from PySide6.QtGui import QGuiApplication, QPainter, QScreen
+from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFrame, QLabel, QLayout,
+                               QScrollArea, QSizePolicy, QSlider, QWidget, QWidgetItem)
+
+#: Room left around a window for its frame and title bar (the geometry we set is the client area).
+FRAME_MARGIN = QSize(16, 40)
+
+
+def screen_of(widget: QWidget) -> QScreen | None:
+    """The screen ``widget`` is on (its parent's for a window not shown yet), else the primary."""
+    for w in (widget, widget.parentWidget()):
+        if w is not None and w.screen() is not None:
+            return w.screen()
+    return QGuiApplication.primaryScreen()
+
+
+def available_rect(widget: QWidget) -> QRect:
+    """The available area (without panels and docks) of ``widget``'s screen."""
+    screen = screen_of(widget)
+    return screen.availableGeometry() if screen is not None else QRect(0, 0, 1366, 768)
+
+
+def fitted_size(preferred: QSize, available: QRect, minimum: QSize | None = None) -> QSize:
+    """``preferred`` shrunk to the ``available`` area less the window frame, but never below
+    ``minimum`` where the screen allows it."""
+    room = QSize(max(200, available.width() - FRAME_MARGIN.width()),
+                 max(150, available.height() - FRAME_MARGIN.height()))
+    size = preferred.boundedTo(room)
+    if minimum is not None:
+        size = size.expandedTo(minimum.boundedTo(room))
+    return size
+
+
+def fit_to_screen(widget: QWidget, width: int, height: int) -> QSize:
+    """Resize ``widget`` to ``width x height`` or the available screen area, whichever is
+    smaller, and keep it on its screen. Returns the size set."""
+    available = available_rect(widget)
+    size = fitted_size(QSize(width, height), available)
+    widget.resize(size)
+    clamp_to_screen(widget)
+    return size
+
+
+def clamp_to_screen(widget: QWidget) -> None:
+    """Shrink ``widget`` to its screen's available area and move it fully onto it (after
+    ``restoreGeometry`` of a size saved on another monitor)."""
+    available = available_rect(widget)
+    size = fitted_size(widget.size(), available)
+    if size != widget.size():
+        widget.resize(size)
+    frame = widget.frameGeometry()
+    fw = max(frame.width(), size.width())
+    fh = max(frame.height(), size.height())
+    x = min(max(frame.x(), available.x()), available.right() + 1 - fw)
+    y = min(max(frame.y(), available.y()), available.bottom() + 1 - fh)
+    x, y = max(x, available.x()), max(y, available.y())
+    if (x, y) != (frame.x(), frame.y()):
+        widget.move(QPoint(x, y))
+
+
+def scrolling(widget: QWidget, horizontal: bool = False) -> QScrollArea:
+    """``widget`` inside a frameless scroll area (vertical scrolling; horizontal on request),
+    so a long form never forces its window taller than the screen."""
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded if horizontal else Qt.ScrollBarAlwaysOff)
+    area.setWidget(widget)
+    guard_wheel(widget)
+    return area
+
+
+class _WheelGuard(QObject):
+    """Event filter: a wheel event over an unfocused spin box, combo box or slider scrolls the
+    surrounding form instead of changing the value."""
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        if event.type() != QEvent.Wheel or not isinstance(obj, QWidget):
+            return False
+        parent = obj.parentWidget()
+        owner = parent if isinstance(parent, QAbstractSpinBox) else obj  # a spin box's text field
+        if owner.hasFocus():
+            return False
+        area = owner.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is not None:
+            QGuiApplication.sendEvent(area.viewport(), event)
+        return True
+
+
+_GUARD: _WheelGuard | None = None
+
+
+def guard_wheel(root: QWidget) -> None:
+    """Spin boxes, combo boxes and sliders under ``root`` take the mouse wheel only when they
+    have the keyboard focus (clicked or tabbed into); otherwise the wheel scrolls the form."""
+    global _GUARD
+    if _GUARD is None:
+        _GUARD = _WheelGuard()
+    for kind in (QAbstractSpinBox, QComboBox, QSlider):
+        for widget in root.findChildren(kind):
+            if widget.property("wheelGuarded"):
+                continue
+            widget.setProperty("wheelGuarded", True)
+            widget.setFocusPolicy(Qt.StrongFocus)  # the wheel alone no longer focuses it
+            widget.installEventFilter(_GUARD)
+            if isinstance(widget, QAbstractSpinBox):  # the wheel over its text lands there first
+                widget.lineEdit().installEventFilter(_GUARD)
+
+
+class FlowLayout(QLayout):
+    """Lays its items out left to right and wraps to a new row when the width runs out (the
+    pair view's toolbar on a narrow window). Items keep their size hints; a stretch item
+    (``addStretch``) is not supported: use :meth:`add_right` for items that should sit at the
+    right end of the last row."""
+
+    def __init__(self, parent: QWidget | None = None, spacing: int = 6, row_spacing: int = 4) -> None:
+        super().__init__(parent)
+        self._items: list = []
+        self._right: set[int] = set()
+        self._hspace = spacing
+        self._vspace = row_spacing
+        self.setContentsMargins(0, 0, 0, 0)
+
+    # -- QLayout API
+    def addItem(self, item) -> None:  # noqa: N802 - Qt API
+        self._items.append(item)
+
+    def add_right(self, widget: QWidget) -> None:
+        """Add ``widget`` flushed to the right end of its row."""
+        self.addWidget(widget)
+        self._right.add(id(self._items[-1]))
+
+    def count(self) -> int:
+        return len(self._items)
+
+    def itemAt(self, index: int):  # noqa: N802 - Qt API
+        return self._items[index] if 0 <= index < len(self._items) else None
+
+    def takeAt(self, index: int):  # noqa: N802 - Qt API
+        if 0 <= index < len(self._items):
+            item = self._items.pop(index)
+            self._right.discard(id(item))
+            return item
+        return None
+
+    def expandingDirections(self) -> Qt.Orientations:  # noqa: N802 - Qt API
+        return Qt.Orientations(0)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802 - Qt API
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt API
+        return self._arrange(QRect(0, 0, width, 0), apply=False)
+
+    def setGeometry(self, rect: QRect) -> None:  # noqa: N802 - Qt API
+        super().setGeometry(rect)
+        self._arrange(rect, apply=True)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        width = sum(self._hint(i).width() for i in self._visible()) + self._hspace * max(0, len(self._visible()) - 1)
+        height = max((self._hint(i).height() for i in self._visible()), default=0)
+        m = self.contentsMargins()
+        return QSize(width + m.left() + m.right(), height + m.top() + m.bottom())
+
+    def minimumSize(self) -> QSize:  # noqa: N802 - Qt API
+        size = QSize()
+        for item in self._visible():
+            size = size.expandedTo(item.minimumSize())
+        m = self.contentsMargins()
+        return size + QSize(m.left() + m.right(), m.top() + m.bottom())
+
+    # -- layout
+    def _visible(self) -> list:
+        return [i for i in self._items if not (isinstance(i, QWidgetItem) and i.widget() is not None
+                                                and i.widget().isHidden())]
+
+    @staticmethod
+    def _hint(item) -> QSize:
+        return item.sizeHint().expandedTo(item.minimumSize())
+
+    def _rows(self, width: int) -> list[list]:
+        rows: list[list] = [[]]
+        used = 0
+        for item in self._visible():
+            w = self._hint(item).width()
+            if rows[-1] and used + self._hspace + w > width:
+                rows.append([])
+                used = 0
+            used += (self._hspace if rows[-1] else 0) + w
+            rows[-1].append(item)
+        return rows
+
+    def _arrange(self, rect: QRect, apply: bool) -> int:
+        m = self.contentsMargins()
+        inner = rect.adjusted(m.left(), m.top(), -m.right(), -m.bottom())
+        y = inner.y()
+        for row in self._rows(inner.width()):
+            if not row:
+                continue
+            height = max(self._hint(i).height() for i in row)
+            if apply:
+                right = [i for i in row if id(i) in self._right]
+                x = inner.x()
+                for item in row:
+                    if item in right:
+                        continue
+                    hint = self._hint(item)
+                    item.setGeometry(QRect(QPoint(x, y + (height - hint.height()) // 2), hint))
+                    x += hint.width() + self._hspace
+                x = inner.right() + 1
+                for item in reversed(right):
+                    hint = self._hint(item)
+                    x -= hint.width()
+                    item.setGeometry(QRect(QPoint(x, y + (height - hint.height()) // 2), hint))
+                    x -= self._hspace
+            y += height + self._vspace
+        return y - self._vspace - inner.y() + m.top() + m.bottom()
+
+
+def no_vertical_growth(widget: QWidget) -> QWidget:
+    """Fixed vertical size policy (a toolbar row that should not take the view's height)."""
+    policy = widget.sizePolicy()
+    policy.setVerticalPolicy(QSizePolicy.Fixed)
+    widget.setSizePolicy(policy)
+    return widget
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that elides its text (in the middle by default) to the width it gets,
+    instead of wrapping mid-word or widening its dock; the whole text is its tooltip."""
+
+    def __init__(self, text: str = "", mode: Qt.TextElideMode = Qt.ElideMiddle, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.mode = mode
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setToolTip(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        super().setText(text)
+        self.setToolTip(text)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine,
+                         self.fontMetrics().elidedText(self.text(), self.mode, rect.width()))
+        painter.end()
