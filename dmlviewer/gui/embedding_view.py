@@ -209,6 +209,7 @@ class EmbeddingView(QWidget):
         self.max_points.setToolTip("t-SNE uses at most this many points (a seeded random sample)")
         self.run_button = QPushButton("Project")
         self.status = QLabel("Choose a features file (Evaluation writes one).")
+        self.status.setWordWrap(True)  # a long line must not widen the window under the pointer
         self.plot = pg.PlotWidget()
         self.plot.setBackground(PLOT_BACKGROUND)  # the dark theme's, as the other plots
         self.plot.setAspectLocked(True)

@@ -190,8 +190,18 @@ def test_embedding_view_projects_hovers_and_picks_a_query(qtbot, runner, demo_ro
 
     # hover a point: its image appears; click it: it becomes the query
     k = 7
-    scene = view.plot.getPlotItem().vb.mapViewToScene(QPointF(float(xy[k, 0]), float(xy[k, 1])))
-    at = view.plot.mapFromScene(scene)
+
+    def point_on_screen():
+        scene = view.plot.getPlotItem().vb.mapViewToScene(QPointF(float(xy[k, 0]), float(xy[k, 1])))
+        return view.plot.mapFromScene(scene)
+
+    # the axis labels and the legend set by the projection move the plot area once the layout
+    # has run: hover where the point is drawn after that
+    previous = None
+    while previous != point_on_screen():
+        previous = point_on_screen()
+        qtbot.wait(20)
+    at = point_on_screen()
     qtbot.mouseMove(view.plot.viewport(), at)
     qtbot.waitUntil(lambda: view.hovered is not None, timeout=5000)
     assert np.allclose(xy[view.hovered], xy[k], atol=1e-3)  # the point under the cursor (or one on it)
