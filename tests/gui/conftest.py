@@ -71,6 +71,22 @@ def isolated_settings(tmp_path, qapp):
     yield tmp_path / "settings"
 
 
+@pytest.fixture(autouse=True)
+def no_modal_questions(monkeypatch):
+    """A question box (closing with a job running) would wait for a click that never comes:
+    it answers Yes (cancel the jobs and close), as a user ending the session would."""
+    from PySide6.QtWidgets import QMessageBox
+
+    asked: list[str] = []
+
+    def answer(parent, title, text, *args, **kwargs):
+        asked.append(text)
+        return QMessageBox.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(answer))
+    return asked
+
+
 @pytest.fixture
 def dialogs(monkeypatch) -> list[tuple[str, str, str | None]]:
     """Records every error dialog (title, message, details) instead of showing it."""
