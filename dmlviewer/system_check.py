@@ -11,8 +11,12 @@ README's first command can run it from the clone before anything is installed::
 It loads each library with the dynamic loader (``ctypes.CDLL``: the same search the loader does
 for Qt) and checks that this Python can make a virtual environment with pip (Debian and Ubuntu
 ship ``ensurepip`` separately, in ``python3.X-venv``); when something is missing it prints what,
-the Debian/Ubuntu packages that hold it in one ``apt-get install`` line, and exits with status 1. ``--packages`` prints the line for every
-library, missing or not. The app runs the same check before opening its window.
+the Debian/Ubuntu packages that hold it in one ``apt-get install`` line, and exits with status 1.
+With ``--install`` (the README's commands) it first installs those packages itself where it
+can: on Debian and Ubuntu (``apt-get``), as root or through ``sudo`` (which asks for the
+password); only when that fails or is not possible does it stop with the line to run.
+``--packages`` prints the line for every library, missing or not. The app runs the same check
+(without installing) before opening its window.
 
 The library lists are the sonames that the pinned PySide6's plugins need from outside the wheel:
 the ``DT_NEEDED`` closure of ``libqxcb.so`` (and of ``libqoffscreen.so`` with the QtGui and
@@ -26,6 +30,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shutil
+import subprocess
 import sys
 from typing import Callable, Iterable
 
@@ -148,12 +154,45 @@ def check_before_window(stream=None) -> bool:
     return True
 
 
+def install_command(euid: int | None = None, which: Callable[[str], str | None] = shutil.which) -> list[str] | None:
+    """The prefix that runs ``apt-get`` with the rights to install (``[apt-get]`` as root,
+    ``[sudo, apt-get]`` otherwise), or None where packages cannot be installed that way."""
+    if not sys.platform.startswith("linux") or which("apt-get") is None:
+        return None
+    euid = os.geteuid() if euid is None else euid
+    if euid == 0:
+        return ["apt-get"]
+    return ["sudo", "apt-get"] if which("sudo") is not None else None
+
+
+def install(names: list[str], run: Callable[..., subprocess.CompletedProcess] | None = None,
+            prefix: list[str] | None = None) -> bool:
+    """Install the Debian/Ubuntu packages ``names`` (``apt-get update``, then ``apt-get install
+    -y --no-install-recommends``, non-interactive); True when apt-get succeeded."""
+    prefix = prefix if prefix is not None else install_command()
+    run = run or subprocess.run
+    if not names or prefix is None:
+        return False
+    sys.stderr.write(f"dmlviewer: installing the missing system packages: {' '.join(names)}\n")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    if prefix[0] == "sudo":  # sudo resets the environment: set the one variable as root
+        prefix = ["sudo", "env", "DEBIAN_FRONTEND=noninteractive", *prefix[1:]]
+    for args in (["update", "-qq"], ["install", "-y", "-qq", "--no-install-recommends", *names]):
+        if run([*prefix, *args], env=env).returncode != 0:
+            sys.stderr.write(f"dmlviewer: '{' '.join([*prefix, *args])}' failed\n")
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m dmlviewer.system_check",
         description="Check that the system libraries Qt needs are installed (before installing dmlviewer).")
     parser.add_argument("--offscreen", action="store_true",
                         help="only what Qt needs without a window (the test suite)")
+    parser.add_argument("--install", action="store_true",
+                        help="install what is missing with apt-get (as root, or through sudo) before "
+                             "reporting anything")
     parser.add_argument("--packages", action="store_true",
                         help="print the apt-get line for every needed library, missing or not")
     args = parser.parse_args(argv)
@@ -163,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     missing = missing_libraries(window)
     venv = venv_package() if sys.platform.startswith("linux") else None
+    if (missing or venv) and args.install:
+        if install(packages(missing) + ([venv] if venv else [])):
+            missing = missing_libraries(window)
+            venv = venv_package() if sys.platform.startswith("linux") else None
     if missing or venv:
         sys.stderr.write(report(missing, window, venv))
         return 1

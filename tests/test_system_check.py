@@ -134,17 +134,26 @@ def test_on_a_machine_without_the_libraries_the_readme_command_stops_before_inst
         pytest.skip("the libraries are not installed here: nothing to hide")
     demo = _readme_command("demo-command")
     check, rest = demo.split(" && ", 1)
-    assert check == "python3 -m dmlviewer.system_check" and rest.startswith("python3 -m venv .venv")
+    assert check == "python3 -m dmlviewer.system_check --install" and rest.startswith("python3 -m venv .venv")
     python = sys.executable  # the check as the README runs it, with this interpreter
+    # apt-get is a stand-in that records its arguments and installs nothing (the bind mounts
+    # keep the libraries hidden), so the check must then stop with the line to run
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/apt-calls\n")
+    (fake / "apt-get").chmod(0o755)
     hide = " && ".join(f"mount --bind /dev/null {f}" for f in files)
-    script = (f"{hide} && cd {ROOT} && ({python} -m dmlviewer.system_check && touch {tmp_path}/went-on); "
+    script = (f"{hide} && cd {ROOT} && ({python} -m dmlviewer.{check.split('dmlviewer.')[1]} && touch {tmp_path}/went-on); "
               f"echo rc=$?; {python} -m dmlviewer gui; echo gui_rc=$?")
     env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
     env["DISPLAY"] = ":0"
+    env["PATH"] = f"{fake}:{env['PATH']}"
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                           capture_output=True, text=True, env=env, timeout=120)
     out = done.stdout + done.stderr
     assert "rc=1" in out and not (tmp_path / "went-on").exists(), out  # stopped before the install
+    calls = (tmp_path / "apt-calls").read_text().splitlines()
+    assert calls == ["update -qq", "install -y -qq --no-install-recommends libxcb-icccm4 libxcb-keysyms1"], calls
     assert out.count("sudo apt-get install -y libxcb-icccm4 libxcb-keysyms1") == 2, out
     assert "gui_rc=1" in out and "xcb-cursor0" not in out  # not Qt's misleading message
 
@@ -160,10 +169,48 @@ def test_on_a_machine_without_the_libraries_the_readme_command_stops_before_inst
     assert subprocess.run([python, "-m", "dmlviewer.system_check"], cwd=ROOT, capture_output=True).returncode == 0
 
 
+def test_install_runs_apt_get_and_the_check_goes_on_when_it_worked(monkeypatch, capsys):
+    """--install: apt-get update and install of exactly the missing packages (as root directly,
+    otherwise through sudo); when the libraries load afterwards the command succeeds."""
+    present = {"libxcb-icccm.so.4": False}
+    calls = []
+
+    def run(args, env):
+        calls.append(args)
+        if "install" in args:
+            present["libxcb-icccm.so.4"] = True
+        return subprocess.CompletedProcess(args, 0)
+
+    monkeypatch.setattr(system_check, "_loads", lambda name: present.get(name, True))
+    monkeypatch.setattr(system_check, "venv_package", lambda: None)
+    install_command = system_check.install_command
+    monkeypatch.setattr(system_check, "install_command", lambda: ["apt-get"])
+    monkeypatch.setattr(system_check.subprocess, "run", run)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    assert system_check.main(["--install"]) == 0
+    assert calls == [["apt-get", "update", "-qq"],
+                     ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "libxcb-icccm4"]]
+    assert "installing the missing system packages: libxcb-icccm4" in capsys.readouterr().err
+    # without --install nothing is run; a failed apt-get leaves the report and status 1
+    present["libxcb-icccm.so.4"] = False
+    calls.clear()
+    assert system_check.main([]) == 1 and calls == []
+    monkeypatch.setattr(system_check.subprocess, "run", lambda args, env: calls.append(args) or
+                        subprocess.CompletedProcess(args, 100))
+    assert system_check.main(["--install"]) == 1 and len(calls) == 1
+    assert "sudo apt-get install -y libxcb-icccm4" in capsys.readouterr().err
+    # who runs apt-get
+    which = {"apt-get": "/usr/bin/apt-get", "sudo": "/usr/bin/sudo"}.get
+    assert install_command(euid=0, which=which) == ["apt-get"]
+    assert install_command(euid=1000, which=which) == ["sudo", "apt-get"]
+    assert install_command(euid=1000, which=lambda name: None) is None
+
+
 def test_ci_still_finds_the_test_command():
     """.ci/run extracts the test command with its own awk program: it must find the README's."""
     awk = re.search(r"awk '(.+?)' README.md", (ROOT / ".ci" / "run").read_text()).group(1)
     cmd = subprocess.run(["awk", awk, str(ROOT / "README.md")], capture_output=True, text=True).stdout.strip()
     assert cmd == _readme_command("test-command")
-    assert cmd.startswith("python3 -m dmlviewer.system_check --offscreen && python3 -m venv .venv")
+    assert cmd.startswith("python3 -m dmlviewer.system_check --offscreen --install && python3 -m venv .venv")
     assert "pytest" in cmd and "\n" not in cmd
