@@ -157,3 +157,13 @@ def test_missing_torchvision_weights_give_one_dialog_naming_file_and_folder(wind
     title, message, details = window.dialogs[0]
     assert "\n" not in message and "resnet18-f37072fd.pth" in message
     assert str(tmp_path / "hub" / "checkpoints") in message
+
+
+def test_hover_benchmark_runs_at_the_largest_resolution(qapp):
+    from dmlviewer.bench.hover import measure
+
+    result = measure(events=20, image_size=64, warmup=3, largest=True)
+    # 500 x 375 photographs, small_cnn (stride 16): the image's own size, 496 px, is the largest choice.
+    assert result["input_size"] == 496 and result["grid"] == "31x31"
+    assert result["events"] >= 15 and result["baseline_ms"] > 0
+    assert result["ratio"] == pytest.approx(result["p50_ms"] / result["baseline_ms"], rel=0.01)
