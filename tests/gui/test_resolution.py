@@ -70,17 +70,16 @@ def test_resolution_refines_the_grid_keeps_completeness_and_resets_with_a_new_mo
     assert view.explanation.grid_query == (4, 4)
 
 
-class _GeMNet(nn.Module):
-    """A head that is not piecewise linear (GeM): decomposed to first order (Jacobian)."""
+class _TanhNet(nn.Module):
+    """A head that is not piecewise linear (tanh before pooling): decomposed to first order."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, stride=8, padding=1), nn.ReLU())
+        self.features = nn.Conv2d(3, 8, 3, stride=8, padding=1)
         self.fc = nn.Linear(8, 6)
 
     def forward(self, x):
-        a = self.features(x).clamp(min=1e-6)
-        return self.fc(a.pow(3).mean((2, 3)).pow(1 / 3))
+        return self.fc(torch.tanh(self.features(x)).mean((2, 3)))
 
 
 def test_the_rule_is_shown_exact_or_first_order(window, demo_root, small_ckpt, wait_ready):
@@ -92,13 +91,13 @@ def test_the_rule_is_shown_exact_or_first_order(window, demo_root, small_ckpt, w
     assert window.model_label.text().endswith("exact decomposition")
 
     torch.manual_seed(0)
-    model, info = open_model(_GeMNet().eval(), feature_layer="features", transform={"size": 64})
+    model, info = open_model(_TanhNet().eval(), feature_layer="features", transform={"size": 64})
     window.use_model(model, info, "gem")
     assert view.rule_label.text() == ""  # nothing of the previous model while preparing
     wait_ready(view)
     assert view.explanation.rule == "first order"
     assert view.rule_label.text().startswith("first-order (Jacobian) decomposition")
-    assert "pow" in view.rule_label.toolTip()
+    assert "tanh" in view.rule_label.toolTip()
     assert window.model_label.text().endswith("first-order decomposition")
     # First order: the remainder is in the bias terms, so the terms still add up.
     assert _completeness_error(view.explanation) < 1e-4
