@@ -343,7 +343,7 @@ class MainWindow(QMainWindow):
         self.checkpoint_info = info
         self.checkpoint_path = info.get("path")
         rule = info.get("rule") or ""
-        self.model_label.setText(f"{model_summary(model)} · {rule_summary(rule)}")
+        self.model_label.setText(" · ".join(filter(None, (model_summary(model), rule_summary(rule)))))
         self.model_label.setToolTip(f"{label}\nepoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
                                     f"decomposition: {rule}")
         if self._extract_job is not None and self._extract_sha != info.get("sha256"):
@@ -947,10 +947,12 @@ def model_summary(model) -> str:
 
 
 def rule_summary(rule: str) -> str:
-    """A few words for the decomposition rule line of ``core.models.describe_rule``."""
-    from dmlviewer.core.models import FIRST_ORDER
+    """A few words for the decomposition rule line of ``core.models.describe_rule`` ("" if none)."""
+    from dmlviewer.core.models import EXACT, FIRST_ORDER
 
-    return "first-order decomposition" if rule.startswith(FIRST_ORDER) else "exact decomposition"
+    if rule.startswith(FIRST_ORDER):
+        return "first-order decomposition"
+    return "exact decomposition" if rule.startswith(EXACT) else ""
 
 
 class _busy:

@@ -100,12 +100,12 @@ def rule_text(rule: str, detail: str = "") -> tuple[str, str]:
 
     if rule == FIRST_ORDER:
         return ("first-order (Jacobian) decomposition: cell shares approximate",
-                f"{detail}\nThe head is not piecewise linear at this input: each cell's share is gradient x "
-                "activation (first order); the Taylor remainder is counted in the bias terms, so the terms "
-                "still add up to the similarity.")
+                (f"{detail}\nThe head is not piecewise linear at this input: each cell's share is gradient x "
+                 "activation (first order); the Taylor remainder is counted in the bias terms, so the terms "
+                 "still add up to the similarity."))
     return ("exact decomposition",
-            f"{detail}\nThe head is affine at this input (seed 000 Sec. 4): the cells' shares and the bias "
-            "add up to the embedding exactly.")
+            (f"{detail}\nThe head is affine at this input (seed 000 Sec. 4): the cells' shares and the bias "
+             "add up to the embedding exactly."))
 
 
 def _labelled(label: str | None, *widgets: QWidget) -> QWidget:
@@ -280,7 +280,6 @@ class PairView(QWidget):
         self.size_combo = QComboBox()
         self.size_combo.setToolTip("Network input size for this pair: larger inputs give a finer grid of cells "
                                    "(the pair is explained again)")
-
 
         for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo, self.size_combo):
             combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)  # full names, never "Decomposit"

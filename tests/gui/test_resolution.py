@@ -153,7 +153,7 @@ def test_missing_torchvision_weights_give_one_dialog_naming_file_and_folder(wind
     window.open_pretrained_action.trigger()
     assert window.model is None
     assert len(window.dialogs) == 1
-    title, message, details = window.dialogs[0]
+    message = window.dialogs[0][1]
     assert "\n" not in message and "resnet18-f37072fd.pth" in message
     assert str(tmp_path / "hub" / "checkpoints") in message
 
