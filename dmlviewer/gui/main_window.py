@@ -174,6 +174,10 @@ class MainWindow(QMainWindow):
         from dmlviewer.gui.import_dialog import import_action
 
         file_menu.addAction(import_action(self))
+        from dmlviewer.gui.pretrained_dialog import pretrained_action
+
+        self.open_pretrained_action = pretrained_action(self)
+        file_menu.addAction(self.open_pretrained_action)
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)
@@ -338,9 +342,10 @@ class MainWindow(QMainWindow):
             self.model = model
         self.checkpoint_info = info
         self.checkpoint_path = info.get("path")
-        self.model_label.setText(model_summary(model))
+        rule = info.get("rule") or ""
+        self.model_label.setText(" · ".join(filter(None, (model_summary(model), rule_summary(rule)))))
         self.model_label.setToolTip(f"{label}\nepoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
-                                    f"decomposition: {info.get('rule', '')}")
+                                    f"decomposition: {rule}")
         if self._extract_job is not None and self._extract_sha != info.get("sha256"):
             self.runner.cancel(self._extract_job)  # features of the previous model: not needed now
             self._extract_job = None
@@ -938,7 +943,16 @@ def model_summary(model) -> str:
     c = model.config
     grouping = c.get("grouping", "none")
     head = c.get("pooling", "?") + ("" if grouping == "none" else f" + {grouping}-grouping ×{c.get('groups')}")
-    return f"{c.get('backbone', '?')} · {head} · {c.get('dim', '?')}-d"
+    return f"{c.get('backbone', '?')} · {head} · {getattr(model, 'dim', None) or c.get('dim', '?')}-d"
+
+
+def rule_summary(rule: str) -> str:
+    """A few words for the decomposition rule line of ``core.models.describe_rule`` ("" if none)."""
+    from dmlviewer.core.models import EXACT, FIRST_ORDER
+
+    if rule.startswith(FIRST_ORDER):
+        return "first-order decomposition"
+    return "exact decomposition" if rule.startswith(EXACT) else ""
 
 
 class _busy:

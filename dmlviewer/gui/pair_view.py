@@ -17,6 +17,13 @@ every map to its own maximum and the colour bar reads 0..1 of it), colour map an
 The hovered point's share of the similarity is printed on the other pane, next to its colour
 bar, whatever the scale. "Matches" draws the top-N point-to-point
 correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
+
+*Resolution* (issue 11) is the network's input size for the pair: the model's own, 1.5x, 2x or
+the images' own size (``core.models.resolution.input_sizes``); a larger input gives a finer
+feature grid (224 px: 7 x 7 cells on a stride-32 backbone, 448 px: 14 x 14), so hover picks
+smaller places. A change re-prepares the pair in the background like a new pair. The line
+under the panes says which decomposition rule the pair was explained with (exact, or first
+order where the head is not piecewise linear at the input).
 """
 
 from __future__ import annotations
@@ -85,6 +92,20 @@ def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
     m = float(np.nanmax(np.abs(values))) if values.size else 0.0
     m = m if m > 0 else 1.0
     return (-m, m) if sign == "signed" else (0.0, m)
+
+
+def rule_text(rule: str, detail: str = "") -> tuple[str, str]:
+    """The rule read-out: a short label for ``PairExplanation.rule`` and its tooltip."""
+    from dmlviewer.core.models import FIRST_ORDER
+
+    if rule == FIRST_ORDER:
+        return ("first-order (Jacobian) decomposition: cell shares approximate",
+                (f"{detail}\nThe head is not piecewise linear at this input: each cell's share is gradient x "
+                 "activation (first order); the Taylor remainder is counted in the bias terms, so the terms "
+                 "still add up to the similarity."))
+    return ("exact decomposition",
+            (f"{detail}\nThe head is affine at this input (seed 000 Sec. 4): the cells' shares and the bias "
+             "add up to the embedding exactly."))
 
 
 def _labelled(label: str | None, *widgets: QWidget) -> QWidget:
@@ -179,13 +200,21 @@ class PairView(QWidget):
         self.info = QLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
         self.info.setObjectName("pairInfo")
         self.info.setWordWrap(True)  # a long read-out must not widen the window
+        self.rule_label = QLabel("")
+        self.rule_label.setObjectName("ruleLabel")
+        self.rule_label.setWordWrap(True)
+        self.rule_label.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        info_row = QHBoxLayout()
+        info_row.setContentsMargins(0, 0, 0, 0)
+        info_row.addWidget(self.info, 4)
+        info_row.addWidget(self.rule_label, 1)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(4)
         layout.addWidget(self.toolbar_widget)
         layout.addWidget(self.body, 1)
-        layout.addWidget(self.info)
+        layout.addLayout(info_row)
 
         self.link = HoverLink(self.panes, self._render_partial, self._show_overall, parent=self)
         self.link.point_changed.connect(self._on_point)
@@ -248,8 +277,11 @@ class PairView(QWidget):
         self.fit_button = QToolButton()
         self.fit_button.setText("Fit")
         self.fit_button.setToolTip("Show the whole images")
+        self.size_combo = QComboBox()
+        self.size_combo.setToolTip("Network input size for this pair: larger inputs give a finer grid of cells "
+                                   "(the pair is explained again)")
 
-        for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo):
+        for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo, self.size_combo):
             combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)  # full names, never "Decomposit"
         self.opacity.setFixedWidth(80)
 
@@ -259,7 +291,7 @@ class PairView(QWidget):
         bar = FlowLayout(spacing=10)
         for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
                               ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
-                              ("Opacity", self.opacity)):
+                              ("Opacity", self.opacity), ("Resolution", self.size_combo)):
             bar.addWidget(_labelled(label, widget))
         bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
         bar.add_right(_labelled(None, self.swap_button, self.fit_button))
@@ -268,6 +300,7 @@ class PairView(QWidget):
         self.toolbar = bar
 
         self.method_combo.currentIndexChanged.connect(self._on_method)
+        self.size_combo.currentIndexChanged.connect(self._on_size)
         for combo in (self.sign_combo, self.scale_combo, self.cmap_combo):
             combo.currentIndexChanged.connect(self._apply_colors)
         self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.panes])
@@ -286,6 +319,44 @@ class PairView(QWidget):
     def sign(self) -> str:
         return self.sign_combo.currentData()
 
+    @property
+    def input_size(self) -> int | None:
+        """The chosen network input size (None: no model yet)."""
+        return self.size_combo.currentData()
+
+    def set_input_size(self, size: int) -> None:
+        """Choose input size ``size`` (one of the Resolution entries); re-prepares the pair."""
+        index = self.size_combo.findData(int(size))
+        if index < 0:
+            raise ValueError(f"{size} px is not a resolution choice here")
+        self.size_combo.setCurrentIndex(index)
+
+    def _fill_sizes(self, keep: bool) -> None:
+        """Resolution entries for the model and the images; the current size stays chosen when
+        ``keep`` and it is still offered, otherwise the model's own size."""
+        from dmlviewer.core.models.resolution import input_sizes
+
+        current = self.size_combo.currentData() if keep else None
+        shape = None
+        if self.images is not None:
+            shape = tuple(max(a, b) for a, b in zip(self.images.query.shape[:2], self.images.reference.shape[:2]))
+        self.size_combo.blockSignals(True)
+        self.size_combo.clear()
+        if self.model is not None:
+            for label, size in input_sizes(self.model, shape):
+                self.size_combo.addItem(label, size)
+            index = self.size_combo.findData(current) if current is not None else -1
+            if index < 0:
+                index = self.size_combo.findData(int(self.model.preprocess.size))
+            self.size_combo.setCurrentIndex(max(0, index))
+        self.size_combo.setEnabled(self.size_combo.count() > 1)
+        self.size_combo.blockSignals(False)
+
+    def _on_size(self) -> None:
+        if self.images is not None and self.model is not None:
+            self.link.reset()
+            self._prepare()
+
     def set_method(self, method: str) -> None:
         self.method_combo.setCurrentIndex(self.method_combo.findData(method))
 
@@ -303,8 +374,10 @@ class PairView(QWidget):
         if model is not self.model:  # Grad-CAM weights belong to one model
             self.grad_bank = None
             self._grad_missing = None
+        new = model is not self.model
         self.model = model
         self.device = str(device)
+        self._fill_sizes(keep=not new)  # a new model starts at its own size
         if self.images is not None:
             self._prepare()
 
@@ -313,6 +386,7 @@ class PairView(QWidget):
         self.images = images
         self.link.reset()
         self.region_button.setChecked(False)
+        self._fill_sizes(keep=True)  # the "image" entry follows the photographs
         if images is None:
             for pane in self.panes:
                 pane.set_image(None)
@@ -367,6 +441,8 @@ class PairView(QWidget):
             pane.show_message(message if message else ("preparing…" if busy else None))
         if state != "ready":
             self.similarity_changed.emit(None)
+            self.rule_label.setText("")
+            self.rule_label.setToolTip("")
         if state == "empty":
             self.info.setText("Choose a query (click) and a reference (Ctrl+click) in the browser.")
         elif busy:
@@ -391,13 +467,14 @@ class PairView(QWidget):
             return
         self._set_state("preparing")
         model, device, lock, imgs, token = self.model, self.device, self.model_lock, self.images, self._pair_token
+        size = self.input_size
 
         def job(cancel):
             from dmlviewer.core.explain.pair import explain_pair
 
             with lock:
                 cancel.raise_if_cancelled()
-                return token, explain_pair(model, imgs.query, imgs.reference, device=device)
+                return token, explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
 
         self.prepare_runner.submit(job, cancel_aware=True)
 
@@ -437,6 +514,9 @@ class PairView(QWidget):
             "Seed 000 Eq. 3: with E = Σ C_ij + B for each image (C: the contributions of the grid cells, "
             "B: the head's bias), E_q·E_r/(|E_q||E_r|) = Σ C_q·C_r (point-to-point) + Σ C_q·B_r "
             "+ Σ C_r·B_q + B_q·B_r, each divided by |E_q||E_r|.")
+        short, detail = rule_text(e.rule, e.rule_detail)
+        self.rule_label.setText(short)
+        self.rule_label.setToolTip(detail)
 
     # -- overall maps
     def _on_method(self) -> None:
@@ -463,7 +543,7 @@ class PairView(QWidget):
             pane.show_message(f"computing {self.method_combo.currentText()}…")
         expl, lock, token = self.explanation, self.model_lock, self._pair_token
         self._overall_pending = method
-        occlusion_args = (self.model, self.images, self.device, self.occlusion_baseline)
+        occlusion_args = (self.model, self.images, self.device, self.occlusion_baseline, self.input_size)
 
         def job(cancel):
             with lock:
@@ -634,13 +714,14 @@ class PairView(QWidget):
         self.overall_runner.stop(1.0)
 
 
-def _occlusion_maps(expl, model, images: PairImages, device: str, baseline: str, cancel, report):
+def _occlusion_maps(expl, model, images: PairImages, device: str, baseline: str, size: int | None, cancel, report):
     """Occlusion of the pair (``core.explain.occlusion``, cached per pair there), attached to
     ``expl`` as its ``occlusion`` overall maps; runs in the worker, ``report(fraction)``."""
     from dmlviewer.core.explain.occlusion import occlusion
 
     result = None
-    for event in occlusion(model, images.query, images.reference, baseline, device=device, cancel=cancel):
+    for event in occlusion(model, images.query, images.reference, baseline, device=device, size=size,
+                           cancel=cancel):
         if event.kind == "done":
             result = event.data["result"]
         elif event.total:

@@ -194,3 +194,23 @@ def describe_rule(model: nn.Module) -> str:
         return "exact (LayerNorm scales frozen at this input)"
     frozen = frozen_quantities(model.config)
     return "exact" + (f" ({', '.join(frozen)} frozen at this input)" if frozen else "")
+
+
+def pretrained_backbones() -> list[tuple[str, str | None]]:
+    """``(name, problem)`` for every listed backbone that has ImageNet weights: ``problem`` is
+    ``None`` when its weights are on this machine (torch's hub cache, or a weights package),
+    else the one line saying which file is missing and where it must go. Nothing is downloaded."""
+    from .backbones import BACKBONES, imagenet_weights_path
+
+    out = []
+    for name in BACKBONES:
+        spec = BACKBONES[name]
+        if spec.weights_file is None:
+            continue
+        try:
+            imagenet_weights_path(spec)
+            problem = None
+        except (FileNotFoundError, ModelError, ValueError) as exc:
+            problem = str(exc)
+        out.append((name, problem))
+    return out
