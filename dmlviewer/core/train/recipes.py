@@ -77,7 +77,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe(
         "demo", "demo checkpoint", "packaging/make_demo_checkpoint.py",
         values=dict(backbone="small_cnn", pretrained="none", pooling="gmp", grouping="c", groups=4, dim=128,
-                    image_size=192, loss="ms", diversity=0.01, diversity_variant="printed", epochs=40,
+                    image_size=256, loss="ms", diversity=0.01, diversity_variant="printed", epochs=40,
                     classes_per_batch=8,
                     images_per_class=4, lr=1e-3, head_lr_mult=1.0, eval_every=5),
     ),
