@@ -467,6 +467,7 @@ def make_photo_dataset(root: Path) -> Path:
 def photo_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
     """The photo pair (see the module docstring)."""
     import numpy as np
+    from PySide6.QtCore import Qt
 
     pair_view = window.pair_view
     if not window.open_checkpoint("imagenet:efficientnet_lite0"):
@@ -475,6 +476,10 @@ def photo_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
     paths = list(window.dataset.paths)
     query, reference = (next(i for i, p in enumerate(paths) if p.endswith(f"china_{k}.jpg")) for k in (0, 1))
     window.set_pair(query, reference)
+    window.browser.select_index(query)
+    # the photographs are the topic: the pair view gets the width (no features to retrieve from)
+    window.retrieval_dock.hide()
+    window.resizeDocks([window.browser_dock], [280], Qt.Horizontal)
     yield Wait("the photo pair", signal=pair_view.pair_ready, done=lambda: pair_view.state == "ready",
                timeout_s=300)
     sizes = [pair_view.size_combo.itemData(i) for i in range(pair_view.size_combo.count())]
