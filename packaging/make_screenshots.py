@@ -20,7 +20,8 @@ at the size the app gives it on the screen it runs on (to look at a 1366 x 768 l
 fewer localization images and correspondence pairs (for looking, not for the README):
 
 - ``pair_view.png``: a same-class pair of the test split (classes unseen in training), a point
-  pinned on the query's tail (the centroid of its part mask, ``core.data.load_part_masks``)
+  pinned on the query's tail (the centre of the tail's grid cell that explains the largest
+  share of the similarity; part masks from ``core.data.load_part_masks``)
   with its partial map on the reference, and the strongest correspondences. The pair is the
   first of ``core.explain.correspondence.same_class_pairs(test, seed 0)`` on which the pinned
   part passes the part-correspondence test of ``core.explain.correspond`` (the partial map's
@@ -288,8 +289,8 @@ def choose_pair(dataset, model) -> tuple[int, int, tuple[float, float]]:
     if not pairs:
         raise RuntimeError("the demo dataset has no same-class test pair")
     for q, r in pairs:
-        point = part_point(load_part_masks(dataset, q)[PIN_PART])
         expl = explain_pair(model, load_image(dataset.abspath(q)), load_image(dataset.abspath(r)))
+        point = strongest_point(expl, load_part_masks(dataset, q)[PIN_PART])
         partial = expl.partial_map_image("query", *point)
         y, x = np.unravel_index(int(np.argmax(partial)), partial.shape)
         if load_part_masks(dataset, r)[PIN_PART][y, x]:
@@ -298,6 +299,19 @@ def choose_pair(dataset, model) -> tuple[int, int, tuple[float, float]]:
     q, r = pairs[0]
     log.warning("no candidate pair passes the correspondence test; using the first one")
     return q, r, part_point(load_part_masks(dataset, q)[PIN_PART])
+
+
+def strongest_point(explanation, mask) -> tuple[float, float]:
+    """The centre of the query's grid cell on ``mask`` (the pinned part) whose point explains
+    the largest share of the similarity; the part's middle when no cell centre lies on it."""
+    from dmlviewer.core.explain.correspondence import part_point
+
+    (h, w), (H, W) = explanation.grid_query, mask.shape
+    centres = [((j + 0.5) * W / w, (i + 0.5) * H / h) for i in range(h) for j in range(w)]
+    on_part = [(x, y) for x, y in centres if mask[int(y), int(x)]]
+    if not on_part:
+        return part_point(mask)
+    return max(on_part, key=lambda xy: explanation.share("query", *xy))
 
 
 def largest_group(explanation, slices) -> int:
@@ -325,8 +339,8 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     window.open_checkpoint(checkpoint)
     window.open_dataset(dataset_dir)
     window.tools.jobs_dock.hide()  # the central views get the height; the jobs are not the topic here
-    if not FIT:  # the browser (two columns) yields the rest to retrieval
-        window.resizeDocks([window.browser_dock, window.retrieval_dock], [0, WINDOW_SIZE[0]], Qt.Horizontal)
+    if not FIT:  # the pair view gets the width; the docks keep two columns of thumbnails each
+        window.resizeDocks([window.browser_dock, window.retrieval_dock], [260, 300], Qt.Horizontal)
     query, reference, pin = choose_pair(window.dataset, window.model)
 
     # 1. the pair view with a pinned point and the correspondences

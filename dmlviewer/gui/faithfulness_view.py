@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextDocumentFragment
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton,
     QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
@@ -228,7 +229,9 @@ class PairFaithfulnessWindow(QWidget):
         # every map of the model but grad_transfer, which needs a feature file's grad weights
         args = (model, images, None, self.baseline.currentText(), self.steps.value(), self.oracle.isChecked(),
                 device, lock)
-        self.job = self.runner.submit(f"Faithfulness of {title or 'the pair'}", (pair_faithfulness_job, args, {}))
+        # the title is rich text for the status label; the Jobs list shows plain text
+        name = QTextDocumentFragment.fromHtml(title).toPlainText() if title else "the pair"
+        self.job = self.runner.submit(f"Faithfulness of {name}", (pair_faithfulness_job, args, {}))
         self.progress.setValue(0)
         self.status.setText(f"Running on {title or 'the pair'}…")
         self._update_buttons()

@@ -278,7 +278,7 @@ class GroupTabs(QWidget):
 
     # -- group-wise hover
     def _build_renderers(self) -> None:
-        from dmlviewer.core.explain.hover import HoverRenderer  # the core's hover path, on group rows
+        from dmlviewer.core.explain.hover import HoverRenderer, pair_scale  # the core's hover path
 
         self._renderers = {}
         data, e = self._data, self.explanation
@@ -290,7 +290,7 @@ class GroupTabs(QWidget):
         lut = overlay_lut("jet")
         # The pair view's whole-pair scale: a group's partial map is coloured by how much of the
         # cosine it carries, comparable across groups and with the pair view.
-        self._scale = float(np.abs(e.point_to_point).max()) or 1.0
+        self._scale = pair_scale(e.point_to_point)
         for side in (QUERY, REFERENCE):
             other = 1 - side
             self._renderers[side] = HoverRenderer(

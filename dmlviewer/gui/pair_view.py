@@ -250,7 +250,8 @@ class PairView(QWidget):
         for key, label in SCALES:
             self.scale_combo.addItem(label, key)
         self.scale_combo.setToolTip("Partial maps: one scale for the whole pair (a point's colour says how much of the "
-                                    "similarity it explains), or each map stretched to its own maximum")
+                                    "similarity it explains; the strongest 2 % of the points saturate), or each map "
+                                    "stretched to its own maximum")
         self.cmap_combo = QComboBox()
         for name in SEQUENTIAL:
             self.cmap_combo.addItem(name, name)
@@ -611,11 +612,11 @@ class PairView(QWidget):
         e = self.explanation
         if e is None:
             return
-        from dmlviewer.core.explain.hover import HoverRenderer
+        from dmlviewer.core.explain.hover import HoverRenderer, pair_scale
 
         sign, scale_mode = self.sign, self.scale_combo.currentData()
         tensor = self._hover_tensor()
-        scale = float(np.abs(tensor).max()) if scale_mode == "pair" else None
+        scale = pair_scale(tensor) if scale_mode == "pair" else None
         lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))

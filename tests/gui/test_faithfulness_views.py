@@ -53,7 +53,9 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     idx, wts = bilinear_weights(x, y, expl.image_shape_query, expl.grid_query)
     row = sum(w * core.point_to_point[i] for i, w in zip(idx, wts)).reshape(expl.grid_reference)
     values = upsample(row, overlay_shape(expl.image_shape_reference))
-    peak = float(np.abs(core.point_to_point).max())  # the default scale: one for the whole pair
+    from dmlviewer.core.explain.hover import pair_scale
+
+    peak = pair_scale(core.point_to_point)  # the default scale: one for the whole pair
     want = overlay_lut(view.cmap_combo.currentData())[np.clip(values * (255.0 / peak), 0, 255).astype(np.uint8)]
     assert np.mean(np.all(r.overlay_image() == want, axis=-1)) > 0.98
     assert "occlusion interaction" in loaded.statusBar().currentMessage()
@@ -86,6 +88,7 @@ def test_pair_faithfulness_window_from_the_tools_menu(loaded, qtbot):
     np.testing.assert_allclose(x, result["fractions"])
     assert window.table.rowCount() == len(methods)
     assert window.table.item(0, 1).text() == f"{result['methods']['decomposition']['deletion_auc']:.4f}"
+    assert window.job.name.startswith("Faithfulness of Query ") and "<" not in window.job.name  # plain text
 
 
 def test_localization_window_faithfulness_tab(runner, qtbot, demo_root, small_ckpt):

@@ -65,7 +65,9 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
     from dmlviewer.core.explain.hover import HoverRenderer
 
     # on the pair view's whole-pair scale, so that groups compare with each other
-    scale = float(np.abs(expl.point_to_point).max())
+    from dmlviewer.core.explain.hover import pair_scale
+
+    scale = pair_scale(expl.point_to_point)
     renderer = HoverRenderer(expl.group_point_to_point(2), expl.image_shape_query, expl.grid_query,
                              overlay_shape(expl.image_shape_reference), expl.grid_reference,
                              lut=overlay_lut("jet"), scale=scale)

@@ -182,8 +182,8 @@ def test_escape_over_the_reference_removes_the_pinned_points_map(loaded, qtbot):
 
 def test_the_default_scale_is_the_pairs_and_the_share_is_printed_beside_the_map(window, demo_root, small_ckpt,
                                                                                 wait_ready):
-    """Whole-pair scale by default: a point's overlay is coloured on the pair's fixed scale (the
-    largest |point-to-point| entry), so a weak point stays weak; the other pane prints its share."""
+    """Whole-pair scale by default: a point's overlay is coloured on the pair's fixed scale
+    (``core.explain.hover.pair_scale``), so a weak point stays weak; the other pane prints its share."""
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     view = window.pair_view
     wait_ready(view)
@@ -192,7 +192,9 @@ def test_the_default_scale_is_the_pairs_and_the_share_is_printed_beside_the_map(
     expl = view.explanation
     lut = overlay_lut(view.cmap_combo.currentData())
     _, x, y = hover(q, view.link, 20.0, 30.0)
-    scale = float(np.abs(expl.point_to_point).max())
+    from dmlviewer.core.explain.hover import pair_scale
+
+    scale = pair_scale(expl.point_to_point)
     values = expl.partial_map_image("query", x, y, overlay_shape(expl.image_shape_reference))
     want = lut[np.clip(values * (255.0 / scale), 0, 255).astype(np.uint8)]
     assert np.mean(np.all(r.overlay_image() == want, axis=-1)) > 0.98

@@ -39,6 +39,24 @@ def colormap_lut(name: str = "jet", alpha: int = 255) -> np.ndarray:
     return lut
 
 
+#: Share of a pair's points whose strongest contribution may saturate the whole-pair scale.
+PAIR_SCALE_SATURATE = 0.02
+
+
+def pair_scale(tensor: np.ndarray, saturate: float = PAIR_SCALE_SATURATE) -> float:
+    """One colour scale for every partial map of a pair (the pair view's "Whole pair"): the
+    ``1 - saturate`` quantile of the points' strongest |contribution|, over the points of both
+    images (rows and columns of the point-to-point tensor, Eq. 3). A max-pooled head puts most
+    of the similarity into a handful of cell pairs; on the single largest entry every other
+    point would stay dark, so the strongest ``saturate`` of the points saturate instead. Never
+    0 (then the largest entry, or 1)."""
+    a = np.abs(np.asarray(tensor, dtype=np.float32))
+    a = a.reshape(a.shape[0], -1) if a.ndim == 2 else a.reshape(int(np.prod(a.shape[:2])), -1)
+    peaks = np.concatenate([a.max(axis=1), a.max(axis=0)])
+    scale = float(np.quantile(peaks, 1.0 - saturate))
+    return scale if scale > 0 else (float(a.max()) or 1.0)
+
+
 class HoverRenderer:
     """Partial maps of one hovered side, rendered into preallocated buffers.
 

@@ -118,3 +118,22 @@ def test_top_matches_non_maximum_suppression():
     assert [(m["query_cell"], m["reference_cell"]) for m in found] == [((0, 0), (0, 0)), ((3, 3), (2, 2))]
     assert found[0]["score"] == 5.0
     assert found[1]["query_xy"] == (35.0 - 0.5, 35.0 - 0.5) and found[1]["reference_xy"] == (24.5, 24.5)
+
+
+def test_pair_scale_lets_only_the_strongest_points_saturate():
+    """Whole-pair colour scale: a few dominant cell pairs (a max-pooled head) do not darken every
+    other point; at most ``saturate`` of the points (rows and columns) exceed the scale, and the
+    scale is the largest entry when the points are alike."""
+    from dmlviewer.core.explain.hover import pair_scale
+
+    rng = np.random.default_rng(0)
+    tensor = rng.uniform(0, 0.01, size=(100, 120)).astype(np.float32)
+    tensor[3, 7], tensor[50, 9] = 0.4, -0.3  # two cell pairs hold most of the similarity
+    scale = pair_scale(tensor, saturate=0.05)
+    peaks = np.concatenate([np.abs(tensor).max(1), np.abs(tensor).max(0)])
+    assert 0.009 < scale < 0.011  # among the ordinary points' peaks, not 0.4
+    assert np.mean(peaks > scale) <= 0.05
+    flat = np.full((10, 10), 0.2, np.float32)
+    assert pair_scale(flat) == pytest.approx(0.2)
+    assert pair_scale(np.zeros((4, 4), np.float32)) == 1.0
+    assert pair_scale(tensor.reshape(10, 10, 12, 10), saturate=0.05) == pytest.approx(scale)  # h x w x h x w form
