@@ -129,7 +129,7 @@ def _streamed_pca(features, out: np.ndarray, cancel: CancelToken | None):
                 out[start:start + len(x)] = Scatter.project(x, mean, axes)
             done = pass_ * n + start + len(x)
             yield Progress("step", done, 2 * n, what)
-    total = float(np.trace(scatter.scatter) - n * float(mean @ mean))
+    total = (float(np.trace(scatter.scatter)) - n * float(mean @ mean)) / n  # summed variance of the rows
     return [float(v) / total for v in np.var(out, axis=0)] if total > 0 else None
 
 

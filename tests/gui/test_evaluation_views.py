@@ -187,6 +187,12 @@ def test_embedding_view_projects_hovers_and_picks_a_query(qtbot, runner, demo_ro
     entries = [view.legend.item(i).text() for i in range(view.legend.count())]
     assert entries == [names[c] for c in np.unique(features.labels)]
     assert "principal component 1" in view.plot.getAxis("bottom").labelText
+    # each axis's share of the variance, as the axis labels print it
+    centred = features.embeddings - features.embeddings.mean(0)
+    total = float((centred ** 2).sum(1).mean())
+    assert view.projection["variance"] == pytest.approx([float(np.var(xy[:, k])) / total for k in range(2)], rel=1e-3)
+    assert 0.05 < view.projection["variance"][0] < 1
+    assert f"{100 * view.projection['variance'][0]:.0f}% of the variance" in view.plot.getAxis("bottom").labelText
 
     # hover a point: its image appears; click it: it becomes the query
     k = 7
