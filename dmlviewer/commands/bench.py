@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(result: dict) -> str:
-    keys = [k for k in ("ratio", "largest_ratio", "largest_p95_ms", "whole_run_s", "scaling", "p50_ms", "p95_ms", "seconds", "events", "app_rss_mb",
-                        "listing_rss_mb", "extract_rss_mb", "images_per_s", "query_ms", "recall@10", "floor_ratio",
+    keys = [k for k in ("ratio", "largest_ratio", "largest_p95_ms", "whole_run_s", "scaling", "p50_ms", "p95_ms",
+                        "seconds", "events", "app_rss_mb", "listing_rss_mb", "extract_rss_mb", "images_per_s", "query_ms", "recall@10", "floor_ratio",
                         "million_seconds", "browser_filter_worst_ms", "large_rss_mb", "splash_s", "window_s",
                         "loaded_s") if k in result]
     parts = ", ".join(f"{k}={result[k]}" for k in keys)
