@@ -36,7 +36,7 @@ import torch
 
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 from dmlviewer.core.explain.pair import SIDES, _input_sizes
-from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, relay
+from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, fast_layout, relay
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def occlusion(
     start = time.perf_counter()
     with eval_mode(model):
         with torch.inference_mode():
-            outs = [model(x[None]) for x in inputs]
+            outs = [model(fast_layout(x[None])) for x in inputs]  # the layout of the occluded copies
         embeddings = [o.embedding[0].float() for o in outs]
         grids = [tuple(o.feature_map.shape[-2:]) for o in outs]
         total = sum(grids[k][0] * grids[k][1] for k, s in enumerate(SIDES) if s in sides)
