@@ -495,6 +495,10 @@ class MainWindow(QMainWindow):
             self._apply_features(features, path)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
+        if self.pair_view.images is None:  # no pair could be shown: say what to do, not "Loading…"
+            self.pair_view.info.setText("Choose a query (click) and a reference (Ctrl+click) in the dataset."
+                                        if self.dataset is not None else
+                                        "Open a dataset and a checkpoint, then choose a query and a reference.")
         for title, exc in result["errors"]:
             errors.report_exception(self, title, exc)
         if result.get("notice"):
@@ -933,9 +937,11 @@ def _read_dataset(path: str, fmt: str | None):
 
 
 def _read_features(path: str):
-    from dmlviewer.core.evaluate import read_features
+    """A feature file opened lazily, as File > Open Features opens it (a million rows: the paths
+    and labels, not the 4 GB of embeddings)."""
+    from dmlviewer.core.evaluate import open_features
 
-    return read_features(path)
+    return open_features(path)
 
 
 def model_summary(model) -> str:

@@ -186,6 +186,27 @@ def test_the_window_opens_first_and_the_files_load_in_the_background(qtbot, dial
     window.shutdown()
 
 
+def test_features_open_lazily_in_the_background_and_loading_is_never_left_on_screen(qtbot, dialogs, demo_root,
+                                                                                    small_ckpt, tmp_path):
+    """``gui --features`` and the last session open a feature file in the background the way
+    File > Open Features does: lazily (a million rows must not be read into memory); without a
+    pair to show, the pair view says what to do instead of "Loading…"."""
+    from dmlviewer.core.evaluate import FeatureFile, evaluate
+    from dmlviewer.core.progress import run_to_end
+    from dmlviewer.gui.main_window import MainWindow
+
+    path = tmp_path / "f.h5"
+    run_to_end(evaluate(small_ckpt, demo_root, "all", path, device="cpu"))
+    window = MainWindow()
+    qtbot.addWidget(window)
+    window.show()
+    window.open_in_background(features=str(path))
+    qtbot.waitUntil(lambda: not window.loading, timeout=60000)
+    assert isinstance(window.features, FeatureFile) and window.features_path == str(path)
+    assert "Loading" not in window.pair_view.info.text() and "Open a dataset" in window.pair_view.info.text()
+    window.shutdown()
+
+
 def test_reopening_restores_the_last_pair_and_swap_swaps_roles(qtbot, dialogs, demo_root, small_ckpt, wait_ready):
     from dmlviewer.gui.main_window import MainWindow
 
