@@ -186,8 +186,12 @@ def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
     form.apply_recipe("default")
     assert form.config().val_fraction == 0 and form.config().warmup_epochs == 0
+    assert form.config().pooling == "gmp"
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
     assert form.config().val_fraction == pytest.approx(0.2) and form.config().warmup_epochs == 1
+    assert form.config().pooling == "gap"  # combo boxes follow too
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    assert form.config().pooling == "gmp"
     # seed 003's attended intermediate map (no widget of its own) follows the backbone
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
     form.apply_recipe("adversarial")
