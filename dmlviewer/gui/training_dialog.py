@@ -366,8 +366,8 @@ class TrainingForm(QWidget):
         w["val_fraction"].setToolTip("share of the training classes (of each class's images when there are few "
                                      "classes) held out; the best evaluation on it is kept as best.pt, epoch 0 "
                                      "included, so training never leaves a worse model than it started from. "
-                                     "A pretrained backbone holds out at least two whole classes, or keeps its "
-                                     "epoch-0 model when there are fewer than four")
+                                     "A pretrained backbone holds out at least 4 whole classes (4 left to "
+                                     "train), or keeps its epoch-0 model when there are fewer than 8")
         w["patience"].setToolTip("stop after this many evaluations without a validation improvement")
         w["freeze_bn"].setToolTip("keep the backbone's BatchNorm statistics as they were (pretrained backbones "
                                   "on small data)")
@@ -457,7 +457,7 @@ class TrainingForm(QWidget):
 
         pretrained = self.widgets["pretrained"].currentData() != "none"
         before, self._pretrained_state = self._pretrained_state, pretrained
-        recipe = RECIPES.get(self._recipe or "")
+        recipe = RECIPES.get(self._recipe or self.recipe.currentData() or "")  # a fresh form: the default
         if recipe is None or before == pretrained:
             return
         defaults = TrainConfig().to_dict()

@@ -175,13 +175,15 @@ def table(results: Path, seeds: list[int] | None = None, arms: list[str] | None 
                                                                                order.get(kv[0][2], 0), kv[0][2])):
         every = [by_seed[s] for s in sorted(by_seed)]
         shown = [by_seed.get(s) for s in seeds] if seeds is not None else every
-        cell = lambda key: " / ".join("-" if r is None else f"{r['test'][key]:.3f}" for r in shown)
+
+        def cell(key: str) -> str:
+            return " / ".join("-" if r is None else f"{r['test'][key]:.3f}" for r in shown)
+
         e0 = " / ".join(
             f"{r['epoch0']['recall@1']:.3f} -> {r['test']['recall@1']:.3f} ({r.get('selected_epoch', '-')})"
             for r in shown if r is not None and r.get("epoch0") and backbone != "small_cnn") or "-"
-        lines.append(f"| {name} | {backbone} | {arm} | {cell('recall@1')} | {cell('map@r')} | "
-                     f"{spread([r['test']['recall@1'] for r in every])} | {spread([r['test']['map@r'] for r in every])} "
-                     f"| {e0} |")
+        means = " | ".join(spread([r["test"][key] for r in every]) for key in ("recall@1", "map@r"))
+        lines.append(f"| {name} | {backbone} | {arm} | {cell('recall@1')} | {cell('map@r')} | {means} | {e0} |")
     return "\n".join(lines)
 
 
