@@ -99,7 +99,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     opt("--scheduler", choices=SCHEDULERS, default=d.scheduler, help="learning-rate schedule")
     opt("--val-fraction", type=float_range(0.0, 0.9), default=d.val_fraction, metavar="F",
         help="share of the training classes (of each class's images when there are few classes) held out to "
-             "select best.pt; 0: keep the last epoch")
+             "select best.pt; a pretrained backbone holds out at least 4 whole classes (4 left to train), or keeps "
+             "its epoch-0 model when there are fewer than 8; 0: keep the last epoch")
     opt("--select-metric", choices=SELECT_METRICS, default=d.select_metric, help="validation metric that selects")
     opt("--patience", type=int_range(0, 100_000), default=d.patience, metavar="N",
         help="stop after N evaluations without a validation improvement (0: never)")

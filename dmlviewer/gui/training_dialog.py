@@ -365,7 +365,9 @@ class TrainingForm(QWidget):
                                           "printed: seed 001 Eq. 4 and 14 (beta_0 = 1, mean over pairs)")
         w["val_fraction"].setToolTip("share of the training classes (of each class's images when there are few "
                                      "classes) held out; the best evaluation on it is kept as best.pt, epoch 0 "
-                                     "included, so training never leaves a worse model than it started from")
+                                     "included, so training never leaves a worse model than it started from. "
+                                     "A pretrained backbone holds out at least 4 whole classes (4 left to "
+                                     "train), or keeps its epoch-0 model when there are fewer than 8")
         w["patience"].setToolTip("stop after this many evaluations without a validation improvement")
         w["freeze_bn"].setToolTip("keep the backbone's BatchNorm statistics as they were (pretrained backbones "
                                   "on small data)")
@@ -455,13 +457,17 @@ class TrainingForm(QWidget):
 
         pretrained = self.widgets["pretrained"].currentData() != "none"
         before, self._pretrained_state = self._pretrained_state, pretrained
-        recipe = RECIPES.get(self._recipe or "")
+        recipe = RECIPES.get(self._recipe or self.recipe.currentData() or "")  # a fresh form: the default
         if recipe is None or before == pretrained:
             return
         defaults = TrainConfig().to_dict()
         old, new = recipe.settings(before), recipe.settings(pretrained)
         for name in set(recipe.pretrained) | set(recipe.scratch):
             widget = self.widgets.get(name)
+            if isinstance(widget, QComboBox):  # e.g. the default recipe's pooling
+                if widget.currentData() == old.get(name, defaults[name]):
+                    _set_combo(widget, new.get(name, defaults[name]))
+                continue
             if not isinstance(widget, (QSpinBox, QDoubleSpinBox)):
                 continue
             if math.isclose(widget.value(), old.get(name, defaults[name]), rel_tol=1e-9, abs_tol=1e-12):

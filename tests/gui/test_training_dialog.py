@@ -186,14 +186,31 @@ def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
     form.apply_recipe("default")
     assert form.config().val_fraction == 0 and form.config().warmup_epochs == 0
+    assert form.config().pooling == "gmp"
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
     assert form.config().val_fraction == pytest.approx(0.2) and form.config().warmup_epochs == 1
+    assert form.config().pooling == "gap"  # combo boxes follow too
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
+    assert form.config().pooling == "gmp"
     # seed 003's attended intermediate map (no widget of its own) follows the backbone
     w["pretrained"].setCurrentIndex(w["pretrained"].findData("none"))
     form.apply_recipe("adversarial")
     assert form.config().multilayer == ["stage3"] and dialog.start_button.isEnabled(), dialog.problems.text()
     w["backbone"].setCurrentIndex(w["backbone"].findData("resnet18"))
     assert form.config().multilayer == ["layer3"]
+
+
+def test_a_fresh_form_follows_the_default_recipe_for_a_pretrained_backbone(qtbot, dialog):
+    """Without a recipe chosen the form holds the defaults; a pretrained backbone then gets the
+    default recipe's pretrained values (GAP, lr 1e-4, validation split), not the from-scratch ones."""
+    from dmlviewer.core.train import apply_recipe
+
+    w = dialog.form.widgets
+    assert dialog.form.config().pooling == "gmp"
+    w["pretrained"].setCurrentIndex(w["pretrained"].findData("imagenet"))
+    config, expected = dialog.form.config(), apply_recipe("default", {"pretrained": "imagenet"})
+    assert (config.pooling, config.lr, config.val_fraction, config.warmup_epochs) == (
+        expected.pooling, expected.lr, expected.val_fraction, expected.warmup_epochs) == ("gap", 1e-4, 0.2, 1)
 
 
 def test_settings_are_remembered_and_the_output_folder_never_follows_the_dataset(qtbot, runner, demo, tmp_path):

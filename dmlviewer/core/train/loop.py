@@ -13,10 +13,11 @@ Never worse than where it started: before the first step the model is evaluated 
 ``metrics.jsonl`` and the events); every evaluation scores the validation split (part of the
 *training* data, :func:`~.selection.validation_split`) and the best one so far is written to
 ``best.pt``, which the result names as the run's model (epoch 0 included, so a pretrained
-backbone whose features fine-tuning made worse is kept as it was). ``patience`` stops the run
-after that many evaluations without a validation improvement. For pretrained backbones the
-BatchNorm statistics stay fixed (``freeze_bn``) and ``warmup_epochs`` train the new layers
-alone first.
+backbone whose features fine-tuning made worse is kept as it was; one with too few training
+classes to validate on unseen ones keeps its epoch-0 model, see :mod:`.selection`).
+``patience`` stops the run after that many evaluations without a validation improvement. For
+pretrained backbones the BatchNorm statistics stay fixed (``freeze_bn``) and ``warmup_epochs``
+train the new layers alone first.
 
 Files in the run folder (only rank 0 writes): ``config.json`` (the :class:`TrainConfig`),
 ``checkpoint.pt`` (the last state: after every epoch and on cancel; DESIGN.md format, written
@@ -141,6 +142,7 @@ class Trainer:
         self.epoch0_metrics: dict | None = None
         self.early_stopped = False
         self.val_set = None
+        self.split_mode = "none"  # of the validation split (selection.ValidationSplit.mode)
         self.clock: RunClock | None = None
         self._embedded = 0  # images of the current evaluation pass embedded so far
 
@@ -202,16 +204,16 @@ class Trainer:
         if len(self.train_set) == 0:
             raise TrainingError(f"{c.dataset} has no training images under protocol {c.protocol!r}")
         self.fingerprint = dataset_fingerprint(self.train_set)
-        split = validation_split(self.train_set.labels, c.val_fraction, c.seed)
+        split = validation_split(self.train_set.labels, c.val_fraction, c.seed, whole_classes=c.is_pretrained)
         self.split_mode = split.mode
-        if split.mode != "none":
+        if len(split.val):
             self.val_set = self.train_set.subset(split.val)
             self.fit_set = self.train_set.subset(split.train)
         else:
             self.fit_set = self.train_set
         if c.val_fraction > 0:
             message = split.describe(c.val_fraction)
-            log.info(message)
+            (log.warning if split.mode == "start" else log.info)(message)
             yield Progress("log", message=message, data={"validation": split.mode, "val_images": len(split.val)})
         labels = self.fit_set.labels
         thin = thin_classes(labels)
@@ -529,7 +531,7 @@ class Trainer:
 
         path = self.config.best_path
         if self.dist.is_main:
-            extra = {"selected_on": f"validation {self.config.select_metric}", "val_metrics": dict(val),
+            extra = {"selected_on": self._selected_on, "val_metrics": dict(val),
                      "train_config": self.config.to_dict()}
             save_checkpoint(path, self.model, epoch=self.epoch, metrics=dict(test), extra=extra)
         self.dist.barrier()
@@ -557,7 +559,7 @@ class Trainer:
             "metrics": dict(self.selection.best_test if selected else self.metrics),
             "selected_epoch": self.selection.best_epoch if selected else self.epoch,
             "val_metrics": dict(self.selection.best_val or {}) if selected else {},
-            "selected_on": f"validation {c.select_metric}" if selected else "last epoch",
+            "selected_on": self._selected_on if selected else "last epoch",
             "last_checkpoint": str(c.checkpoint_path), "last_metrics": dict(self.metrics),
             "epoch0_metrics": dict(self.epoch0_metrics or {}),
             "epochs": self.epoch, "steps": self.global_step, "cancelled": cancelled,
@@ -621,8 +623,8 @@ class Trainer:
         return n + (1 if self._epoch0_pending() else 0)
 
     def _epoch0_pending(self) -> bool:
-        return (self.global_step == 0 and self.epoch == 0 and self.config.eval_every > 0
-                and self.epoch0_metrics is None)
+        return (self.global_step == 0 and self.epoch == 0 and self.epoch0_metrics is None
+                and (self.config.eval_every > 0 or self.split_mode == "start"))
 
     def _set_train_mode(self) -> None:
         """Training mode, except the backbone's BatchNorm layers when their statistics are frozen;
@@ -648,7 +650,10 @@ class Trainer:
             self.metrics = test
             if self.epoch == 0:
                 self.epoch0_metrics = dict(test)
-            best = self.val_set is not None and bool(val) and self.selection.offer(self.epoch, val, test)
+            if self.split_mode == "start":  # nothing can judge unseen classes: the starting model stays
+                best = self.epoch == 0 and self.selection.offer(0, {}, test, score=0.0)
+            else:
+                best = self.val_set is not None and bool(val) and self.selection.offer(self.epoch, val, test)
             record = {"kind": "eval", "epoch": self.epoch, "step": self.global_step, "metrics": test}
             if val:
                 record["val"] = val
@@ -656,13 +661,25 @@ class Trainer:
             yield self._timed(Progress(
                 "eval", self.epoch, c.epochs, f"evaluated in {time.perf_counter() - start:.1f} s",
                 data={"metrics": dict(test), "val": dict(val), "epoch": self.epoch, "best": best}))
-        if self.val_set is not None and self.dist.mean(float(best)) > 0:  # the other ranks follow rank 0
+        if self._selecting and self.dist.mean(float(best)) > 0:  # the other ranks follow rank 0
             path = self.save_best(val, test)
             if self.dist.is_main:
-                yield self._timed(Progress(
-                    "checkpoint", self.epoch, c.epochs,
-                    f"best so far (validation {c.select_metric} {self.selection.best_score:.4f}, "
-                    f"epoch {self.epoch}): {path}", data={"path": str(path), "best": True, "epoch": self.epoch}))
+                why = ("the starting model, kept" if self.split_mode == "start" else
+                       f"best so far (validation {c.select_metric} {self.selection.best_score:.4f}, "
+                       f"epoch {self.epoch})")
+                yield self._timed(Progress("checkpoint", self.epoch, c.epochs, f"{why}: {path}",
+                                           data={"path": str(path), "best": True, "epoch": self.epoch}))
+
+    @property
+    def _selected_on(self) -> str:
+        if self.split_mode == "start":
+            return "the starting model (too few training classes to validate on unseen ones)"
+        return f"validation {self.config.select_metric}"
+
+    @property
+    def _selecting(self) -> bool:
+        """Whether evaluations choose ``best.pt`` (a validation split, or the starting model kept)."""
+        return self.val_set is not None or self.split_mode == "start"
 
     def _cancelled(self) -> Iterator[Progress]:
         path = self.save()

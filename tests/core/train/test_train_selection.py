@@ -30,6 +30,56 @@ def test_validation_split_holds_out_whole_training_classes_or_images():
     assert validation_split(labels, 0.0, seed=0).mode == "none"
 
 
+def test_pretrained_validation_holds_out_whole_classes_or_keeps_the_starting_model():
+    """A pretrained backbone is never selected on held-out images of classes it trains on
+    (that score rises while unseen classes get worse), nor on fewer than four held-out classes
+    (measured: not enough): at least four whole classes are held out, more than the fraction
+    when needed, as long as four remain; else mode ``start``."""
+    eight = np.repeat(np.arange(8), 6)
+    split = validation_split(eight, 0.2, seed=0, whole_classes=True)  # from scratch: 2 classes (above)
+    assert split.mode == "classes" and split.val_classes == 4 and len(split.val) == 24
+    assert len(set(eight[split.train])) == 4 and not set(eight[split.val]) & set(eight[split.train])
+    assert validation_split(eight, 0.2, seed=0).val_classes == 2
+    many = np.repeat(np.arange(30), 6)  # enough classes: the same split as from scratch
+    assert np.array_equal(validation_split(many, 0.2, 0, whole_classes=True).val, validation_split(many, 0.2, 0).val)
+    assert validation_split(np.repeat(np.arange(10), 6), 0.8, seed=0, whole_classes=True).val_classes == 6
+    for n in (2, 5, 7):  # digits: 5 training classes
+        few = validation_split(np.repeat(np.arange(n), 6), 0.2, seed=0, whole_classes=True)
+        assert few.mode == "start" and len(few.val) == 0 and len(few.train) == 6 * n
+    assert validation_split(eight, 0.0, seed=0, whole_classes=True).mode == "none"  # asked for no selection
+
+
+def test_pretrained_run_on_too_few_classes_keeps_its_starting_model(tiny_config, tmp_path):
+    """3 training classes and a pretrained backbone: no validation split can judge unseen classes,
+    so best.pt is the epoch-0 model bit for bit (the run says so), training still uses every
+    image, and checkpoint.pt holds the trained state; also when no evaluation is asked for."""
+    from dmlviewer.core.models import build_model
+    from dmlviewer.core.models.backbones import build_backbone
+
+    weights = tmp_path / "backbone.pth"
+    torch.manual_seed(0)
+    torch.save(build_backbone("small_cnn").net.state_dict(), weights)
+    for eval_every in (1, 0):
+        config = tiny_config(tmp_path / f"run{eval_every}", pretrained=str(weights), val_fraction=0.2, epochs=2,
+                             eval_every=eval_every)
+        trainer = Trainer(config)
+        events = list(trainer.run())
+        result = events[-1].data["result"]
+        assert any(e.kind == "log" and "epoch 0) model is kept" in e.message for e in events)
+        assert trainer.split_mode == "start" and len(trainer.fit_set) == len(trainer.train_set) == 24
+        assert result["selected_epoch"] == 0 and result["checkpoint"] == str(config.best_path)
+        assert result["metrics"] == result["epoch0_metrics"] and "starting model" in result["selected_on"]
+        from dmlviewer.core.train.state import seed_everything
+
+        seed_everything(config.seed)
+        initial = build_model(config.model_config()).state_dict()
+        best = torch.load(config.best_path, weights_only=True)
+        last = torch.load(config.checkpoint_path, weights_only=True)
+        assert best["epoch"] == 0 and last["epoch"] == 2
+        assert all(torch.equal(v, best["state_dict"][k]) for k, v in initial.items())
+        assert any(not torch.equal(v, last["state_dict"][k]) for k, v in initial.items() if v.is_floating_point())
+
+
 def _eval_lines(run):
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
 
