@@ -1,7 +1,9 @@
 """``dmlviewer train``: train a model; checkpoints and metrics.jsonl in the run folder.
 
 Options left out take the value of the recipe (``--recipe``, ``default`` when not given; see
-``core/train/recipes.py``), options given always win. Progress goes to stderr as text: a line
+``core/train/recipes.py``), options given always win. With ``--resume`` and no ``--recipe``, the
+options left out keep the run's own values (``RUN/config.json``): the defaults may have changed
+since the run started. Progress goes to stderr as text: a line
 every ``--log-every`` steps and at least every ``PRINT_EVERY_S`` seconds during training and
 evaluation, per evaluation and per checkpoint, the last line a summary. The first Ctrl-C (or
 SIGTERM) cancels cleanly: the loop stops after the current batch and saves a checkpoint that
@@ -15,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 #: the longest silence on stderr while training or evaluating (seconds)
 PRINT_EVERY_S = 10.0
@@ -43,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         shown = f" (default: {default})" if default not in (None, "") else ""
         p.add_argument(*flags, default=S, help=help + shown, **kwargs)
 
-    p.add_argument("--recipe", choices=list(RECIPES), default="default",
-                   help="named preset (default: default): " + "; ".join(f"{r.name}: {r.title}" for r in RECIPES.values()))
+    p.add_argument("--recipe", choices=list(RECIPES), default=S,  # absent: "default", or the run's own with --resume
+                   help="named preset (default: default; with --resume, the run's own options): " + "; ".join(f"{r.name}: {r.title}" for r in RECIPES.values()))
     opt("--dataset", metavar="P", help="dataset folder, format detected (required)")
     opt("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
         help="dataset format (default: detected from the folder)")
@@ -131,6 +134,15 @@ def config_from_args(args: argparse.Namespace):
 
     names = set(TrainConfig.__dataclass_fields__) - {"ks"}
     given = {k: v for k, v in vars(args).items() if k in names}
+    if given.get("resume") and not hasattr(args, "recipe"):
+        # Resuming: the options left out keep the run's own values (RUN/config.json), not
+        # today's defaults, which may have changed since the run started.
+        try:
+            saved = TrainConfig.read(Path(given["out"]))
+        except FileNotFoundError:
+            saved = None  # no such run: the loop says what is missing
+        if saved is not None:
+            return TrainConfig.from_dict({**saved.to_dict(), **given})
     return apply_recipe(getattr(args, "recipe", None), given)
 
 

@@ -712,16 +712,9 @@ class TrainingMonitor(QWidget):
 
 def read_run_settings(path: str | Path):
     """The :class:`TrainConfig` saved in a run folder (``RUN/config.json``) or a config file."""
-    from dmlviewer.core.train.config import CONFIG_NAME, TrainConfig
+    from dmlviewer.core.train.config import TrainConfig
 
-    path = Path(path)
-    file = path / CONFIG_NAME if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"no training settings in {path} (expected {file.name})")
-    data = json.loads(file.read_text(encoding="utf-8"))
-    if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
-        data = data["config"]
-    return TrainConfig.from_dict(data)
+    return TrainConfig.read(path)
 
 
 def default_run_folder(base: str | Path | None = None) -> str:

@@ -59,3 +59,26 @@ def test_cli_recipe_with_overrides_and_progress_during_evaluation(tmp_path, caps
     assert "best so far" in err and (run / "best.pt").is_file()
     assert main(["train", "--recipe", "nope", "--dataset", str(data), "--out", str(tmp_path / "x")]) == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_resume_keeps_the_runs_own_options_when_the_defaults_differ(tmp_path, capsys):
+    """``--resume`` with only ``--epochs``: the options left out come from RUN/config.json, so a
+    run started with other values than today's defaults (here a recipe's) continues, and an
+    option given anew that differs is still refused by name."""
+    from dmlviewer.core.data import make_demo_data
+
+    data = make_demo_data(tmp_path / "data", classes=6, per_class=8, size=64, seed=1)
+    run = tmp_path / "run"
+    common = ["--dataset", str(data), "--out", str(run), "--num-workers", "0", "--device", "cpu"]
+    assert main(["train", "--recipe", "plain", "--epochs", "1", "--image-size", "64", "--dim", "16",
+                 "--classes-per-batch", "3", *common]) == 0
+    first = json.loads((run / "config.json").read_text())
+    assert (first["pooling"], first["lr"]) != (TrainConfig().pooling, TrainConfig().lr)  # not today's defaults
+    capsys.readouterr()
+    assert main(["train", "--resume", "--epochs", "2", *common]) == 0
+    resumed = json.loads((run / "config.json").read_text())
+    assert {k: v for k, v in resumed.items() if k not in ("epochs", "resume")} == \
+        {k: v for k, v in first.items() if k not in ("epochs", "resume")}
+    assert resumed["epochs"] == 2
+    assert main(["train", "--resume", "--epochs", "3", "--lr", "0.01", *common]) == 1
+    assert "cannot resume with different options: --lr" in capsys.readouterr().err

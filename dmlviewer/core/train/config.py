@@ -121,6 +121,32 @@ class TrainConfig:
             raise ValueError(f"unknown training option(s): {', '.join(unknown)}")
         return cls(**data)
 
+    @classmethod
+    def read(cls, path: str | Path) -> "TrainConfig":
+        """The options saved in a run folder (``RUN/config.json``) or in a config file (a
+        TrainConfig dict, or one under ``"config"``). The file is not trusted: size-limited, and
+        unknown keys or values of the wrong type raise ``ValueError``; missing ``FileNotFoundError``."""
+        import json
+
+        from dmlviewer.core.files import read_regular
+
+        path = Path(path)
+        file = path / CONFIG_NAME if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"no training settings in {path} (expected {file.name})")
+        try:
+            data = json.loads(read_regular(file, 1 << 20).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{file}: not a training configuration ({exc})") from None
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = data["config"]
+        if not isinstance(data, dict):
+            raise ValueError(f"{file}: not a training configuration (a JSON object is expected)")
+        try:
+            return cls.from_dict(data)
+        except TypeError as exc:
+            raise ValueError(f"{file}: {exc}") from None
+
     @property
     def run_dir(self) -> Path:
         return Path(self.out)
