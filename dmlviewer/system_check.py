@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     window = not args.offscreen
     if args.packages:
-        print(install_line(libraries(window)))
+        sys.stdout.write(install_line(libraries(window)) + "\n")
         return 0
     missing = missing_libraries(window)
     venv = venv_package() if sys.platform.startswith("linux") else None
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing or venv:
         sys.stderr.write(report(missing, window, venv))
         return 1
-    print(f"dmlviewer: the system libraries Qt needs{'' if window else ' (offscreen)'} are present.")
+    sys.stdout.write(f"dmlviewer: the system libraries Qt needs{'' if window else ' (offscreen)'} are present.\n")
     return 0
 
 

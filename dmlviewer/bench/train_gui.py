@@ -47,7 +47,8 @@ job = dialog.start()
 assert job is not None, dialog.problems.text()
 loop.exec()  # as the app's own event loop: nothing polls
 seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "state": job.state, "first_event_s": first[0] - start if first else None}))
+sys.stdout.write(json.dumps({"seconds": seconds, "state": job.state,
+                             "first_event_s": first[0] - start if first else None}) + "\n")
 """
 
 

@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QtMsgType, QTimer, qInstallMessageHandler
+from PySide6.QtCore import Qt, QtMsgType, QTimer, Signal, qInstallMessageHandler
 from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QApplication, QSplashScreen
 
-from dmlviewer.gui import errors, settings
+from dmlviewer.gui import collector, errors, settings
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     app.setApplicationName(settings.APPLICATION)
     app.setApplicationDisplayName("dmlviewer")
     apply_style(app)
+    collector.install(app)  # garbage (Qt objects in cycles) freed on this thread only
     return app
 
 
@@ -176,7 +177,25 @@ class _Startup:
             Path(target).write_text(json.dumps(self.times))
 
 
-def _splash(app: QApplication) -> QSplashScreen:
+class _Splash(QSplashScreen):
+    """The splash screen; ``painted`` is emitted (queued) after its first paint, so that the
+    window is built only once the splash is on screen, from the event loop."""
+
+    painted = Signal()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().paintEvent(event)
+        if not getattr(self, "_told", False):
+            self._told = True
+            QTimer.singleShot(0, self.painted.emit)
+
+
+#: Longest wait for the splash's first paint before the window is built anyway (a platform
+#: that never paints it).
+SPLASH_WAIT_MS = 500
+
+
+def _splash(app: QApplication) -> _Splash:
     """A small splash shown while the window's modules load (under a second on a laptop)."""
     pixmap = QPixmap(440, 140)
     pixmap.fill(QColor(45, 45, 48))
@@ -188,10 +207,9 @@ def _splash(app: QApplication) -> QSplashScreen:
     painter.setFont(font)
     painter.drawText(pixmap.rect().adjusted(24, 20, -24, -60), Qt.AlignLeft | Qt.AlignVCenter, "dmlviewer")
     painter.end()
-    splash = QSplashScreen(pixmap)
+    splash = _Splash(pixmap)
     splash.showMessage("Starting…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
     splash.show()
-    app.processEvents()
     return splash
 
 
@@ -208,11 +226,40 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
     startup = _Startup()
     app = create_app()
     splash = _splash(app)
+    opened: dict = {}
+
+    def open_window() -> None:
+        """From the event loop, once the splash is painted (or after SPLASH_WAIT_MS)."""
+        if opened:
+            return
+        try:
+            opened["window"], opened["shooter"] = _open_window(
+                app, splash, startup, dataset=dataset, checkpoint=checkpoint, features=features,
+                screenshot=screenshot, demo=demo, fmt=fmt, last=last, pin=pin, tab=tab)
+        except BaseException as exc:  # raised to the caller after the loop, as before
+            opened["error"] = exc
+            app.exit(1)
+
+    splash.painted.connect(open_window)
+    QTimer.singleShot(SPLASH_WAIT_MS, open_window)
+    status = app.exec()
+    if "error" in opened:
+        raise opened["error"]
+    shooter = opened.get("shooter")
+    if shooter is not None:
+        opened["window"].shutdown()
+        return shooter.status
+    return int(status)
+
+
+def _open_window(app: QApplication, splash: QSplashScreen, startup: _Startup, dataset, checkpoint, features,
+                 screenshot, demo, fmt, last, pin, tab):
+    """Build and show the main window and start loading the files: ``(window, screenshot taker
+    or None)``."""
     startup.mark("splash")
     log_path = setup_logging()
     errors.install_excepthook()
     splash.showMessage("Loading the interface…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
-    app.processEvents()
     from dmlviewer.gui.main_window import MainWindow
 
     if last and not (dataset or checkpoint or features):
@@ -229,8 +276,7 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
         window.tabs.setCurrentWidget(window.group_tabs)
     window.show()
     splash.finish(window)
-    app.processEvents()
-    startup.mark("window")
+    QTimer.singleShot(0, lambda: startup.mark("window"))  # after the window's first events
     log.info("dmlviewer started; log file %s", log_path)
     if dataset or checkpoint or features or demo:
         window.open_in_background(dataset=dataset, fmt=fmt, checkpoint=checkpoint, features=features,
@@ -246,14 +292,11 @@ def run_gui(dataset: str | None = None, checkpoint: str | None = None, features:
 
         watch.timeout.connect(milestones)
         watch.start()
+    shooter = None
     if screenshot:
         shooter = _Screenshot(window, Path(screenshot), pin=pin)
         shooter.start()
-        app.exec()
-        window.shutdown()
-        return shooter.status
-    status = app.exec()
-    return int(status)
+    return window, shooter
 
 
 class _Screenshot:
