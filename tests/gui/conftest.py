@@ -59,6 +59,21 @@ def agroup_ckpt(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def gui_thread_garbage_collection(qapp):
+    """As in the app (``gui.collector``): Qt objects left in cycles are freed on the GUI thread,
+    never by a worker thread; after the test its garbage is collected here, and the tests
+    outside this folder run with the interpreter's automatic collection."""
+    import gc
+
+    from dmlviewer.gui import collector
+
+    collector.install(qapp)
+    yield
+    gc.collect()
+    gc.enable()
+
+
+@pytest.fixture(autouse=True)
 def isolated_settings(tmp_path, qapp):
     """QSettings of this test live in its own folder."""
     from PySide6.QtCore import QSettings

@@ -1,0 +1,39 @@
+"""Cyclic garbage is collected on the GUI thread only (``gui.collector``)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+from PySide6.QtCore import QObject
+
+
+def test_garbage_made_anywhere_is_freed_by_the_gui_threads_timer(qtbot, qapp):
+    from dmlviewer.gui import collector
+
+    c = collector.install(qapp)
+    assert collector.install(qapp) is c and not gc.isenabled()
+    freed_in: list[str] = []
+
+    class Cyclic(QObject):
+        def __del__(self):
+            freed_in.append(threading.current_thread().name)
+
+    def make_garbage():
+        obj = Cyclic()
+        obj.me = obj  # a cycle: only the collector frees it
+        ref = weakref.ref(obj)
+        del obj
+        for _ in range(2 * c.thresholds[0]):  # more cyclic garbage than the first threshold
+            cycle = []
+            cycle.append(cycle)
+        return ref
+
+    refs = []
+    worker = threading.Thread(target=lambda: refs.append(make_garbage()), name="worker")
+    worker.start()
+    worker.join()
+    assert refs[0]() is not None  # the worker's allocations collected nothing
+    qtbot.waitUntil(lambda: refs[0]() is None, timeout=5000)
+    assert freed_in == [threading.main_thread().name]
