@@ -24,10 +24,10 @@ import sys
 from dmlviewer.commands.common import (CHECKPOINT_HELP, GRAD_FEATURES_HELP, add_source_options, drive, int_range,
                                       load_model, print_json, seed_type)
 from dmlviewer.commands.explain import METHODS
+from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS, GPU_BATCH
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("blur", "mean", "noise")  # core.explain.perturb.BASELINES, without importing torch
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,13 +42,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", type=int_range(1, 100_000), default=200, metavar="N",
                    help="pairs evaluated, half same-class (default 200)")
     p.add_argument("--baseline", default="blur", choices=BASELINES, help="what a removed cell shows (default blur)")
-    p.add_argument("--steps", type=int_range(1, 4096), default=16, metavar="S",
-                   help="points of each curve after the first (default 16)")
-    p.add_argument("--oracle-pairs", type=int_range(0, 100_000), default=20, metavar="N",
-                   help="pairs on which the greedy oracle runs (default 20; 0: no oracle)")
+    p.add_argument("--steps", type=int_range(1, 4096), default=DEFAULT_STEPS, metavar="S",
+                   help=f"points of each curve after the first (default {DEFAULT_STEPS})")
+    p.add_argument("--oracle-pairs", type=int_range(0, 100_000), default=DEFAULT_ORACLE_PAIRS, metavar="N",
+                   help=f"pairs on which the greedy oracle runs (default {DEFAULT_ORACLE_PAIRS}; 0: no oracle)")
     p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to pair (default test)")
-    p.add_argument("--batch-size", type=int_range(1, 4096), default=32, metavar="B",
-                   help="perturbed images per forward pass (default 32)")
+    p.add_argument("--batch-size", type=int_range(1, 4096), default=None, metavar="B",
+                   help=f"perturbed images per forward pass (default {CPU_BATCH} on the CPU, where small "
+                        f"batches run fastest, {GPU_BATCH} on a GPU)")
     p.add_argument("--seed", type=seed_type, default=0,
                    help="seed of the pairs, the random order and the noise (default 0)")
     add_source_options(p, GRAD_FEATURES_HELP)

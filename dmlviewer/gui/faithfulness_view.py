@@ -26,13 +26,13 @@ from PySide6.QtWidgets import (
     QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
+from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_STEPS
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
-BASELINES = ("blur", "mean", "noise")
 #: reference orders: colour and dash
 REFERENCE_STYLE = {"random": ("#9e9e9e", Qt.DashLine), "oracle": ("#ffffff", Qt.DashLine)}
 
@@ -173,7 +173,7 @@ class PairFaithfulnessWindow(QWidget):
         self.baseline.setToolTip("What a removed cell shows: the blurred image, its mean colour, or noise")
         self.steps = QSpinBox()
         self.steps.setRange(2, 256)
-        self.steps.setValue(16)
+        self.steps.setValue(DEFAULT_STEPS)
         self.steps.setToolTip("Points of each curve after the first")
         self.oracle = QCheckBox("Greedy oracle")
         self.oracle.setChecked(True)

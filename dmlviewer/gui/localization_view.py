@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
-from dmlviewer.gui.faithfulness_view import BASELINES, AucTable, FaithfulnessPlots
+from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS
+from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots
 from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
 from dmlviewer.gui.widgets import fit_to_screen, scrolling
 from dmlviewer.gui.worker import Job, JobRunner
@@ -197,7 +198,7 @@ class LocalizationView(QWidget):
         self.faith_pairs.setToolTip("Faithfulness: pairs scored, half same-class, half different-class")
         self.faith_oracle = QSpinBox()
         self.faith_oracle.setRange(0, 100_000)
-        self.faith_oracle.setValue(20)
+        self.faith_oracle.setValue(DEFAULT_ORACLE_PAIRS)
         self.faith_oracle.setToolTip("Faithfulness: pairs on which the greedy oracle (the ceiling) runs; "
                                      "it costs about steps/2 forward passes per cell")
         self.faith_baseline = QComboBox()

@@ -20,8 +20,9 @@ exactly the Decomposition map, seed 000 Eq. 3) and, for grouping heads, ``group_
 Two references bound the scores: ``random`` (cells in a seeded random order, the floor) and
 ``oracle`` (the greedy order: at each step every remaining cell is tried alone and the step's
 cells are those whose removal lowers, for insertion whose addition raises, the similarity most;
-``sum_t remaining_t`` forward passes per curve, so it runs on a subset of the pairs; a greedy
-order is not an optimum and can be beaten).
+``sum_t remaining_t`` forward passes per curve, less the first deletion step's when occlusion
+is scored (its passes are those trials), so it runs on a subset of the pairs; a greedy order is
+not an optimum and can be beaten).
 
 Ties in a map (e.g. a constant region) are broken by one seeded random permutation of the cells
 per pair, the same for every method, never by the row-major order. Perturbed copies that
@@ -44,7 +45,8 @@ from dmlviewer.core.explain.grad_transfer import GradWeightBank, bank_from_train
 from dmlviewer.core.explain.occlusion import occlusion
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 from dmlviewer.core.explain.pair import METHODS, explain_pair
-from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, relay
+from dmlviewer.core.explain.perturb import baseline_input, cell_labels, embed_kept, relay
+from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,6 @@ ORACLE = "oracle"
 GROUP_PREFIX = "group_"
 #: methods every model has (group maps are added per model by :func:`available_methods`)
 MAP_METHODS = (*METHODS, OCCLUSION, POINT_TO_POINT)
-DEFAULT_STEPS = 16
-DEFAULT_ORACLE_PAIRS = 20
 
 
 def available_methods(model: torch.nn.Module) -> list[str]:
@@ -133,7 +133,7 @@ def pair_faithfulness(
     steps: int = DEFAULT_STEPS,
     oracle: bool = True,
     device: str | torch.device = "cpu",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     seed: int = 0,
     grad_bank: GradWeightBank | None = None,
     cancel: CancelToken | None = None,
@@ -155,7 +155,7 @@ def pair_faithfulness(
         expl = explain_pair(model, rgb_q, rgb_r, dev, grad_bank=grad_bank)
         grid = tuple(expl.grid_query)
         n = grid[0] * grid[1]
-        occ_map = None
+        occ = occ_map = None
         passes = 0
         if OCCLUSION in methods:
             occ = yield from relay(occlusion(model, rgb_q, rgb_r, baseline, sides=("query",), device=dev,
@@ -197,7 +197,11 @@ def pair_faithfulness(
         if oracle:
             full, empty = sims[index[RANDOM][0][0]], sims[index[RANDOM][1][0]]
             greedy = _Greedy(model, x, base, labels, e_r, counts, n, batch_size, cancel)
-            deletion = yield from greedy.curve("deletion", full, empty)
+            # the occlusion passes are deletion's first trials: cos(e - d_i, e_r) = full - d_i . e_r
+            removed_alone = None
+            if occ is not None:
+                removed_alone = full - occ.delta_query.astype(np.float64) @ e_r.double().cpu().numpy()
+            deletion = yield from greedy.curve("deletion", full, empty, removed_alone)
             insertion = yield from greedy.curve("insertion", empty, full)
             curves[ORACLE] = (deletion, insertion)
             passes += greedy.passes
@@ -223,8 +227,11 @@ class _Greedy:
         self.batch_size, self.cancel = batch_size, cancel
         self.passes = 0
 
-    def curve(self, kind: str, first: float, last: float) -> Iterator[Progress]:
-        """The greedy ``kind`` curve (``first``/``last``: the known end values); returns it."""
+    def curve(self, kind: str, first: float, last: float,
+              first_trials: np.ndarray | None = None) -> Iterator[Progress]:
+        """The greedy ``kind`` curve (``first``/``last``: the known end values); returns it.
+        ``first_trials``: the similarities of step 1's trials when already known (deletion: the
+        occlusion passes, every cell removed alone), which saves their forward passes."""
         chosen = np.zeros(self.n, bool)  # removed (deletion) or inserted (insertion) cells
         curve = [float(first)]
         sign = 1.0 if kind == "deletion" else -1.0  # deletion minimizes, insertion maximizes
@@ -233,12 +240,14 @@ class _Greedy:
             # the state after step t - 1 (its curve point) is embedded with step t's trials
             state = chosen[None] if t > 1 else np.zeros((0, self.n), bool)
             remaining = np.flatnonzero(~chosen)
-            if t < last_step:
+            known = t == 1 and first_trials is not None and t < last_step
+            if t < last_step and not known:
                 trial = np.repeat(chosen[None], len(remaining), axis=0)
                 trial[np.arange(len(remaining)), remaining] = True
-            else:  # the last step takes every remaining cell: nothing to try
+            else:  # known trials, or the last step (it takes every remaining cell): nothing to try
                 trial = np.zeros((0, self.n), bool)
             rows = np.concatenate([state, trial])
+            sims = np.asarray(first_trials, np.float64)[remaining] if known else None
             if len(rows):
                 keep = ~rows if kind == "deletion" else rows
                 emb = yield from embed_kept(*self.args, keep, self.batch_size, self.cancel, f"oracle ({kind})")
@@ -288,7 +297,7 @@ def faithfulness(
     oracle_pairs: int = DEFAULT_ORACLE_PAIRS,
     split: str | None = "test",
     device: str | torch.device = "cpu",
-    batch_size: int = 32,
+    batch_size: int | None = None,
     seed: int = 0,
     grad_bank: GradWeightBank | None = None,
     cancel: CancelToken | None = None,

@@ -11,13 +11,14 @@ noise) in its own copy of the query, giving ``eq^(i)``. With ``dq_i = eq - eq^(i
 - point-to-point map (occlude a query cell, see which reference cells lose similarity): the
   interaction ``I[i, x] = S - S(q^(i), r) - S(q, r^(x)) + S(q^(i), r^(x)) = dq_i . dr_x``, the
   part of the similarity that cells ``i`` and ``x`` hold only together. It needs no forward pass
-  beyond the two overall maps: ``nq + nr`` forward passes in all, and one ``nq x nr`` matrix
+  beyond the two overall maps: ``nq + nr + 2`` forward passes in all, and one ``nq x nr`` matrix
   product, the same cost as the overall maps (seed 000 Eq. 3 has the same bilinear form with
   the contributions in place of ``dq``, ``dr``).
 
-Cost: one forward pass per cell and side, batched (a 14 x 14 grid: 196 per side). Results are
-cached per pair (the model, the two input tensors, baseline, seed and sides): asking again for
-a pair already computed costs nothing.
+Cost: one forward pass per cell and side and one of the occluded image itself, batched (a
+14 x 14 grid: 197 per side), by the model with its batch norms folded
+(:func:`.perturb.embed_kept`). Results are cached per pair (the model, the two input tensors,
+baseline, seed and sides): asking again for a pair already computed costs nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import torch
 
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 from dmlviewer.core.explain.pair import SIDES, _input_sizes
-from dmlviewer.core.explain.perturb import BASELINES, baseline_input, cell_labels, embed_kept, fast_layout, relay
+from dmlviewer.core.explain.perturb import (BASELINES, baseline_input, batch_size_for, cell_labels, embed_kept,
+                                            fast_layout, relay)
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ def occlusion(
     sides: Sequence[str] = SIDES,
     device: str | torch.device = "cpu",
     size: int | tuple[int, int] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     seed: int = 0,
     use_cache: bool = True,
     cancel: CancelToken | None = None,
@@ -148,9 +150,8 @@ def occlusion(
     sides = tuple(s for s in SIDES if s in set(sides))
     if not sides:
         raise ValueError("occlude at least one side ('query', 'reference')")
-    if batch_size < 1:
-        raise ValueError(f"batch size must be positive, got {batch_size}")
     dev = as_device(device)
+    batch_size = batch_size_for(dev, batch_size)
     size_q, size_r = _input_sizes(model, size)
     inputs = (model.preprocess(as_rgb(image_q), size_q).to(dev), model.preprocess(as_rgb(image_r), size_r).to(dev))
     key = (tuple(_digest(x) for x in inputs), baseline, int(seed), sides)
@@ -165,7 +166,7 @@ def occlusion(
             outs = [model(fast_layout(x[None])) for x in inputs]  # the layout of the occluded copies
         embeddings = [o.embedding[0].float() for o in outs]
         grids = [tuple(o.feature_map.shape[-2:]) for o in outs]
-        total = sum(grids[k][0] * grids[k][1] for k, s in enumerate(SIDES) if s in sides)
+        total = sum(grids[k][0] * grids[k][1] + 1 for k, s in enumerate(SIDES) if s in sides)
         clock = EtaClock(total)
         done = 0
         deltas: list[np.ndarray | None] = [None, None]
@@ -176,11 +177,14 @@ def occlusion(
             n = grid[0] * grid[1]
             labels = torch.from_numpy(cell_labels(x.shape[1:], grid)).to(dev)
             base = baseline_input(x, baseline, grid, seed=seed + k)
-            keep = ~np.eye(n, dtype=bool)  # row i: every cell but i
+            # row 0: the image itself, by the same passes as the copies (embed_kept folds batch
+            # norms: a cell that does not matter gets 0, not the folding's rounding); row 1 + i:
+            # every cell but i
+            keep = np.concatenate([np.ones((1, n), bool), ~np.eye(n, dtype=bool)])
             job = embed_kept(model, x, base, labels, keep, batch_size, cancel, f"occlusion ({side})")
             occluded = yield from relay(job, done, total, clock)
-            done += n
-            deltas[k] = (embeddings[k][None] - occluded).cpu().numpy().astype(np.float32)
+            done += n + 1
+            deltas[k] = (occluded[:1] - occluded[1:]).cpu().numpy().astype(np.float32)
     eq, er = (e.cpu().numpy().astype(np.float32) for e in embeddings)
     result = OcclusionMaps(
         similarity=float(np.dot(eq.astype(np.float64), er.astype(np.float64))),

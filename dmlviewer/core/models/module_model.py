@@ -287,6 +287,15 @@ class ModuleModel(nn.Module):
         log.info("feature layer not given: using %s (%s), the last spatial map", name, "x".join(map(str, layers[-1][1])))
         return name
 
+    def __getstate__(self) -> dict:
+        """A copy (``copy.deepcopy``: the perturbation methods' folded copy) starts with no
+        capture in flight; the layer's hook, a bound method, is copied bound to the copy."""
+        return {**super().__getstate__(), "_local": None}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._local = threading.local()
+
     def _hook(self, _module, _inputs, out):
         """The layer's one forward hook: a no-op unless this thread is inside :meth:`_run` (the
         module may run elsewhere, or in several threads at once)."""

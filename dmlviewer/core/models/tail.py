@@ -67,26 +67,28 @@ _NORMS = {"norm", "vector_norm", "linalg_vector_norm"}
 #: Harmless on a norm before the division of an explicit normalization.
 _NORM_SHAPING = {"clamp", "clamp_min", "clip", "add", "__add__", "__radd__", "expand_as", "expand",
                  "unsqueeze", "view", "reshape", "detach", "to"}
-_IGNORED = {"size", "dim", "numel", "__len__", "__format__", "__repr__", "__bool__", "__iter__",
-            "__get__", "__eq__", "__ne__", "requires_grad_", "is_floating_point", "data_ptr", "item",
-            "tolist", "shape", "dtype", "device", "element_size", "stride", "is_contiguous",
-            "storage_offset", "ndimension", "nelement", "get_device", "cpu", "cuda", "numpy"}
+#: Ops that read a tensor's metadata, not its values (also used by :mod:`.folding`).
+METADATA_OPS = {"size", "dim", "numel", "__len__", "__format__", "__repr__", "__bool__", "__iter__",
+                "__get__", "__eq__", "__ne__", "requires_grad_", "is_floating_point", "data_ptr", "item",
+                "tolist", "shape", "dtype", "device", "element_size", "stride", "is_contiguous",
+                "storage_offset", "ndimension", "nelement", "get_device", "cpu", "cuda", "numpy"}
 
 
-def _name(func) -> str:
-    name = getattr(func, "__name__", None) or str(func)
-    return name
+def op_name(func) -> str:
+    """The name of a function seen by a ``TorchFunctionMode``."""
+    return getattr(func, "__name__", None) or str(func)
 
 
-def _tensors(obj, out: list) -> list:
+def tensors_in(obj, out: list) -> list:
+    """``out`` with every tensor in ``obj`` (nested lists, tuples and dicts) appended."""
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
         for item in obj:
-            _tensors(item, out)
+            tensors_in(item, out)
     elif isinstance(obj, dict):
         for item in obj.values():
-            _tensors(item, out)
+            tensors_in(item, out)
     return out
 
 
@@ -136,14 +138,14 @@ class TailRecorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        name = _name(func)
-        if name in _IGNORED:
+        name = op_name(func)
+        if name in METADATA_OPS:
             return result
-        inputs = _tensors(args, []) + _tensors(kwargs, [])
+        inputs = tensors_in(args, []) + tensors_in(kwargs, [])
         derived = [t for t in inputs if id(t) in self._derived]
         if not derived:
             return result
-        outputs = _tensors(result, [])
+        outputs = tensors_in(result, [])
         ids = tuple(id(t) for t in derived)
         for t in outputs:
             self._derived[id(t)] = (name, ids)
