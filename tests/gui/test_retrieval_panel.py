@@ -21,6 +21,10 @@ def test_neighbours_and_region_retrieval(window, demo_root, small_ckpt, wait_rea
     qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
     panel = window.retrieval
     qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value(), timeout=10000)
+    assert not panel.searching  # answered (screenshots wait for this)
+    panel.refresh()
+    assert panel.searching
+    qtbot.waitUntil(lambda: not panel.searching, timeout=10000)
     row = window.features.paths.index(window.dataset.paths[window.query_index])
     assert panel.results == retrieve(window.features, row, panel.k_spin.value())
     item = panel.list.item(0)
@@ -82,6 +86,10 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
     panel = window.retrieval
     qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value(), timeout=10000)
+    assert not panel.searching  # answered (screenshots wait for this)
+    panel.refresh()
+    assert panel.searching
+    qtbot.waitUntil(lambda: not panel.searching, timeout=10000)
     first_path, first_sha = window.features_path, window.features.attrs["checkpoint_sha256"]
     assert first_sha == window.checkpoint_info["sha256"]
     # Written to the user's output folder, never to the cache or next to the package.
