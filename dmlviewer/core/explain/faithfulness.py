@@ -47,7 +47,7 @@ from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mod
 from dmlviewer.core.explain.pair import METHODS, explain_pair
 from dmlviewer.core.explain.perturb import baseline_input, cell_labels, embed_kept, relay
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS
-from dmlviewer.core.progress import CancelToken, EtaClock, Progress
+from dmlviewer.core.progress import CancelToken, Progress
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def pair_faithfulness(
 ) -> Iterator[Progress]:
     """Deletion and insertion curves of one pair for ``methods`` plus ``random`` and (with
     ``oracle``) ``oracle``. The ``done`` event's result: ``{"similarity", "fractions",
-    "baseline", "grid", "forward_passes", "seconds", "methods": {name: {"deletion",
+    "baseline", "grid", "forward_passes", "oracle_forward_passes", "seconds", "methods": {name: {"deletion",
     "insertion", "deletion_auc", "insertion_auc"}}}``. ``methods=None``: every map of the model
     (:func:`available_methods`; ``grad_transfer`` only with a ``grad_bank``)."""
     if baseline not in BASELINES:
@@ -156,7 +156,7 @@ def pair_faithfulness(
         grid = tuple(expl.grid_query)
         n = grid[0] * grid[1]
         occ = occ_map = None
-        passes = 0
+        passes = oracle_passes = 0
         if OCCLUSION in methods:
             occ = yield from relay(occlusion(model, rgb_q, rgb_r, baseline, sides=("query",), device=dev,
                                              batch_size=batch_size, seed=seed, use_cache=False, cancel=cancel), 0, n)
@@ -205,12 +205,14 @@ def pair_faithfulness(
             insertion = yield from greedy.curve("insertion", empty, full)
             curves[ORACLE] = (deletion, insertion)
             passes += greedy.passes
+            oracle_passes = greedy.passes
     result = {
         "similarity": float(expl.similarity),
         "fractions": fractions.tolist(),
         "baseline": baseline,
         "grid": list(grid),
         "forward_passes": passes,
+        "oracle_forward_passes": oracle_passes,
         "seconds": time.perf_counter() - start,
         "methods": {name: {"deletion": d, "insertion": i, "deletion_auc": auc(d, fractions),
                            "insertion_auc": auc(i, fractions)} for name, (d, i) in curves.items()},
@@ -262,6 +264,34 @@ class _Greedy:
             take = int(self.counts[t] - self.counts[t - 1])
             chosen[remaining[np.argsort(sign * sims, kind="stable")[:take]]] = True
         return curve
+
+
+class _PairClock:
+    """Time left of a faithfulness run. Pairs with the oracle cost several times the others
+    (demo model: 6.6 s against 0.9 s) and come first, so the average over the pairs done would
+    overestimate (21 minutes left after the first pair of a 4-minute run). Seconds are kept per
+    kind of pair; before a pair without the oracle is done, its cost is an oracle pair's times
+    the share of that pair's forward passes that were not the oracle's."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[bool, list[float]] = {True: [], False: []}
+        self.plain_share: float | None = None
+
+    def add(self, oracle: bool, result: dict) -> None:
+        self.seconds[oracle].append(float(result["seconds"]))
+        if oracle and self.plain_share is None and result["forward_passes"]:
+            self.plain_share = 1.0 - result["oracle_forward_passes"] / result["forward_passes"]
+
+    def eta(self, with_oracle: int, plain: int) -> float | None:
+        """Seconds left for ``with_oracle`` pairs with the oracle and ``plain`` without."""
+        per_oracle = float(np.mean(self.seconds[True])) if self.seconds[True] else None
+        per_plain = float(np.mean(self.seconds[False])) if self.seconds[False] else None
+        if per_plain is None and per_oracle is not None and self.plain_share is not None:
+            per_plain = per_oracle * self.plain_share
+        per_oracle = per_plain if per_oracle is None else per_oracle
+        if per_plain is None:
+            return None
+        return with_oracle * per_oracle + plain * per_plain
 
 
 def _summary(per_pair: list[dict]) -> dict:
@@ -333,12 +363,19 @@ def faithfulness(
              len(methods), len(same), len(different), baseline)
     per_pair: dict[str, dict[str, list[dict]]] = {"same": {}, "different": {}}
     fractions: list[float] = []
-    clock = EtaClock(len(jobs))
+    clock = _PairClock()
     skipped: dict = {}  # unreadable images, reported once each
+
+    def step(k: int, kind: str) -> Progress:
+        left = {c: sum(1 for j in jobs[k + 1:] if j[0] == c) for c in oracle_quota}
+        with_oracle = sum(min(oracle_quota[c], left[c]) for c in left)
+        return Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)",
+                        eta_s=clock.eta(with_oracle, len(jobs) - k - 1 - with_oracle))
+
     for k, (kind, q, r) in enumerate(jobs):
         query, reference = load_or_skip(dataset, int(q), skipped), load_or_skip(dataset, int(r), skipped)
         if query is None or reference is None:
-            yield Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)", eta_s=clock.eta(k + 1))
+            yield step(k, kind)
             continue
         use_oracle = oracle_quota[kind] > 0
         oracle_quota[kind] -= int(use_oracle)
@@ -349,9 +386,10 @@ def faithfulness(
             if event.kind == "done":
                 result = event.data["result"]
         fractions = result["fractions"]
+        clock.add(use_oracle, result)
         for name, values in result["methods"].items():
             per_pair[kind].setdefault(name, []).append({**values, "oracle_pair": use_oracle})
-        yield Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)", eta_s=clock.eta(k + 1))
+        yield step(k, kind)
     if not fractions:
         raise ValueError(f"none of the {len(jobs)} pairs could be read; see the warnings above")
     if skipped:

@@ -13,7 +13,7 @@ import torch
 
 from dmlviewer.core.data import load_image, open_dataset
 from dmlviewer.core.explain import explain_pair
-from dmlviewer.core.explain.faithfulness import faithfulness, pair_faithfulness, query_maps
+from dmlviewer.core.explain.faithfulness import _PairClock, faithfulness, pair_faithfulness, query_maps
 from dmlviewer.core.explain.occlusion import CACHE, occlusion
 from dmlviewer.core.explain.perturb import baseline_input, cell_labels, compose
 from dmlviewer.core.models import build_model, default_config
@@ -230,3 +230,15 @@ def test_compose_picks_each_pixel_exactly(size, grid):
     got = compose(x, base, labels, keep)
     assert torch.equal(got, torch.where(keep[:, labels][:, None], x[None], base[None]))
     assert got.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_time_left_weighs_the_oracle_pairs():
+    """The oracle pairs come first and cost several times the others: the estimate uses what
+    each kind costs, and before a plain pair is done, the oracle pair's share of plain passes."""
+    clock = _PairClock()
+    assert clock.eta(3, 10) is None
+    clock.add(True, {"seconds": 7.0, "forward_passes": 700, "oracle_forward_passes": 600})
+    assert clock.eta(1, 10) == pytest.approx(7.0 + 10 * 1.0)  # a plain pair: 1/7 of the passes
+    clock.add(False, {"seconds": 2.0, "forward_passes": 100, "oracle_forward_passes": 0})
+    assert clock.eta(1, 10) == pytest.approx(7.0 + 10 * 2.0)
+    assert clock.eta(0, 0) == 0.0
