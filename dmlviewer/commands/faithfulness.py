@@ -29,7 +29,6 @@ from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT
 log = logging.getLogger(__name__)
 
 
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("faithfulness", help="deletion/insertion faithfulness of explanation methods (JSON)",
                        description="Deletion and insertion curves (AUC) of each explanation map over "

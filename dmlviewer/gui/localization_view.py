@@ -27,9 +27,9 @@ from PySide6.QtWidgets import (
     QTabWidget, QVBoxLayout, QWidget,
 )
 
+from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
-from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS
 from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots
 from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
 from dmlviewer.gui.widgets import fit_to_screen, scrolling
