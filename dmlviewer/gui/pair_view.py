@@ -11,8 +11,9 @@ core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per draw
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
 where it is opposed, "signed" both on a diverging map), *scale* ("whole pair", the default,
-uses one fixed scale, the largest absolute point-to-point entry, for all partial maps of the
-pair, so maps of different points compare and a weak point looks weak; "each map" normalizes
+uses one fixed scale for all partial maps of the pair, ``core.explain.hover.pair_scale``: the
+strongest 2 % of the points saturate, so maps of different points compare, a weak point looks
+weak and a max-pooled head's few dominant cell pairs do not leave the rest dark; "each map" normalizes
 every map to its own maximum and the colour bar reads 0..1 of it), colour map and opacity.
 The hovered point's share of the similarity is printed on the other pane, next to its colour
 bar, whatever the scale. "Matches" draws the top-N point-to-point

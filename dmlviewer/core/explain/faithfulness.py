@@ -367,7 +367,8 @@ def faithfulness(
     skipped: dict = {}  # unreadable images, reported once each
 
     def step(k: int, kind: str) -> Progress:
-        left = {c: sum(1 for j in jobs[k + 1:] if j[0] == c) for c in oracle_quota}
+        done = k + 1  # the jobs are the same-class pairs, then the different-class ones
+        left = {"same": max(len(same) - done, 0), "different": len(jobs) - max(len(same), done)}
         with_oracle = sum(min(oracle_quota[c], left[c]) for c in left)
         return Progress("step", k + 1, len(jobs), f"faithfulness ({kind}-class pairs)",
                         eta_s=clock.eta(with_oracle, len(jobs) - k - 1 - with_oracle))
