@@ -44,9 +44,11 @@ class Progress:
     ``kind`` says what happened: ``"step"`` (a batch done), ``"epoch"`` (an epoch done),
     ``"eval"`` (metrics computed), ``"log"`` (a message), ``"checkpoint"`` (a file written),
     ``"done"`` (the job finished; ``data`` holds its result). ``current``/``total`` count the
-    job's units (batches, images) so a progress bar and an ETA can be drawn; ``data`` carries
-    numbers such as losses or metrics (plain floats, ints, strings, lists, dicts: picklable
-    across processes).
+    units of the job's current phase (batches, images) so a progress bar and an ETA can be
+    drawn; ``data`` carries numbers such as losses or metrics (plain floats, ints, strings,
+    lists, dicts: picklable across processes). A job of several phases (training: epochs,
+    then evaluation passes) puts its overall fraction in ``data["overall"]``;
+    :class:`OverallProgress` turns any event stream into a bar that never moves back.
     """
 
     kind: str
@@ -58,7 +60,50 @@ class Progress:
 
     @property
     def fraction(self) -> float:
+        """Done share of the current phase (``current / total``)."""
         return (self.current / self.total) if self.total else 0.0
+
+    @property
+    def overall(self) -> float | None:
+        """The job's overall done share across its phases, when the job says (``data["overall"]``)."""
+        value = self.data.get("overall") if isinstance(self.data, dict) else None
+        return float(value) if isinstance(value, (int, float)) else None
+
+
+class OverallProgress:
+    """A job's overall fraction from its events, never moving back (issue 23: a bar that fell
+    from 92 % to 42 % when a job entered its next phase).
+
+    An event's ``data["overall"]`` is used when the job gives one. Otherwise a phase change is
+    recognised when ``total`` changes or ``current`` falls back, and the new phase fills the
+    rest of the bar from where the previous one left it (``base + (1 - base) * fraction``):
+    without declared phases the number of phases is unknown, so each new one is taken to be
+    the last. The value is clamped to at least the previous one and below 1 until ``done``.
+    """
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self._base = 0.0
+        self._last: tuple[int, int] | None = None  # (current, total) of the last counted event
+        self._declared = False
+
+    def update(self, event: Progress) -> float:
+        if event.kind == "done":
+            self.value = 1.0
+            return self.value
+        given = event.overall
+        if given is not None:
+            self._declared = True
+            candidate = given
+        elif event.total > 0 and not self._declared:  # a job that gives overall values moves only by them
+            if self._last is not None and (event.total != self._last[1] or event.current < self._last[0]):
+                self._base = self.value  # a new phase starts where the bar stands
+            self._last = (event.current, event.total)
+            candidate = self._base + (1.0 - self._base) * event.fraction
+        else:
+            return self.value
+        self.value = max(self.value, min(candidate, 0.999))
+        return self.value
 
 
 class EtaClock:

@@ -137,9 +137,22 @@ def demo_paths() -> tuple[Path, Path | None]:
 
 
 def last_session() -> dict:
-    """The dataset/format/checkpoint/features of the last session (empty strings when unset)."""
-    s = settings.app_settings()
-    return {key: str(s.value(f"session/{key}", "") or "") for key in ("dataset", "format", "checkpoint", "features")}
+    """The last session as ``core.session.LastSession`` reads it (``dataset``, ``format``,
+    ``models`` as ``ModelSource``s by slot, ``query``, ``reference``, ``features``); an empty
+    one when the settings cannot be read. Imports torch: the app itself reopens the last session
+    in the loading thread (``MainWindow.open_in_background(last_session=...)``)."""
+    from dataclasses import asdict
+
+    from dmlviewer.core.session import LastSession
+
+    try:
+        record = LastSession.from_settings(settings.session_values())
+    except ValueError as exc:
+        log.warning("the last session cannot be read: %s", exc)
+        record = LastSession()
+    out = asdict(record)
+    out["models"] = dict(record.models)
+    return out
 
 
 #: Environment variable naming a JSON file to which the app writes its start-up timings
@@ -262,14 +275,10 @@ def _open_window(app: QApplication, splash: QSplashScreen, startup: _Startup, da
     splash.showMessage("Loading the interface…", Qt.AlignLeft | Qt.AlignBottom, QColor(200, 200, 200))
     from dmlviewer.gui.main_window import MainWindow
 
-    if last and not (dataset or checkpoint or features):
-        session = last_session()
-        if session["dataset"] and Path(session["dataset"]).exists():
-            dataset, fmt = session["dataset"], session["format"] or None
-            checkpoint = session["checkpoint"] if Path(session["checkpoint"] or "/nonexistent").exists() else None
-            features = session["features"] if Path(session["features"] or "/nonexistent").exists() else None
-        else:
-            demo = True
+    # The last session is read here (its raw text, before the loading rewrites it) and
+    # reopened in the loading thread, each model source as what it is; without a dataset that
+    # still exists, the demo opens instead.
+    restore = settings.session_values() if last and not (dataset or checkpoint or features) else None
 
     window = MainWindow()
     if tab == "groups":
@@ -278,9 +287,9 @@ def _open_window(app: QApplication, splash: QSplashScreen, startup: _Startup, da
     splash.finish(window)
     QTimer.singleShot(0, lambda: startup.mark("window"))  # after the window's first events
     log.info("dmlviewer started; log file %s", log_path)
-    if dataset or checkpoint or features or demo:
+    if dataset or checkpoint or features or demo or restore is not None:
         window.open_in_background(dataset=dataset, fmt=fmt, checkpoint=checkpoint, features=features,
-                                  demo=demo_paths if demo else None)
+                                  demo=demo_paths if demo or restore is not None else None, last_session=restore)
         watch = QTimer(window, interval=50)
 
         def milestones() -> None:

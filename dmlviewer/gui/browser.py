@@ -203,6 +203,8 @@ class ThumbnailDelegate(QStyledItemDelegate):
         return QSize(self.thumb + 8, self.thumb + self.TEXT_H + 8)
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        if index.data(INDEX_ROLE) is None:
+            return  # a cell after the last image of the grid: no tile (it showed as an empty grey one)
         rect = option.rect.adjusted(2, 2, -2, -2)
         painter.save()
         palette = option.palette
@@ -371,7 +373,15 @@ class DatasetBrowser(QWidget):
         self._update_count()
 
     def set_marks(self, query: int | None, reference: int | None) -> None:
+        """Mark the pair's images; the selection follows the query wherever it was picked (the
+        retrieval panel, the embedding view, a restored session), so the highlight is never left
+        on an image that is no longer the query."""
         self.model.set_marks(query, reference)
+        if query is None:
+            self.view.clearSelection()
+            self.view.setCurrentIndex(QModelIndex())
+        elif self._index_at(self.view.currentIndex()) != query:
+            self.select_index(query)
 
     def class_filter(self) -> int | None:
         """The class chosen in the class filter (None: all)."""

@@ -1,8 +1,13 @@
 """The jobs dock: the running job, the queue and the recent jobs of a :class:`JobRunner`.
 
-Each row shows a job's name, state, progress and ETA; the selected job's log (and, for a
-failed job, its message with the traceback) is shown underneath. Progress events arrive many
-times a second, so rows are refreshed by a timer a few times a second, not per event.
+Each row shows a job's name, state, overall progress (``Job.fraction``: it never moves back
+when a job enters its next phase) and ETA (none once a cancel was asked for); the selected
+job's log (and, for a failed job, its message with the traceback) is shown underneath.
+Progress events arrive many times a second, so rows are refreshed by a timer a few times a
+second, not per event. Rows are in the order the jobs were submitted, so a new job is
+appended below the others, and the list scrolls to the running job whenever it changes.
+The dock is hidden by default: the status bar shows the running job
+(:class:`~dmlviewer.gui.job_status.JobStatus`) and opens the dock on demand.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from PySide6.QtWidgets import (
     QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
-from dmlviewer.gui.training_dialog import format_eta
+from dmlviewer.gui.widgets import format_eta
 from dmlviewer.gui.worker import Job, JobRunner, JobState
 
 STATE_COLORS = {JobState.RUNNING: "#0072B2", JobState.FAILED: "#b00020", JobState.CANCELLED: "#8a6d00",
@@ -21,9 +26,9 @@ STATE_COLORS = {JobState.RUNNING: "#0072B2", JobState.FAILED: "#b00020", JobStat
 
 
 def job_rows(runner: JobRunner) -> list[Job]:
-    """The running job, the queued ones in order, then ended ones, newest first."""
+    """Every job in the order it was submitted: the ended ones, the running one, the queued ones."""
     live = runner.jobs
-    return live + [j for j in reversed(runner.history) if j not in live]
+    return sorted([j for j in runner.history if j not in live], key=lambda j: j.id) + live
 
 
 class JobsView(QWidget):
@@ -60,6 +65,7 @@ class JobsView(QWidget):
         layout.addLayout(buttons)
         self._rows: list[Job] = []
         self._shown_log: tuple | None = None
+        self._scrolled_to: Job | None = None  # the running job the list last scrolled to
         self._dirty = True
         self._timer = QTimer(self)
         self._timer.setInterval(self.REFRESH_MS)
@@ -98,11 +104,14 @@ class JobsView(QWidget):
             self.tree.clear()
             self.tree.addTopLevelItems([QTreeWidgetItem() for _ in rows])
         self._rows = rows
+        running_item = None
         for i, job in enumerate(rows):
             item = self.tree.topLevelItem(i)
             state = job.state + (" (cancelling)" if job.state == JobState.RUNNING and job.cancel_requested else "")
-            progress = f"{100 * job.fraction:.0f}%" if job.state == JobState.RUNNING and job.progress else ""
-            eta = format_eta(job.eta_s) if job.state == JobState.RUNNING and job.eta_s is not None else ""
+            progress = f"{job.percent}%" if job.state == JobState.RUNNING and job.progress else ""
+            eta = format_eta(job.eta_s) if job.eta_s is not None else ""  # None unless running, not cancelling
+            if job is self.runner.current:
+                running_item = item
             for col, text in enumerate((job.name + (" [process]" if job.process else ""), state, progress, eta)):
                 item.setText(col, text)
             item.setForeground(1, _brush(STATE_COLORS.get(job.state, "#000000")))
@@ -110,7 +119,11 @@ class JobsView(QWidget):
             if selected is not None and job is selected:
                 self.tree.setCurrentItem(item)
         if self.tree.currentItem() is None and rows:
-            self.tree.setCurrentItem(self.tree.topLevelItem(0))
+            self.tree.setCurrentItem(running_item or self.tree.topLevelItem(len(rows) - 1))
+        current = self.runner.current
+        if running_item is not None and current is not self._scrolled_to:
+            self.tree.scrollToItem(running_item)  # the running job is always in sight
+        self._scrolled_to = current
         job = self.selected_job()
         self.cancel_button.setEnabled(job is not None and not job.ended and not job.cancel_requested)
         self.cancel_all_button.setEnabled(self.runner.busy)
@@ -152,3 +165,9 @@ class JobsDock(QDockWidget):
         self.setObjectName("jobs_dock")
         self.view = JobsView(runner, self)
         self.setWidget(self.view)
+        self.hide()  # opened on demand (View > Jobs, the status bar's Jobs button)
+
+    def open(self) -> None:
+        """Show the dock in front (from the status bar's Jobs button)."""
+        self.show()
+        self.raise_()

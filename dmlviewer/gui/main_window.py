@@ -9,6 +9,16 @@ listing or a state dict takes well under a second); everything heavier runs in t
 background (pair preparation and retrieval in ``LatestRunner``s, feature extraction in the
 ``JobRunner`` queue that the jobs view of the Tools menu shows). Every failure becomes a dialog
 with the traceback as details; the window stays usable.
+
+The state (dataset, models, pair, feature file, device) is not kept here: it lives in the
+headless ``core.session.Session`` (``window.session``), which this window changes through its
+``set_*`` methods and observes (``session.events``): the panels are updated from its events, the
+last session is written from it, and a job's result is shown only when ``session.accepts`` its
+stamp (results of a dataset or model closed meanwhile are dropped).
+
+Comparing two models (issue 24): File > Compare With Model opens a second model, through any
+door, into the session's ``"compare"`` slot (model B, shown by the pair view as a second row);
+File > Stop Comparing empties it; Tools > Compare Models opens ``gui/compare_window.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog, QLabel,
                                QMainWindow, QMenu, QMessageBox, QTabWidget, QToolBar, QWidget)
 
+from dmlviewer.core.session import Session
 from dmlviewer.gui import errors, settings
 from dmlviewer.gui.browser import DatasetBrowser
 from dmlviewer.gui.group_tabs import GroupTabs
@@ -53,13 +64,15 @@ def _icon(name: str) -> QIcon:
 
 class MainWindow(QMainWindow):
     """See the module docstring. Public API (docs/internals.md, "gui"): ``open_dataset``,
-    ``open_checkpoint``, ``open_features``, ``set_pair``, ``add_tool_action``; attributes
-    ``runner``, ``dataset``, ``model``, ``features``."""
+    ``open_checkpoint``, ``open_model_source``, ``use_model``, ``open_features``, ``set_pair``,
+    ``open_in_background``, ``add_tool_action``; attributes ``session`` and ``runner``, and the
+    read-only views of the session ``dataset``, ``model``, ``features`` and the others below."""
 
     dataset_changed = Signal(object)
     model_changed = Signal(object)
     features_changed = Signal(object)
     _loaded = Signal(object)  # open_in_background: what the loading thread read
+    _compare_loaded = Signal(object)  # open_compare: (request, source, (model, info) or the exception)
     _loading_step = Signal(str)
     _devices_found = Signal(object)
 
@@ -70,20 +83,14 @@ class MainWindow(QMainWindow):
         self.settings = settings.app_settings()
         self.runner = JobRunner(self)
         self.model_lock = threading.RLock()
-        self.dataset = None
-        self.dataset_path: str | None = None
-        self.dataset_format: str | None = None
-        self.model = None
-        self.checkpoint_info: dict | None = None
-        self.checkpoint_path: str | None = None
-        self.features = None
-        self.features_path: str | None = None
-        self.device = "cpu"
-        self.query_index: int | None = None
-        self.reference_index: int | None = None
+        self.session = Session()
         self.loading = False  # files being read by open_in_background
         self._extract_job = None
-        self._extract_sha: str | None = None  # the checkpoint the running extraction belongs to
+        self._jobs: dict[int, tuple] = {}  # job id -> (kind, session stamp when it was queued)
+        self._features_chosen = False  # the open feature file was chosen by the user
+        self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
+        self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
+        self._user_close = False  # File > Quit: a person's close, asked about running jobs
         self._grad_job = None
         self._grad_job_key: tuple | None = None
         self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
@@ -114,9 +121,68 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self._connect()
         self.tools = self._install_tools()
+        self.compare_window = None  # Tools > Compare Models, created on first use
+        self._compare_request = 0  # the latest open_compare (an older one that arrives later is dropped)
+        self._install_compare_tool()
         self._restore_options()
         fit_to_screen(self, 1500, 920)  # never larger than the screen (1366 x 768 laptops)
         self._restore_layout()
+
+    # -- the state: read-only views of self.session (change it with open_*, use_model, set_*)
+    @property
+    def dataset(self):
+        return self.session.dataset
+
+    @property
+    def dataset_path(self) -> str | None:
+        return self.session.dataset_path
+
+    @property
+    def dataset_format(self) -> str | None:
+        return self.session.dataset_format
+
+    @property
+    def model(self):
+        return self.session.model
+
+    @property
+    def checkpoint_info(self) -> dict | None:
+        """``info`` of the model on screen (``open_model``'s: ``sha256``, ``path``, ``rule`` …)."""
+        return self.session.model_info
+
+    @property
+    def checkpoint_path(self) -> str | None:
+        """The open model's checkpoint file or ``imagenet:NAME`` spec (None for code and live
+        modules: no checkpoint to hand to the tools)."""
+        source = self.session.model_source
+        if source is not None and source.kind not in ("checkpoint", "pretrained"):
+            return None
+        return (self.session.model_info or {}).get("path")
+
+    @property
+    def model_source(self):
+        """The ``ModelSource`` of the model on screen."""
+        return self.session.model_source
+
+    @property
+    def features(self):
+        return self.session.features
+
+    @property
+    def features_path(self) -> str | None:
+        return self.session.features_path
+
+    @property
+    def device(self) -> str:
+        return self.session.device
+
+    @property
+    def query_index(self) -> int | None:
+        return self.session.query_index
+
+    @property
+    def reference_index(self) -> int | None:
+        return self.session.reference_index
 
     # -- construction
     def _dock(self, title: str, name: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
@@ -127,13 +193,25 @@ class MainWindow(QMainWindow):
         return dock
 
     def _build_status_bar(self) -> None:
-        bar = self.statusBar()
-        self.device_label = QLabel()
-        self.model_label = QLabel("no model")
-        self.dataset_label = QLabel("no dataset")
-        self.similarity_label = QLabel("")
+        """Messages elided with their whole text as tooltip (never cut, "[pinne"), the running job
+        with its overall progress and a button that opens the Jobs dock, and the labels."""
+        from dmlviewer.gui.job_status import FittedLabel, JobStatus, MessageStatusBar
+
+        bar = MessageStatusBar(self)
+        self.setStatusBar(bar)
+        self.job_status = JobStatus(self.runner)
+        self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.open())
+        bar.addPermanentWidget(self.job_status)
+        self.device_label = FittedLabel("", max_width=120)
+        self.model_label = FittedLabel("no model", max_width=240)
+        self.compare_label = FittedLabel("", max_width=240)  # model B while comparing (issue 24)
+        self.compare_label.setObjectName("compareModelLabel")
+        self.compare_label.hide()
+        self.dataset_label = FittedLabel("no dataset", max_width=220)
+        self.similarity_label = FittedLabel("", max_width=200)  # room for "A +0.1234 · B +0.1234"
         self.similarity_label.setObjectName("similarityLabel")
-        for label in (self.similarity_label, self.dataset_label, self.model_label, self.device_label):
+        for label in (self.similarity_label, self.dataset_label, self.model_label, self.compare_label,
+                      self.device_label):
             label.setContentsMargins(6, 0, 6, 0)
             bar.addPermanentWidget(label)
 
@@ -152,7 +230,11 @@ class MainWindow(QMainWindow):
         self.open_checkpoint_action = QAction(_icon("checkpoint"), "Open &Checkpoint…", self)
         self.open_checkpoint_action.setShortcut(QKeySequence("Ctrl+K"))
         self.open_checkpoint_action.triggered.connect(self._ask_checkpoint)
-        self.recent_checkpoints_menu = QMenu("Recent Checkpoints", self)
+        self.recent_models_menu = QMenu("Recent &Models", self)
+        self.open_code_action = QAction("Open Model from &Code…", self)
+        self.open_code_action.setToolTip("Build the architecture with your own Python (file.py:NAME or "
+                                         "package.module:NAME) and load its weights file")
+        self.open_code_action.triggered.connect(self._ask_code_model)
         self.open_features_action = QAction(_icon("features"), "Open &Features…", self)
         self.open_features_action.setToolTip("Open an HDF5 feature file for retrieval")
         self.open_features_action.triggered.connect(self._ask_features)
@@ -164,13 +246,13 @@ class MainWindow(QMainWindow):
         self.output_folder_action.triggered.connect(self._ask_output_folder)
         quit_action = QAction("&Quit", self)
         quit_action.setShortcut(QKeySequence.Quit)
-        quit_action.triggered.connect(self.close)
+        quit_action.triggered.connect(self._quit)
         file_menu.addAction(self.open_dataset_action)
         file_menu.addMenu(self.open_as_menu)
         file_menu.addMenu(self.recent_datasets_menu)
         file_menu.addSeparator()
         file_menu.addAction(self.open_checkpoint_action)
-        file_menu.addMenu(self.recent_checkpoints_menu)
+        file_menu.addMenu(self.recent_models_menu)
         from dmlviewer.gui.import_dialog import import_action
 
         file_menu.addAction(import_action(self))
@@ -178,6 +260,8 @@ class MainWindow(QMainWindow):
 
         self.open_pretrained_action = pretrained_action(self)
         file_menu.addAction(self.open_pretrained_action)
+        file_menu.addAction(self.open_code_action)
+        self._build_compare_menu(file_menu)
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)
@@ -185,7 +269,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.output_folder_action)
         file_menu.addAction(save_shot)
         file_menu.addAction(quit_action)
-        for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_checkpoints_menu, "checkpoints"),
+        for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_models_menu, "models"),
                            (self.recent_features_menu, "features")):
             menu_.aboutToShow.connect(lambda m=menu_, k=key: self._fill_recent(m, k))
 
@@ -228,6 +312,25 @@ class MainWindow(QMainWindow):
         self.addToolBar(bar)
         self.toolbar = bar
 
+    def _build_compare_menu(self, file_menu: QMenu) -> None:
+        """File > Compare With Model (a second model beside the open one, any door) and File >
+        Stop Comparing (issue 24)."""
+        self.compare_menu = QMenu("Compare &With Model", self)
+        self.compare_menu.setToolTip("Open a second model (B) beside the open one (A): both models' maps of "
+                                     "the same pair, and their difference")
+        doors = (("Checkpoint…", self._ask_compare_checkpoint),
+                 ("Pretrained Backbone…", self._ask_compare_pretrained),
+                 ("Model from Code…", self._ask_compare_code))
+        for text, slot in doors:
+            self.compare_menu.addAction(text).triggered.connect(slot)
+        self.compare_recent_menu = self.compare_menu.addMenu("Recent Models")
+        self.compare_recent_menu.aboutToShow.connect(self._fill_compare_recent)
+        self.stop_comparing_action = QAction("Stop Comparing", self)
+        self.stop_comparing_action.setEnabled(False)
+        self.stop_comparing_action.triggered.connect(self.stop_comparing)
+        file_menu.addMenu(self.compare_menu)
+        file_menu.addAction(self.stop_comparing_action)
+
     def _connect(self) -> None:
         self.browser.query_chosen.connect(lambda i: self.set_pair(i, self.reference_index))
         self.browser.reference_chosen.connect(lambda i: self.set_pair(self.query_index, i))
@@ -240,14 +343,24 @@ class MainWindow(QMainWindow):
         self.pair_view.similarity_changed.connect(self._on_similarity)
         self.pair_view.pair_ready.connect(self.group_tabs.set_explanation)
         self.pair_view.region_query.connect(self._on_region)
+        self.retrieval.whole_image_chosen.connect(self.pair_view.clear_region)
         self.pair_view.swap_handler = self._swap_pair
         self.pair_view.grad_bank_needed.connect(self._compute_grad_bank)
         self.device_combo.currentIndexChanged.connect(lambda _i: self.set_device(self.device_combo.currentData()))
         self.runner.job_finished.connect(self._on_job_finished)
         self.runner.job_failed.connect(self._on_job_failed)
         self.runner.job_cancelled.connect(self._on_job_cancelled)
+        events = self.session.events
+        events.dataset.connect(self._on_dataset_changed)
+        events.model.connect(self._on_model_changed)
+        events.pair.connect(self._on_pair_changed)
+        events.features.connect(self._on_features_changed)
+        events.device.connect(self._on_device_changed)
+        for event in (events.dataset, events.model, events.pair, events.features):
+            event.connect(self._remember_session)  # after the panels: the last session on disk
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
+        self._compare_loaded.connect(self._on_compare_loaded)
         self._loading_step.connect(self._on_loading_step)
         self._devices_found.connect(self._on_devices)
 
@@ -295,60 +408,72 @@ class MainWindow(QMainWindow):
         self._apply_dataset(dataset, path, fmt)
         return True
 
-    def _apply_dataset(self, dataset, path: str, fmt: str | None) -> None:
-        previous = {key: str(self.settings.value(f"session/{key}", "") or "")
-                    for key in ("dataset", "query", "reference")}
-        self.dataset = dataset
-        self.dataset_path = path
-        self.dataset_format = fmt
-        self.query_index = self.reference_index = None
-        self.pair_view.set_grad_bank(self._grad_banks.get(self._grad_key()))
-        self.problems.clear_problems()
-        self.browser.set_dataset(dataset)
-        self.retrieval.set_dataset(dataset)
-        if self.features is not None and not self._features_match(self.features):
-            self._set_features(None, None)
+    def _apply_dataset(self, dataset, path: str, fmt: str | None, previous=None) -> None:
+        """``previous``: the last session as read before anything was opened (default: now)."""
+        if previous is None:
+            previous = self._last_session()  # read before the session (and so the settings) change
+        self.session.set_dataset(dataset, path, fmt)
         settings.add_recent("datasets", path, self.settings)
-        self.settings.setValue("session/dataset", path)
-        self.settings.setValue("session/format", fmt or "")
-        self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
-                                   f"{dataset.num_classes} classes")
-        self.setWindowTitle(f"dmlviewer: {Path(path).name}")
-        self.dataset_changed.emit(dataset)
         if not self._restore_pair(previous):
             self._choose_default_pair()
 
     def open_checkpoint(self, path: str | Path) -> bool:
         """Load a checkpoint (or ``imagenet:BACKBONE``, a pretrained backbone) on the selected
         device. False (and a dialog) on error."""
-        from dmlviewer.core.models import PRETRAINED_PREFIX, open_model
+        from dmlviewer.core.models.source import ModelSource
 
-        path = str(path) if str(path).startswith(PRETRAINED_PREFIX) else str(Path(path).expanduser())
+        return self.open_model_source(ModelSource.from_text(str(path)))
+
+    def open_model_source(self, source) -> bool:
+        """Open the model ``source`` (a ``core.models.source.ModelSource``: a checkpoint,
+        ``imagenet:NAME``, or code and weights) on this thread with a busy cursor, remember it in
+        the recent models, and show it. False (and a dialog) on error; ``open_in_background(model=)``
+        does the same without blocking the window."""
+        from dmlviewer.core.session import kind_words, open_source
+
         try:
             with _busy():
-                model, info = open_model(path, device=self.device)
+                model, info = open_source(source, self.device)
         except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot open checkpoint", exc)
+            self._report_model_error(f"Cannot open {kind_words(source.kind)}", exc, source)
             return False
-        settings.add_recent("checkpoints", path, self.settings)
-        self.settings.setValue("session/checkpoint", path)
-        self.use_model(model, info, path)
+        self._model_opened(model, info, source)
         return True
 
-    def use_model(self, model, info: dict, label: str) -> None:
-        """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone or a
-        live module, see ``core.models.open_model``) with ``info`` from ``open_model``."""
-        with self.model_lock:
-            self.model = model
-        self.checkpoint_info = info
-        self.checkpoint_path = info.get("path")
-        rule = info.get("rule") or ""
-        self.model_label.setText(" · ".join(filter(None, (model_summary(model), rule_summary(rule)))))
-        self.model_label.setToolTip(f"{label}\nepoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
-                                    f"decomposition: {rule}")
-        if self._extract_job is not None and self._extract_sha != info.get("sha256"):
-            self.runner.cancel(self._extract_job)  # features of the previous model: not needed now
-            self._extract_job = None
+    def _model_opened(self, model, info: dict, source) -> None:
+        settings.add_recent_model(source, self.settings)
+        self.use_model(model, info, source.display(), source=source)
+
+    def use_model(self, model, info: dict, label: str | None = None, source=None) -> None:
+        """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone, code or
+        a live module, see ``core.models.open_model``) with ``info`` from ``open_model``;
+        ``source``: the ``ModelSource`` it came from (default: read from ``info``, else a live
+        module named ``label``, which the last session does not remember)."""
+        from dmlviewer.core.models.source import ModelSource
+
+        if source is None:
+            source = info.get("model_source")
+        if source is None:
+            kind = info.get("source")
+            source = (ModelSource.from_text(info["path"]) if kind in ("checkpoint", "pretrained") and info.get("path")
+                      else ModelSource("python", label=label or type(model).__name__))
+        if not source.persistent:  # a live module: in Recent Models for the lifetime of this process
+            self._live_models = [entry for entry in self._live_models if entry[0] is not model][-4:]
+            self._live_models.append((model, info, source))
+        # Not under model_lock: the observers may wait for workers that take it.
+        self.session.set_model(model, {**info, "label": label or source.display()}, source)
+
+    def _on_model_changed(self, slot: str) -> None:
+        """Session event: the model of ``slot`` changed (the primary one is on screen; the
+        compare one is model B of the pair view)."""
+        self._show_model_labels()
+        if slot == "compare":
+            self._on_compare_changed()
+            return
+        self._drop_stale_jobs()
+        model, info = self.model, self.checkpoint_info or {}
+        if model is None:
+            return
         self.pair_view.set_model(model, self.device)
         if self._grad_key() in self._grad_banks:
             self.pair_view.set_grad_bank(self._grad_banks[self._grad_key()])
@@ -359,6 +484,211 @@ class MainWindow(QMainWindow):
         # for this model's features when they differ (never another model's neighbours).
         self.retrieval.set_model(model, self.device, info.get("sha256"))
         self.model_changed.emit(model)
+
+    def _show_model_labels(self) -> None:
+        """The status bar's model labels: the open model, and while comparing "A: …" and "B: …"
+        (architecture and decomposition rule); the window title names both."""
+        comparing = self.session.slot("compare") is not None
+        for name, label in (("primary", self.model_label), ("compare", self.compare_label)):
+            slot = self.session.slot(name)
+            if slot is None:
+                label.setText("no model" if name == "primary" else "")
+                label.setToolTip("")
+                continue
+            info, source = slot.info, slot.source
+            rule = info.get("rule") or ""
+            text = " · ".join(filter(None, (model_summary(slot.model), rule_summary(rule))))
+            where = (source.path or source.entry) if source is not None and source.persistent else None
+            if comparing:
+                text = f"{'A' if name == 'primary' else 'B'}: {self._display_name(name)} · {text}"
+            label.setText(text)
+            label.setToolTip(f"{where or info.get('label')}\nepoch {info.get('epoch')}\n"
+                             f"sha256 {(info.get('sha256') or '')[:16]}…\ndecomposition: {rule}")
+        self.compare_label.setVisible(comparing)
+        if getattr(self, "compare_window", None) is not None:
+            self.compare_window.refresh()
+        title = "dmlviewer" + (f": {Path(self.dataset_path).name}" if self.dataset is not None else "")
+        if comparing:
+            title += f" — A: {self._display_name('primary')} vs B: {self._display_name('compare')}"
+        self.setWindowTitle(title)
+
+    # -- the compare model (issue 24): model B of the pair view, in the session's "compare" slot
+    def open_compare(self, source) -> None:
+        """Open the model ``source`` (a ``ModelSource``, or a checkpoint path / ``imagenet:NAME``)
+        in the background as model B; failures become dialogs."""
+        from dmlviewer.core.models.source import ModelSource
+
+        if not isinstance(source, ModelSource):
+            source = ModelSource.from_text(str(source))
+        device = self.device
+        self._compare_request += 1
+        request = self._compare_request
+        self.statusBar().showMessage(f"Loading model B {source.display()}…")
+
+        def work() -> None:
+            from dmlviewer.core.session import open_source
+
+            try:
+                result = open_source(source, device)
+            except Exception as exc:  # noqa: BLE001 - reported on the GUI thread
+                result = exc
+            try:
+                self._compare_loaded.emit((request, source, result))
+            except RuntimeError:  # the window is gone
+                pass
+
+        threading.Thread(target=work, name="dmlviewer-open-compare", daemon=True).start()
+
+    def _on_compare_loaded(self, value) -> None:
+        from dmlviewer.core.session import kind_words
+
+        request, source, result = value
+        if request != self._compare_request:  # another model B was asked for (or none) meanwhile
+            log.info("dropped model B %s: another one was asked for meanwhile", source.display())
+            return
+        self.statusBar().clearMessage()
+        if isinstance(result, BaseException):
+            self._report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
+            return
+        model, info = result
+        settings.add_recent_model(source, self.settings)
+        self.use_compare_model(model, info, source)
+
+    def use_compare_model(self, model, info: dict, source=None) -> None:
+        """Show ``model`` (``info`` from ``open_model``) as model B beside the open model."""
+        from dmlviewer.core.models.source import ModelSource
+
+        source = source or info.get("model_source") or ModelSource("python", label=type(model).__name__)
+        self.session.set_model(model, {**info, "label": source.display()}, source, slot="compare")
+
+    def stop_comparing(self) -> None:
+        """File > Stop Comparing: model B goes, the pair view shows one row again (a model B
+        still loading is dropped when it arrives)."""
+        self._compare_request += 1
+        self.session.set_model(None, slot="compare")
+
+    def _install_compare_tool(self) -> None:
+        action = QAction("&Compare Models…", self)
+        action.setToolTip("The pairs where the two open models (File ▸ Compare With Model) disagree most")
+        action.triggered.connect(self.show_compare_window)
+        self.add_tool_action(action)
+
+    def show_compare_window(self):
+        """Tools > Compare Models (gui/compare_window.py), created on first use."""
+        from dmlviewer.gui.compare_window import CompareWindow
+
+        if self.compare_window is None:
+            self.compare_window = CompareWindow(self, self)
+            self.compare_window.setWindowFlag(Qt.Window)
+            self.compare_window.pair_chosen.connect(lambda *_: self.tabs.setCurrentWidget(self.pair_view))
+        self.compare_window.refresh()
+        self.compare_window.show()
+        self.compare_window.raise_()
+        return self.compare_window
+
+    def _on_compare_changed(self) -> None:
+        slot = self.session.slot("compare")
+        self.stop_comparing_action.setEnabled(slot is not None)
+        self.pair_view.set_compare_model(None if slot is None else slot.model, self.device,
+                                         "" if slot is None else self._display_name("compare"))
+        self._on_similarity(self.pair_view.explanation.similarity if self.pair_view.state == "ready" else None)
+
+    def _ask_compare_checkpoint(self) -> None:
+        recent = [s.path for s in settings.recent_models(self.settings) if s.kind == "checkpoint"]
+        start = settings.start_dir(self.checkpoint_path, *recent, settings=self.settings)
+        path, _ = QFileDialog.getOpenFileName(self, "Compare with checkpoint (model B)", start,
+                                              "Checkpoints (*.pt *.pth);;All files (*)")
+        if path:
+            self.open_compare(path)
+
+    def _ask_compare_pretrained(self) -> None:
+        from PySide6.QtWidgets import QDialog
+
+        from dmlviewer.core.models import PRETRAINED_PREFIX
+        from dmlviewer.gui.pretrained_dialog import PretrainedDialog
+
+        dialog = PretrainedDialog(self)
+        dialog.setWindowTitle("Compare With Pretrained Backbone")
+        if dialog.exec() == QDialog.Accepted and dialog.choice:
+            self.open_compare(PRETRAINED_PREFIX + dialog.choice)
+
+    def _ask_compare_code(self) -> None:
+        """Model B from code and weights (gui/code_model_dialog.py), opened in the background."""
+        from dmlviewer.gui.code_model_dialog import CodeModelDialog
+
+        dialog = CodeModelDialog(self)
+        dialog.setWindowTitle("Compare With Model from Code")
+        dialog.source_chosen.connect(self.open_compare)
+        dialog.setAttribute(Qt.WA_DeleteOnClose)
+        dialog.open()
+        self.code_dialog = dialog
+
+    def _fill_compare_recent(self) -> None:
+        menu = self.compare_recent_menu
+        menu.clear()
+        sources = settings.recent_models(self.settings)
+        for model, info, source in reversed(self._live_models):
+            action = menu.addAction(f"{source.display()} (Python module, until you quit)")
+            action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_compare_model(m, i, s))
+        for source in sources:
+            action = menu.addAction(source.display())
+            action.setToolTip(source.path or source.entry or "")
+            action.triggered.connect(lambda _=False, s=source: self.open_compare(s))
+        if not sources and not self._live_models:
+            menu.addAction("(none)").setEnabled(False)
+
+    def _on_dataset_changed(self) -> None:
+        """Session event: another dataset is open (the pair is cleared; see ``_apply_dataset``)."""
+        dataset, path = self.dataset, self.dataset_path
+        self._drop_stale_jobs()
+        self._pair_images = None
+        self.pair_view.set_grad_bank(self._grad_banks.get(self._grad_key()))
+        self.problems.clear_problems()
+        self.browser.set_dataset(dataset)
+        self.retrieval.set_dataset(dataset)
+        if self.features is not None and not self._features_match(self.features):
+            self._set_features(None, None)
+        if dataset is None:
+            self.dataset_label.setText("no dataset")
+        else:
+            self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
+                                       f"{dataset.num_classes} classes")
+        self._show_model_labels()  # the window title
+        self.dataset_changed.emit(dataset)
+
+    def _report_model_error(self, title: str, exc: BaseException, source=None) -> None:
+        """A model that could not be opened: a dialog; a bare state dict (weights without an
+        architecture) is offered to File > Import Model instead (issue 23 item 9)."""
+        if getattr(exc, "bare_state_dict", False) and source is not None and source.kind == "checkpoint":
+            self.offer_import(source.path)
+            return
+        errors.report_exception(self, title, exc)
+
+    def offer_import(self, path: str) -> QMessageBox:
+        """Say that ``path`` holds weights without an architecture and offer to import it
+        (the Import Model dialog, prefilled with the file). Window-modal, never blocking."""
+        box = QMessageBox(QMessageBox.Information, "Import this model?",
+                          f"{Path(path).name} holds only the weights of a network (a state dict), not a "
+                          "dmlviewer checkpoint, so it cannot be opened directly.", QMessageBox.Cancel, self)
+        box.setInformativeText("File ▸ Import Model recognizes its architecture (torchvision, timm, "
+                               "pytorch-metric-learning …), writes a dmlviewer checkpoint and opens it.")
+        button = box.addButton("Import…", QMessageBox.AcceptRole)
+        box.setDefaultButton(button)
+        button.clicked.connect(lambda: self.open_import_dialog([path]))
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
+        self.import_offer = box
+        return box
+
+    def open_import_dialog(self, files: list[str] | None = None):
+        """File > Import Model, prefilled with ``files``."""
+        from dmlviewer.gui.import_dialog import ImportDialog
+
+        dialog = ImportDialog(self, files=files)
+        dialog.setAttribute(Qt.WA_DeleteOnClose)
+        dialog.open()
+        self.import_dialog = dialog
+        return dialog
 
     def open_features(self, path: str | Path) -> bool:
         """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""
@@ -382,67 +712,41 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"{Path(path).name}: {mismatch}", 15000)
 
     def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
-                           checkpoint: str | None = None, features: str | None = None,
-                           demo: Callable[[], tuple] | None = None) -> None:
+                           checkpoint=None, features: str | None = None,
+                           demo: Callable[[], tuple] | None = None, model=None,
+                           last_session: dict | None = None) -> None:
         """Open these files without blocking the window: a thread reads them (the torch import,
-        the checkpoint, the listing), then they are applied here as ``open_*`` would. ``demo``:
-        a function giving ``(dataset folder, checkpoint or None)`` to open instead (the app's
-        ``demo_paths``, which may first generate the data). Failures become the same dialogs.
-        ``loading`` is True meanwhile."""
+        the model, the listing), then they are applied here as ``open_*`` would. ``checkpoint``:
+        a path or ``imagenet:NAME``; ``model``: a ``ModelSource`` (code and weights …), or its
+        dict. ``last_session``: the raw settings of the last session
+        (``settings.session_values()``), reopened as they were (each model source as what it
+        is); when it names no dataset that still exists, ``demo`` is opened instead. ``demo``: a
+        function giving ``(dataset folder, checkpoint or None)`` (the app's ``demo_paths``,
+        which may first generate the data). Failures become dialogs that say what could not be
+        opened. ``loading`` is True meanwhile."""
         self.loading = True
         self.pair_view.info.setText("Loading…")
         self.statusBar().showMessage("Loading…")
+        device = self.device
+        if checkpoint and model is None:
+            model = checkpoint
+
+        def step(text: str) -> None:
+            try:
+                self._loading_step.emit(text)
+            except RuntimeError:  # the window is gone
+                pass
 
         def work() -> None:
-            from dmlviewer.core.models import PRETRAINED_PREFIX  # torch: imported in this thread
+            from dmlviewer.core.session import read_session_files  # torch: imported in this thread
 
-            result: dict = {"errors": [], "format": fmt}
-
-            def step(text: str) -> None:
-                try:
-                    self._loading_step.emit(text)
-                except RuntimeError:  # the window is gone
-                    pass
-
-            nonlocal dataset, checkpoint
-            if demo is not None:
-                try:
-                    step("Preparing the demo dataset (generated on the first start, a few seconds)…")
-                    root, shipped = demo()
-                    dataset, checkpoint = str(root), checkpoint or (str(shipped) if shipped else None)
-                    if shipped is None:
-                        result["notice"] = ("No demo checkpoint in this build (resources/demo_checkpoint.pt): "
-                                            "open a checkpoint.")
-                except Exception as exc:  # noqa: BLE001
-                    result["errors"].append(("Cannot prepare the demo", exc))
-            for key, title, path, opener in (
-                    ("checkpoint", "Cannot open checkpoint", checkpoint, self._read_checkpoint),
-                    ("dataset", "Cannot open dataset", dataset, lambda p: _read_dataset(p, fmt)),
-                    ("features", "Cannot open features", features, _read_features)):
-                if not path:
-                    continue
-                step(f"Loading the {key} {Path(path).name}…")
-                if not (key == "checkpoint" and str(path).startswith(PRETRAINED_PREFIX)):
-                    path = str(Path(path).expanduser())
-                try:
-                    result[key] = (opener(path), path)
-                except Exception as exc:  # noqa: BLE001 - reported as a dialog
-                    result["errors"].append((title, exc))
+            result = read_session_files(dataset, fmt, model, features, last_session, demo, device, step)
             try:
                 self._loaded.emit(result)
             except RuntimeError:
                 pass
 
         threading.Thread(target=work, name="dmlviewer-open", daemon=True).start()
-
-    def _read_checkpoint(self, path: str):
-        from dmlviewer.core.models import open_model, resolve_device
-
-        try:
-            device = str(resolve_device(self.device))
-        except ValueError:  # a device saved on another machine
-            device = "cpu"
-        return open_model(path, device=device)
 
     def _start_device_discovery(self) -> None:
         threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
@@ -482,14 +786,13 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, result: dict) -> None:
         self.loading = False
         self.statusBar().clearMessage()
-        if "checkpoint" in result:
-            (model, info), path = result["checkpoint"]
-            settings.add_recent("checkpoints", path, self.settings)
-            self.settings.setValue("session/checkpoint", path)
-            self.use_model(model, info, path)
+        previous = self._last_session()  # its pair, before the model and dataset below rewrite it
+        if "model" in result:
+            (model, info), source = result["model"]
+            self._model_opened(model, info, source)
         if "dataset" in result:
             dataset, path = result["dataset"]
-            self._apply_dataset(dataset, path, result["format"])
+            self._apply_dataset(dataset, path, result["format"], previous)
         if "features" in result:
             features, path = result["features"]
             self._apply_features(features, path)
@@ -499,21 +802,34 @@ class MainWindow(QMainWindow):
             self.pair_view.info.setText("Choose a query (click) and a reference (Ctrl+click) in the dataset."
                                         if self.dataset is not None else
                                         "Open a dataset and a checkpoint, then choose a query and a reference.")
-        for title, exc in result["errors"]:
-            errors.report_exception(self, title, exc)
-        if result.get("notice"):
-            self.statusBar().showMessage(result["notice"])
+        for title, exc, source in result["errors"]:
+            self._report_model_error(title, exc, source)
+        # What could not be opened stays said in the status bar too (never a silent "no model").
+        said = [f"{title}: {errors.user_message(exc)}" for title, exc, _ in result["errors"][:1]]
+        said += [result["notice"]] if result.get("notice") else []
+        if said:
+            self.statusBar().showMessage(" · ".join(said))
 
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
         """Make dataset images ``query_index``/``reference_index`` the pair (a missing reference
         defaults to another image of the query's class)."""
-        from dmlviewer.core.data import load_dataset_image
-
-        ds = self.dataset
-        if ds is None or query_index is None:
+        if self.dataset is None or query_index is None:
             return
         if reference_index is None or reference_index == query_index:
             reference_index = self._default_reference(query_index)
+        if self._read_pair(query_index, reference_index) is None:
+            return
+        if (query_index, reference_index) == (self.query_index, self.reference_index):
+            self._on_pair_changed()  # the same pair chosen again: shown again
+        else:
+            self.session.set_pair(query_index, reference_index)
+
+    def _read_pair(self, query_index: int, reference_index: int) -> PairImages | None:
+        """Read the pair's images (kept for the pair event); None, a problem and a dialog when
+        one cannot be read."""
+        from dmlviewer.core.data import load_dataset_image
+
+        ds = self.dataset
         images = []
         for index in (query_index, reference_index):
             try:
@@ -521,16 +837,28 @@ class MainWindow(QMainWindow):
             except Exception as exc:  # noqa: BLE001
                 self.problems.add_problem(str(ds.abspath(index)), str(getattr(exc, "reason", exc)))
                 errors.report_exception(self, "Cannot read image", exc)
-                return
-        self.query_index, self.reference_index = query_index, reference_index
+                return None
         pair = PairImages(images[0], images[1], self._caption("Q", query_index, query_index),
                           self._caption("R", reference_index, query_index))
+        self._pair_images = ((query_index, reference_index), pair)
+        return pair
+
+    def _on_pair_changed(self) -> None:
+        """Session event: the pair changed (read by ``set_pair``; cleared with the dataset)."""
+        query, reference = self.query_index, self.reference_index
+        if query is None or reference is None:
+            self.pair_view.set_pair(None)
+            self.group_tabs.set_pair(None)
+            self.browser.set_marks(None, None)
+            return
+        read = self._pair_images
+        pair = read[1] if read is not None and read[0] == (query, reference) else self._read_pair(query, reference)
+        if pair is None:
+            return
         self.pair_view.set_pair(pair)
         self.group_tabs.set_pair(pair)
-        self.browser.set_marks(query_index, reference_index)
-        self.retrieval.set_query(query_index)
-        self.settings.setValue("session/query", ds.paths[query_index])
-        self.settings.setValue("session/reference", ds.paths[reference_index])
+        self.browser.set_marks(query, reference)
+        self.retrieval.set_query(query)
 
     def set_device(self, device: str) -> None:
         """Run the model on ``device`` (moves the loaded model and re-prepares the pair)."""
@@ -547,12 +875,23 @@ class MainWindow(QMainWindow):
             errors.report_exception(self, "Cannot use device", exc)
             self.device_combo.setCurrentIndex(max(0, self.device_combo.findData(self.device)))
             return
-        self.device = resolved
         self.settings.setValue("options/device", device)
-        self.device_label.setText(f"device: {resolved}")
+        self.session.set_device(resolved)
+
+    def _on_device_changed(self) -> None:
+        device = self.device
+        self.device_label.setText(f"device: {device}")
         if self.model is not None:
-            self.pair_view.set_model(self.model, resolved)
-            self.retrieval.set_model(self.model, resolved, (self.checkpoint_info or {}).get("sha256"))
+            self.pair_view.set_model(self.model, device)
+            self.retrieval.set_model(self.model, device, (self.checkpoint_info or {}).get("sha256"))
+        compare = self.session.slot("compare")
+        if compare is not None:  # model B runs on the same device
+            try:
+                with self.model_lock:
+                    compare.model.to(device)
+            except Exception as exc:  # noqa: BLE001
+                errors.report_exception(self, "Cannot move model B", exc)
+            self.pair_view.set_compare_model(compare.model, device, self._display_name("compare"))
 
     def extract_features(self) -> None:
         """Embed the open dataset with the current model in the job queue; open the HDF5 file."""
@@ -561,7 +900,7 @@ class MainWindow(QMainWindow):
         sha = (self.checkpoint_info or {}).get("sha256")
         out = self._features_path()
         if out.exists():
-            self._open_extracted(out, sha)
+            self._open_extracted(out)
             return
         from dmlviewer.core.evaluate.extract import extract_features
 
@@ -571,27 +910,58 @@ class MainWindow(QMainWindow):
             return extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
                                     cancel=cancel, checkpoint_sha256=sha)
 
-        self._extract_sha = sha
-        self._extract_job = self.runner.submit(f"Extract features of {Path(self.dataset_path).name}", factory)
+        self._extract_job = self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with "
+                                         f"{self._model_name()}", factory)
         self.retrieval.source.setText(f"Computing the features of the dataset with the open model into "
                                       f"{out.parent} (see View ▸ Jobs)…")
+
+    # -- jobs of the open dataset and model
+    def _submit(self, kind: str, name: str, factory):
+        """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now: its result is
+        shown only if the session still accepts the job's stamp when it ends."""
+        job = self.runner.submit(name, factory)
+        self._jobs[job.id] = (kind, self.session.stamp())
+        return job
+
+    def _drop_stale_jobs(self) -> None:
+        """The dataset or model changed: cancel the jobs working for what is no longer open
+        (a result that still arrives is dropped by the stamp check)."""
+        for attr in ("_extract_job", "_grad_job"):
+            job = getattr(self, attr)
+            if job is not None and not self.session.accepts(self._jobs.get(job.id, (None, None))[1]):
+                log.info("cancelling %s: its dataset or model is no longer open", job.name)
+                setattr(self, attr, None)
+                self.runner.cancel(job)
+
+    def _display_name(self, slot: str = "primary") -> str:
+        """The model of ``slot`` as its source names it ("the model" when it has none)."""
+        entry = self.session.slot(slot)
+        source = None if entry is None else entry.source
+        return source.display() if source is not None else "the model"
+
+    def _model_name(self, slot: str = "primary") -> str:
+        """The model of ``slot`` in words, for job names; while comparing "A (…)" or "B (…)",
+        so that two models' jobs never read the same."""
+        name = self._display_name(slot)
+        if self.session.slot("compare") is not None:
+            name = f"{'A' if slot == 'primary' else 'B'} ({name})"
+        return name
 
     # -- internals
     def _features_path(self) -> Path:
         """Where the features of the open dataset under the open model are written: the output
-        folder (visible, changeable under File ▸ Output Folder), one file per (checkpoint,
-        dataset), named after both."""
+        folder (visible, changeable under File ▸ Output Folder), one file per (model, dataset),
+        named after both, without ``:`` or separators (Windows, SMB shares)."""
+        source = self.model_source
         sha = (self.checkpoint_info or {}).get("sha256") or hashlib.sha256(str(self.checkpoint_path).encode()).hexdigest()
         where = hashlib.sha256(str(Path(self.dataset_path).resolve()).encode()).hexdigest()[:8]
-        model = Path(self.checkpoint_path or "model").stem
+        model = source.stem() if source is not None else "model"
         folder = settings.output_dir(self.settings) / "features"
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{Path(self.dataset_path).name}-{model}-{sha[:12]}-{where}.h5"
 
-    def _open_extracted(self, path: str | Path, sha: str | None) -> None:
-        """Open features this window extracted, unless another checkpoint was opened meanwhile."""
-        if sha != (self.checkpoint_info or {}).get("sha256"):
-            return
+    def _open_extracted(self, path: str | Path) -> None:
+        """Open features this window extracted for what is open now."""
         from dmlviewer.core.evaluate import read_features
 
         try:
@@ -602,17 +972,25 @@ class MainWindow(QMainWindow):
         self._set_features(features, str(path))
 
     def _on_job_finished(self, job, result) -> None:
+        kind, stamp = self._jobs.pop(job.id, (None, None))
+        if kind is None:
+            return  # not one of this window's jobs (the tools have their own)
         if job is self._extract_job:
             self._extract_job = None
+        if job is self._grad_job:
+            self._grad_job = None
+        if not self.session.accepts(stamp):  # the one check: is its dataset and model still open?
+            log.info("dropped the result of %s: its dataset or model is no longer open", job.name)
+            return
+        if kind == "extract":
             path = (result or {}).get("path") if isinstance(result, dict) else None
             if path:
-                self._open_extracted(path, self._extract_sha)
-        elif job is self._grad_job:
-            self._grad_job = None
-            key, result = result if isinstance(result, tuple) else (None, None)
-            self._on_grad_bank(key, result)
+                self._open_extracted(path)
+        elif kind == "grad" and isinstance(result, tuple):
+            self._on_grad_bank(*result)
 
     def _on_job_failed(self, job, text: str) -> None:
+        self._jobs.pop(job.id, None)
         if job is self._extract_job:
             self._extract_job = None
         first, details = errors.split_failure(text)
@@ -622,6 +1000,7 @@ class MainWindow(QMainWindow):
         errors.show_error(self, f"Job failed: {job.name}", first, details)
 
     def _on_job_cancelled(self, job) -> None:
+        self._jobs.pop(job.id, None)
         if job is self._extract_job:
             self._extract_job = None
         elif job is self._grad_job:
@@ -629,12 +1008,29 @@ class MainWindow(QMainWindow):
             self.pair_view.show_grad_progress("cancelled; choose the map again to restart it.")
 
     def _set_features(self, features, path: str | None, chosen: bool = False) -> None:
-        self.features = features
-        self.features_path = path
-        self.settings.setValue("session/features", path or "")
-        self.retrieval.set_features(features, chosen=chosen)
+        self._features_chosen = chosen
+        self.session.set_features(features, path)
+
+    def _on_features_changed(self) -> None:
+        features = self.features
+        self.retrieval.set_features(features, chosen=getattr(self, "_features_chosen", False))
         self.index_keeper.set_features(features)
         self.features_changed.emit(features)
+
+    # -- the last session and the recent models
+    def _remember_session(self, *_args) -> None:
+        """Session event: the last session (``settings.save_session``) follows what is open."""
+        settings.save_session(self.session.to_dict(), self.settings)
+
+    def _last_session(self):
+        """The remembered session (a ``core.session.LastSession``), None when unreadable."""
+        from dmlviewer.core.session import LastSession
+
+        try:
+            return LastSession.from_settings(settings.session_values(self.settings))
+        except ValueError as exc:
+            log.warning("the last session cannot be read: %s", exc)
+            return None
 
     # -- grad-weight transfer
     def _grad_key(self) -> tuple:
@@ -671,7 +1067,8 @@ class MainWindow(QMainWindow):
                 yield event
 
         self._grad_job_key = key
-        self._grad_job = self.runner.submit(f"Grad-CAM weights of {len(train):,} training images", factory)
+        self._grad_job = self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
+                                              f"{Path(self.dataset_path).name} with {self._model_name()}", factory)
         self.pair_view.show_grad_progress(f"computing the Grad-CAM weights of {len(train):,} training images "
                                           "(see View ▸ Jobs)…")
 
@@ -695,19 +1092,20 @@ class MainWindow(QMainWindow):
         if self.query_index is not None and self.reference_index is not None:
             self.set_pair(self.reference_index, self.query_index)
 
-    def _restore_pair(self, previous: dict) -> bool:
-        """Show the last session's pair when the same dataset is opened again."""
+    def _restore_pair(self, previous) -> bool:
+        """Show the last session's pair (``previous``, a ``LastSession``) when the same dataset
+        is opened again."""
         ds = self.dataset
-        if not previous.get("query") or not previous.get("dataset"):
+        if previous is None or not previous.query or not previous.dataset:
             return False
         try:
-            same = Path(previous["dataset"]).resolve() == Path(self.dataset_path).resolve()
+            same = Path(previous.dataset).resolve() == Path(self.dataset_path).resolve()
         except OSError:
             return False
         if not same:
             return False
         index = {p: i for i, p in enumerate(ds.paths)}
-        query, reference = index.get(previous["query"]), index.get(previous.get("reference", ""))
+        query, reference = index.get(previous.query), index.get(previous.reference or "")
         if query is None:
             return False
         self.set_pair(query, reference)
@@ -749,6 +1147,12 @@ class MainWindow(QMainWindow):
                 f"<b>{name}</b>{same} · {file} <span style='color:#888'>#{index}</span>")
 
     def _on_similarity(self, value) -> None:
+        if value is not None and self.pair_view.comparing:  # both models' similarities
+            b = self.pair_view.compare_similarity
+            self.similarity_label.setText(f"A {value:+.4f} · B " + ("…" if b is None else f"{b:+.4f}"))
+            self.similarity_label.setToolTip("cosine similarity of the pair under model A and model B")
+            return
+        self.similarity_label.setToolTip("")
         self.similarity_label.setText("similarity: preparing…" if value is None and self.model is not None
                                       else "" if value is None else f"similarity {value:+.4f}")
 
@@ -781,8 +1185,8 @@ class MainWindow(QMainWindow):
             self.open_dataset(path, fmt)
 
     def _ask_checkpoint(self) -> None:
-        start = settings.start_dir(self.checkpoint_path, *settings.recent("checkpoints", self.settings),
-                                   settings=self.settings)
+        recent = [s.path for s in settings.recent_models(self.settings) if s.kind == "checkpoint"]
+        start = settings.start_dir(self.checkpoint_path, *recent, settings=self.settings)
         path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint", start, "Checkpoints (*.pt *.pth);;All files (*)")
         if path:
             self.open_checkpoint(path)
@@ -803,17 +1207,49 @@ class MainWindow(QMainWindow):
 
     def _fill_recent(self, menu: QMenu, key: str) -> None:
         menu.clear()
+        if key == "models":
+            self._fill_recent_models(menu)
+            return
         items = settings.recent(key, self.settings)
         if not items:
             menu.addAction("(none)").setEnabled(False)
             return
-        opener = {"datasets": self.open_dataset, "checkpoints": self.open_checkpoint,
-                  "features": self.open_features}[key]
+        opener = {"datasets": self.open_dataset, "features": self.open_features}[key]
         for path in items:
             action = menu.addAction(path)
             action.triggered.connect(lambda _=False, p=path: opener(p))
         menu.addSeparator()
         menu.addAction("Clear").triggered.connect(lambda: self.settings.setValue(f"recent/{key}", []))
+
+    def _fill_recent_models(self, menu: QMenu) -> None:
+        """Recent Models: every kind of source, reopened as what it is (in the background)."""
+        from dmlviewer.core.session import kind_words
+
+        sources = settings.recent_models(self.settings)
+        for model, info, source in reversed(self._live_models):
+            action = menu.addAction(f"{source.display()} (Python module, until you quit)")
+            action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_model(m, i, source=s))
+        if not sources and not self._live_models:
+            menu.addAction("(none)").setEnabled(False)
+            return
+        for source in sources:
+            action = menu.addAction(source.display())
+            action.setToolTip(source.path or source.entry or "")
+            action.setStatusTip(f"{kind_words(source.kind)}: {source.path or source.entry}")
+            action.triggered.connect(lambda _=False, s=source: self.open_in_background(model=s))
+        menu.addSeparator()
+        menu.addAction("Clear").triggered.connect(lambda: settings.clear_recent_models(self.settings))
+
+    def _ask_code_model(self) -> None:
+        """File > Open Model from Code (gui/code_model_dialog.py); opened in the background."""
+        from dmlviewer.gui.code_model_dialog import CodeModelDialog
+
+        dialog = CodeModelDialog(self, source=self.model_source if getattr(self.model_source, "kind", "") == "code"
+                                 else None)
+        dialog.source_chosen.connect(lambda source: self.open_in_background(model=source))
+        dialog.setAttribute(Qt.WA_DeleteOnClose)
+        dialog.open()
+        self.code_dialog = dialog
 
     def _save_screenshot(self) -> None:
         start = Path(settings.start_dir(self.settings.value("paths/screenshots", ""), settings=self.settings))
@@ -851,7 +1287,7 @@ class MainWindow(QMainWindow):
         device = str(s.value("options/device", "cpu"))
         index = self.device_combo.findData(device)
         self.device_combo.setCurrentIndex(max(0, index))
-        self.device = self.device_combo.currentData() or "cpu"
+        self.session.set_device(self.device_combo.currentData() or "cpu")
         self.device_label.setText(f"device: {self.device}")
         pv = self.pair_view
         for key, combo in (("method", pv.method_combo), ("sign", pv.sign_combo), ("scale", pv.scale_combo),
@@ -882,6 +1318,11 @@ class MainWindow(QMainWindow):
             clamp_to_screen(self)  # saved on a larger monitor: shrink and move it onto this one
         if isinstance(state, QByteArray):
             self.restoreState(state, STATE_VERSION)
+            if self.width() < self.NARROW_WIDTH:  # restored onto a smaller screen: the pair view first
+                QTimer.singleShot(0, self._default_dock_sizes)
+        from dmlviewer.gui.dock_priority import DockPriority
+
+        self.dock_priority = DockPriority(self)  # a window made narrow later: the docks give way
 
     def _reset_layout(self) -> None:
         for dock, area in ((self.browser_dock, Qt.LeftDockWidgetArea), (self.retrieval_dock, Qt.RightDockWidgetArea),
@@ -889,18 +1330,41 @@ class MainWindow(QMainWindow):
             dock.setFloating(False)
             self.addDockWidget(area, dock)
             dock.show()
+        self.problems_dock.hide()  # shown when there is a problem to list
+        jobs = getattr(getattr(self, "tools", None), "jobs_dock", None)
+        if jobs is not None:  # the status bar shows the running job; the dock opens on demand
+            jobs.setFloating(False)
+            self.addDockWidget(Qt.BottomDockWidgetArea, jobs)
+            jobs.hide()
         self._default_dock_sizes()
 
+    #: Below this window width the Retrieval dock shares the Dataset dock's column (as a tab),
+    #: so that the pair view keeps at least about half of the width (issue 23 item 7).
+    NARROW_WIDTH = 1100
+
     def _default_dock_sizes(self) -> None:
-        """Side docks at a useful width; bottom docks (problems, jobs) share one short strip."""
-        jobs = getattr(self.tools, "jobs_dock", None)
+        """The pair view has priority: side docks at the width they need, one side column on a
+        narrow window; bottom docks (problems, jobs) share one short strip."""
+        jobs = getattr(getattr(self, "tools", None), "jobs_dock", None)
         if jobs is not None and not jobs.isFloating():
-            self.tabifyDockWidget(self.problems_dock, jobs)
-            self.resizeDocks([jobs], [170], Qt.Vertical)
-        # On a small screen the side docks take what they need, the pair view the rest.
-        narrow = self.width() < 1500
-        browser = self.browser.minimumWidth() if narrow else 400
-        self.resizeDocks([self.browser_dock, self.retrieval_dock], [browser, 250 if narrow else 300], Qt.Horizontal)
+            self.tabifyDockWidget(self.problems_dock, jobs)  # hidden until asked for (status bar, View)
+            if jobs.isVisible():
+                self.resizeDocks([jobs], [min(170, self.height() // 5)], Qt.Vertical)
+        compact = self.width() < 1500  # side docks at what they need, the pair view the rest
+        browser = self.browser.minimumWidth() if compact else 400
+        docked = [d for d in (self.browser_dock, self.retrieval_dock) if not d.isFloating()]
+        guard = getattr(self, "dock_priority", None)
+        if guard is not None:
+            guard.narrow = self.width() < self.NARROW_WIDTH
+        if self.width() < self.NARROW_WIDTH and len(docked) == 2:
+            # One column for both: the Retrieval dock becomes a tab beside the Dataset dock.
+            self.tabifyDockWidget(self.browser_dock, self.retrieval_dock)
+            self.browser_dock.raise_()
+            self.resizeDocks([self.browser_dock], [browser], Qt.Horizontal)
+            return
+        if self.retrieval_dock in self.tabifiedDockWidgets(self.browser_dock):  # wide again: its own side
+            self.addDockWidget(Qt.RightDockWidgetArea, self.retrieval_dock)
+        self.resizeDocks([self.browser_dock, self.retrieval_dock], [browser, 250 if compact else 300], Qt.Horizontal)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
@@ -911,10 +1375,24 @@ class MainWindow(QMainWindow):
             if not isinstance(self.settings.value("window/state"), QByteArray):
                 QTimer.singleShot(0, self._default_dock_sizes)
 
+    def _quit(self) -> None:
+        """File > Quit: a person's close (asked about running jobs, as the close button is)."""
+        self._user_close = True
+        try:
+            self.close()
+        finally:
+            self._user_close = False
+
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt API
-        if not confirm_close(self.runner, self):
-            event.ignore()
-            return
+        # Only a person is asked about running jobs (the close button: a spontaneous event, or
+        # File > Quit); a close from code (``view(...).close()``, scripts, tests) cancels them
+        # without asking: nobody may be there to answer a modal box (issue 26 item 6).
+        if event.spontaneous() or self._user_close:
+            if not confirm_close(self.runner, self):
+                event.ignore()
+                return
+        elif self.runner.busy:
+            log.info("window closed from code: cancelling the running jobs")
         self._save_options()
         self.shutdown()
         event.accept()
@@ -928,20 +1406,6 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
-
-
-def _read_dataset(path: str, fmt: str | None):
-    from dmlviewer.core.data import open_dataset
-
-    return open_dataset(path, format=fmt)
-
-
-def _read_features(path: str):
-    """A feature file opened lazily, as File > Open Features opens it (a million rows: the paths
-    and labels, not the 4 GB of embeddings)."""
-    from dmlviewer.core.evaluate import open_features
-
-    return open_features(path)
 
 
 def model_summary(model) -> str:

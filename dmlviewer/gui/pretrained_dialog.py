@@ -42,12 +42,13 @@ class PretrainedDialog(QDialog):
         self.detail = QLabel()
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.list.currentItemChanged.connect(lambda item, _old: self.detail.setText(item.toolTip() if item else ""))
-        self.detail.setText(self.list.currentItem().toolTip() if self.list.currentItem() else "")
         self.list.itemDoubleClicked.connect(lambda _item: self.accept())
         buttons = QDialogButtonBox(QDialogButtonBox.Open | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
+        self.open_button = buttons.button(QDialogButtonBox.Open)
+        self.list.currentItemChanged.connect(lambda _item, _old: self._on_current())
+        self._on_current()
         layout = QVBoxLayout(self)
         layout.addWidget(note)
         layout.addWidget(self.list, 1)
@@ -63,9 +64,20 @@ class PretrainedDialog(QDialog):
                 return
         raise ValueError(f"{name} is not in the list")
 
+    def _available(self, item: QListWidgetItem | None) -> bool:
+        return item is not None and self.problems.get(item.data(Qt.UserRole)) is None
+
+    def _on_current(self) -> None:
+        """Detail line of the current entry; Open only for a backbone whose weights are here."""
+        item = self.list.currentItem()
+        self.detail.setText(item.toolTip() if item else "")
+        self.open_button.setEnabled(self._available(item))
+
     def accept(self) -> None:
         item = self.list.currentItem()
-        self.choice = item.data(Qt.UserRole) if item is not None else None
+        if not self._available(item):  # a double click on a backbone without weights: nothing to open
+            return
+        self.choice = item.data(Qt.UserRole)
         super().accept()
 
 

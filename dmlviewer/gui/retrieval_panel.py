@@ -86,6 +86,7 @@ class RetrievalPanel(QWidget):
 
     reference_chosen = Signal(int)
     extract_requested = Signal()
+    whole_image_chosen = Signal()  # "Whole image": back from a region (the pair view drops its rectangle)
 
     def __init__(self, loader: ThumbnailLoader, parent=None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
@@ -140,7 +141,7 @@ class RetrievalPanel(QWidget):
         loader.ready.connect(lambda _i: self.list.viewport().update())
         self.k_spin.valueChanged.connect(self.refresh)
         self.extract_button.clicked.connect(self.extract_requested)
-        self.whole_button.clicked.connect(lambda: self.set_query(self.query_index))
+        self.whole_button.clicked.connect(self._whole_image)
 
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
@@ -228,6 +229,10 @@ class RetrievalPanel(QWidget):
         self.region = None
         self.whole_button.hide()
         self.refresh()
+
+    def _whole_image(self) -> None:
+        self.set_query(self.query_index)
+        self.whole_image_chosen.emit()
 
     def region_search(self, image: np.ndarray, region: tuple) -> None:
         """Neighbours of the partial feature of ``region = (y0, x0, y1, x1)`` of the query."""
@@ -355,6 +360,9 @@ class RetrievalPanel(QWidget):
             self.list.addItem(item)
             if index >= 0:
                 shown.append(index)
+        # A new result set starts at hit 1 (the list kept the old scroll position, issue 23).
+        self.list.scrollToTop()
+        self.list.horizontalScrollBar().setValue(0)
         self.loader.set_visible("retrieval", shown)
 
     def _on_item(self, item: QListWidgetItem) -> None:

@@ -140,3 +140,53 @@ def add_recent(key: str, path: str | os.PathLike, settings: QSettings | None = N
 def remove_recent(key: str, path: str, settings: QSettings | None = None) -> None:
     settings = settings or app_settings()
     settings.setValue(f"recent/{key}", [p for p in recent(key, settings) if p != path])
+
+
+# -- model sources and the last session (core.session; issue 23 item 2)
+def recent_models(settings: QSettings | None = None) -> list:
+    """The recent models as ``ModelSource``s, newest first: ``recent/models`` (source dicts as
+    JSON) followed by the plain paths of ``recent/checkpoints`` that older versions wrote."""
+    from dmlviewer.core.session import recent_sources
+
+    settings = settings or app_settings()
+    return recent_sources(recent("models", settings) + recent("checkpoints", settings))
+
+
+def add_recent_model(source, settings: QSettings | None = None) -> None:
+    """Remember ``source`` (a ``ModelSource``) first in the recent models."""
+    import json
+
+    from dmlviewer.core.session import add_recent_source
+
+    settings = settings or app_settings()
+    items = add_recent_source(recent("models", settings) + recent("checkpoints", settings), source)
+    settings.setValue("recent/models", [json.dumps(item, sort_keys=True) for item in items])
+    settings.remove("recent/checkpoints")  # folded into recent/models
+
+
+def clear_recent_models(settings: QSettings | None = None) -> None:
+    settings = settings or app_settings()
+    settings.setValue("recent/models", [])
+    settings.remove("recent/checkpoints")
+
+
+#: The settings keys of the last session (``session/last`` is core.session's JSON; the others
+#: are what older versions wrote, still read).
+SESSION_KEYS = ("last", "dataset", "format", "checkpoint", "query", "reference", "features")
+
+
+def session_values(settings: QSettings | None = None) -> dict[str, str]:
+    """The raw text of the last session's settings (untrusted: read it with
+    ``core.session.LastSession.from_settings``)."""
+    settings = settings or app_settings()
+    return {key: str(settings.value(f"session/{key}", "") or "") for key in SESSION_KEYS}
+
+
+def save_session(data: dict, settings: QSettings | None = None) -> None:
+    """Remember ``Session.to_dict()`` as the last session (older keys removed)."""
+    import json
+
+    settings = settings or app_settings()
+    settings.setValue("session/last", json.dumps(data, sort_keys=True))
+    for key in SESSION_KEYS[1:]:
+        settings.remove(f"session/{key}")

@@ -9,8 +9,10 @@ current dataset, checkpoint and features each time it is shown. The tools use th
 window's ``runner``; their results flow back through its public methods (``open_checkpoint``,
 ``set_pair``) and signals.
 
-Used from the main window: ``runner``, ``dataset`` (with ``paths``), ``dataset_path``,
-``dataset_format``, ``checkpoint_path``, ``features_path``, ``open_checkpoint(path)``,
+Used from the main window: ``runner``, and its read-only views of ``main_window.session`` (the
+app's state, ``core.session``): ``dataset`` (with ``paths``), ``dataset_path``,
+``dataset_format``, ``checkpoint_path`` (None for a model from code or a live module),
+``features_path``, ``open_checkpoint(path)``,
 ``set_pair(query_index, reference_index)``, ``add_tool_action(action)``,
 ``add_view_action(dock, text)``, ``addDockWidget(area, dock)``, and for the pair's faithfulness
 ``model``, ``model_lock``, ``device``, ``pair_view`` (``images``, ``set_occlusion_baseline``),

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-from dmlviewer.core.progress import Cancelled, CancelToken, Progress
+from dmlviewer.core.progress import Cancelled, CancelToken, OverallProgress, Progress
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,12 @@ _job_ids = itertools.count(1)
 class Job:
     """One long job: what to run, where it stands and what it said.
 
-    ``progress`` is the last event, ``fraction``/``eta_s`` its progress bar values, ``log``
-    the job's messages (``log`` events and event messages), ``error`` the failure text with
-    the traceback, ``result`` the ``data["result"]`` of its ``done`` event.
+    ``progress`` is the last event; ``fraction`` the job's overall done share across its
+    phases, never moving back (``core.progress.OverallProgress``); ``eta_s`` the last event's
+    estimate while the job runs and nobody asked it to stop (None otherwise: a cancelled job
+    shows no stale ETA); ``log`` the job's messages (``log`` events and event messages),
+    ``error`` the failure text with the traceback, ``result`` the ``data["result"]`` of its
+    ``done`` event.
     """
 
     name: str
@@ -84,14 +87,40 @@ class Job:
     submitted_at: float = field(default_factory=time.time)
     started_at: float | None = None
     ended_at: float | None = None
+    overall: OverallProgress = field(default_factory=OverallProgress, repr=False)
+
+    def record(self, event: Progress) -> None:
+        """Take ``event`` as the job's latest progress (the overall fraction follows it)."""
+        self.progress = event
+        self.overall.update(event)
 
     @property
     def fraction(self) -> float:
-        return self.progress.fraction if self.progress is not None else 0.0
+        return self.overall.value
+
+    @property
+    def percent(self) -> int:
+        """Whole percent done, rounded down: "100" only once the job is done."""
+        return int(100 * self.fraction)
 
     @property
     def eta_s(self) -> float | None:
-        return self.progress.eta_s if self.progress is not None else None
+        if self.progress is None or self.state != JobState.RUNNING or self.cancel_requested:
+            return None
+        return self.progress.eta_s
+
+    def status_text(self) -> str:
+        """One line for the job's state: "42 %, ETA 01:10", "cancelling…", "cancelled", ..."""
+        if self.state == JobState.RUNNING:
+            if self.cancel_requested:
+                return "cancelling…"
+            if self.progress is None:
+                return "starting…"
+            from dmlviewer.gui.widgets import format_eta  # one ETA format in the app
+
+            eta = self.eta_s
+            return f"{self.percent} %" + (f", ETA {format_eta(eta)}" if eta is not None else "")
+        return self.state
 
     @property
     def cancel_requested(self) -> bool:
@@ -479,7 +508,7 @@ class JobRunner(QObject):
         job = thread.job if isinstance(thread, _JobThread) else self._current
         if job is None:
             return
-        job.progress = event
+        job.record(event)
         if event.message and event.kind != "step":
             job.log.append(event.message)
         self.job_progress.emit(job, event)

@@ -160,3 +160,42 @@ def test_columns_follow_the_width_and_keep_the_current_image(qtbot, browser):
         assert browser.model.columns == max(1, browser.view.viewport().width() // cell)
         assert browser.model.position(browser.view.currentIndex()) == 500
         assert browser.position_rect(500).intersects(browser.view.viewport().rect())
+
+
+def test_the_highlight_follows_a_query_picked_elsewhere(qtbot, browser):
+    """Issue 23 item 11: a query chosen outside the browser (the retrieval panel, the embedding
+    view, a restored session) moves the selection onto it and scrolls it into view; no signal
+    of the browser's own fires (nothing loops back)."""
+    browser.set_dataset(fake_listing(1000))
+    chosen = []
+    browser.query_chosen.connect(chosen.append)
+    browser.reference_chosen.connect(chosen.append)
+    QTest.mouseClick(browser.view.viewport(), Qt.LeftButton, Qt.NoModifier, browser.position_rect(2).center())
+    assert chosen == [2]
+    browser.set_marks(2, None)
+    assert browser.model.position(browser.view.currentIndex()) == 2
+    browser.set_marks(700, 2)  # picked elsewhere, far down the list
+    assert browser.model.position(browser.view.currentIndex()) == 700
+    assert browser.view.selectionModel().isSelected(browser.view.currentIndex())
+    assert browser.position_rect(700).intersects(browser.view.viewport().rect())
+    assert chosen == [2]
+    browser.set_marks(None, None)
+    assert not browser.view.currentIndex().isValid() and not browser.view.selectionModel().hasSelection()
+
+
+def test_a_one_result_search_draws_no_empty_tile(qtbot, browser):
+    """The cells after the last image of the grid are blank (a one-result name search showed a
+    grey tile beside its image)."""
+    browser.set_dataset(fake_listing(1000))
+    browser.search.setText("img_000007.jpg")
+    qtbot.waitUntil(lambda: browser.model.count() == 1, timeout=5000)
+    assert browser.model.columns >= 2
+    settle(qtbot, browser)
+    image = browser.view.viewport().grab().toImage()
+    empty = browser.view.visualRect(browser.model.cell(1))
+    tile = browser.view.visualRect(browser.model.cell(0))
+    colours = {image.pixel(x, y) for x in range(empty.left(), empty.right(), 3)
+               for y in range(empty.top(), empty.bottom(), 3)}
+    assert len(colours) == 1  # background only
+    assert len({image.pixel(x, y) for x in range(tile.left(), tile.right(), 3)
+                for y in range(tile.top(), tile.bottom(), 3)}) > 1  # the image's own tile is drawn

@@ -80,7 +80,9 @@ def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, smal
     first.retrieval_dock.hide()
     first.close()
     assert settings.recent("datasets") == [str(Path(demo_root).resolve())]
-    assert settings.recent("checkpoints") == [str(Path(small_ckpt).resolve())]
+    from dmlviewer.core.models.source import ModelSource
+
+    assert settings.recent_models() == [ModelSource("checkpoint", path=str(Path(small_ckpt).resolve()))]
 
     second = MainWindow()
     qtbot.addWidget(second)
@@ -89,7 +91,8 @@ def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, smal
     assert not second.retrieval_dock.isVisible()
     from dmlviewer.gui.app import last_session
 
-    assert last_session()["dataset"] == str(demo_root) and last_session()["checkpoint"] == str(small_ckpt)
+    assert last_session()["dataset"] == str(demo_root)
+    assert last_session()["models"]["primary"] == ModelSource("checkpoint", path=str(small_ckpt))
     second.shutdown()
 
 

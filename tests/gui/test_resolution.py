@@ -147,10 +147,21 @@ def test_missing_torchvision_weights_give_one_dialog_naming_file_and_folder(wind
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
     dialog = PretrainedDialog(window)
     assert dialog.problems["resnet18"] is not None and "resnet18-f37072fd.pth" in dialog.problems["resnet18"]
+    # Issue 23 item 11: Open is disabled for a backbone without weights here, and the line under
+    # the list says which file is missing where; Enter or a double click opens nothing.
+    dialog.select("resnet18")
+    assert not dialog.open_button.isEnabled()
+    assert "resnet18-f37072fd.pth" in dialog.detail.text()
+    dialog.accept()
+    assert dialog.result() != QDialog.Accepted and dialog.choice is None
+    available = [name for name, problem in dialog.problems.items() if problem is None]
+    if available:
+        dialog.select(available[0])
+        assert dialog.open_button.isEnabled()
     dialog.deleteLater()
 
-    _choose(monkeypatch, "resnet18")
-    window.open_pretrained_action.trigger()
+    # The same backbone asked for by name (command line, a recent entry) gives one dialog.
+    assert not window.open_checkpoint("imagenet:resnet18")
     assert window.model is None
     assert len(window.dialogs) == 1
     message = window.dialogs[0][1]

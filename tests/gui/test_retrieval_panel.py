@@ -61,8 +61,68 @@ def test_neighbours_and_region_retrieval(window, demo_root, small_ckpt, wait_rea
     # As in whole-image retrieval, the query itself is not among the results.
     assert window.dataset.paths[window.query_index] not in [r["path"] for r in panel.results]
     assert "region" in panel.header.text() and panel.whole_button.isVisible()
+    assert pane.region_shown
     panel.whole_button.click()
     qtbot.waitUntil(lambda: panel.results == retrieve(window.features, row, panel.k_spin.value()), timeout=10000)
+    # "Whole image" takes the region's rectangle away and disarms region mode.
+    assert not pane.region_shown and not window.pair_view.region_button.isChecked()
+
+
+def test_region_button_shows_when_it_is_armed(window, qtbot):
+    button = window.pair_view.region_button
+    before = button.grab().toImage()
+    button.click()
+    assert button.isChecked() and window.pair_view.panes[0].view.region_mode
+    assert "drag" in button.text()
+    # the toolbar makes room for the longer text (laid out at the next event loop pass): not cut
+    qtbot.waitUntil(lambda: button.fontMetrics().horizontalAdvance(button.text()) < button.width(), timeout=2000)
+    armed = button.grab().toImage()
+    # visibly different: the armed button's most common colour is the region rectangle's cyan
+    from collections import Counter
+
+    def dominant(image):
+        pixels = (image.pixel(x, y) for x in range(image.width()) for y in range(image.height()))
+        return Counter(pixels).most_common(1)[0][0]
+
+    assert dominant(armed) != dominant(before)
+    from PySide6.QtGui import QColor
+
+    c = QColor(dominant(armed))
+    assert c.blue() > 150 and c.green() > 150 and c.red() < 80
+    button.click()
+    assert not button.isChecked() and button.text() == "Region"
+
+
+def test_a_new_result_set_starts_at_hit_one(window, demo_root, small_ckpt, wait_ready, qtbot):
+    """Issue 23 item 6: the list scrolled down for one query shows hit 1 for the next query."""
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    panel = window.retrieval
+    panel.k_spin.setValue(len(window.dataset) - 1)
+    window.retrieval_dock.resize(260, 300)
+    panel.list.setFixedHeight(220)  # room for a row or two: the list scrolls
+    qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value() and not panel.searching, timeout=10000)
+    bar = panel.list.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=5000)
+    bar.setValue(bar.maximum())
+    assert not panel.list.viewport().rect().intersects(panel.list.visualItemRect(panel.list.item(0)))
+    first = panel.results
+    other = next(i for i in range(len(window.dataset)) if i != window.query_index)
+    window.set_pair(other, None)
+    qtbot.waitUntil(lambda: panel.results != first and not panel.searching, timeout=10000)
+    assert bar.value() == 0
+    assert panel.list.viewport().rect().contains(panel.list.visualItemRect(panel.list.item(0)))
+
+
+def test_a_one_result_search_shows_one_tile(window, demo_root, small_ckpt, wait_ready, qtbot):
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    panel = window.retrieval
+    panel.k_spin.setValue(1)
+    qtbot.waitUntil(lambda: len(panel.results) == 1 and not panel.searching, timeout=10000)
+    assert panel.list.count() == 1
 
 
 def test_hover_benchmark_measures_real_events(qapp):

@@ -219,8 +219,8 @@ def test_jobs_view_lists_queue_and_shows_failure_text(qtbot, runner):
     qtbot.waitUntil(lambda: queued.state == JobState.FAILED, timeout=5000)
     view.refresh()
     names = [view.tree.topLevelItem(i).text(0) for i in range(view.tree.topLevelItemCount())]
-    assert names == ["second", "first"]  # ended jobs, newest first
-    view.tree.setCurrentItem(view.tree.topLevelItem(0))
+    assert names == ["first", "second"]  # in the order submitted: a new job is appended below
+    view.tree.setCurrentItem(view.tree.topLevelItem(1))
     assert "ValueError: the job broke on purpose" in view.log.toPlainText()
     assert "Traceback" in view.log.toPlainText()
     assert not view.cancel_button.isEnabled()
@@ -240,3 +240,105 @@ def test_shutdown_reports_the_end_at_once(qtbot, runner, tmp_path):
     assert confirm_close(runner, ask=lambda text: pytest.fail("nothing runs: no question"))
     qtbot.wait(50)
     assert cancelled == [queued, job], "the queued end signal is not reported twice"
+
+
+def _two_phases(cancel, first: int = 13, second: int = 50, gate: threading.Event | None = None):
+    """A job of two phases that each count from 0 (as training's steps, then its evaluation)."""
+    for k in range(1, first + 1):
+        yield Progress("step", k, first, "phase one", eta_s=100.0)
+    for k in range(1, second + 1):
+        if gate is not None and k == 3:
+            gate.wait(5)
+        cancel.raise_if_cancelled()
+        yield Progress("step", k, second, "phase two", eta_s=164.0)
+    yield Progress("done", data={"result": "ok"})
+
+
+def test_a_two_phase_job_shows_overall_progress_that_never_moves_back(qtbot, runner):
+    """Issue 23 item 11: 12/13 of the first phase is 92 %; the second phase starting at 1/50
+    must not pull the bar back to 2 % (or 42 %, as it did for training's evaluation)."""
+    fractions: list[float] = []
+    runner.job_progress.connect(lambda job, ev: fractions.append(job.fraction))
+    with qtbot.waitSignal(runner.job_finished, timeout=5000):
+        job = runner.submit("two phases", _two_phases)
+    assert len(fractions) == 13 + 50 + 1
+    assert all(b >= a for a, b in zip(fractions, fractions[1:]))
+    assert fractions[11] == pytest.approx(12 / 13)
+    assert fractions[13] >= 12 / 13  # the second phase's first step
+    assert fractions[-2] < 1.0 and fractions[-1] == 1.0 and job.fraction == 1.0
+
+
+def test_jobs_with_an_overall_fraction_are_shown_by_it(qtbot, runner):
+    """Training gives ``data["overall"]``; the jobs view and the status bar show that, not the
+    evaluation pass's own count."""
+    from dmlviewer.gui.jobs_view import JobsView
+
+    view = JobsView(runner)
+    qtbot.addWidget(view)
+    gate = threading.Event()
+
+    def training(cancel):
+        yield Progress("step", 90, 100, data={"overall": 0.9})
+        yield Progress("evaluate", 3, 10, data={"overall": 0.93})  # 30 % of the evaluation pass
+        gate.wait(5)
+
+    job = runner.submit("train", training)
+    qtbot.waitUntil(lambda: job.progress is not None and job.progress.kind == "evaluate", timeout=5000)
+    view.refresh()
+    assert view.tree.topLevelItem(0).text(2) == "93%"
+    gate.set()
+
+
+def test_after_cancel_no_stale_percentage_or_eta(qtbot, runner):
+    from dmlviewer.gui.job_status import JobStatus
+    from dmlviewer.gui.jobs_view import JobsView
+
+    status = JobStatus(runner)
+    view = JobsView(runner)
+    qtbot.addWidget(status)
+    qtbot.addWidget(view)
+    gate = threading.Event()
+    job = runner.submit("extract features", functools.partial(_two_phases, gate=gate))
+    qtbot.waitUntil(lambda: job.progress is not None and job.progress.message == "phase two", timeout=5000)
+    status.refresh()
+    view.refresh()
+    assert status.label.text() == "extract features: 99 %, ETA 02:44" and not status.bar.isHidden()
+    assert view.tree.topLevelItem(0).text(3) == "02:44"
+    runner.cancel(job)
+    status.refresh()
+    view.refresh()
+    assert job.eta_s is None and status.label.text() == "extract features: cancelling…"
+    assert view.tree.topLevelItem(0).text(3) == ""
+    gate.set()
+    qtbot.waitUntil(lambda: job.state == JobState.CANCELLED, timeout=5000)
+    status.refresh()
+    view.refresh()
+    assert status.label.text() == "extract features: cancelled" and status.bar.isHidden()
+    row = [view.tree.topLevelItem(0).text(c) for c in range(4)]
+    assert row == ["extract features", "cancelled", "", ""]
+
+
+def test_the_jobs_list_keeps_the_running_job_in_sight(qtbot, runner):
+    from dmlviewer.gui.jobs_view import JobsView
+
+    view = JobsView(runner)
+    qtbot.addWidget(view)
+    view.resize(400, 160)
+    view.show()
+    for k in range(30):  # a history longer than the list is high
+        with qtbot.waitSignal(runner.job_finished, timeout=5000):
+            runner.submit(f"quick {k}", functools.partial(jobs.counting_job, 1))
+    gate = threading.Event()
+
+    def blocked(cancel):
+        yield Progress("step", 1, 2)
+        gate.wait(5)
+
+    running = runner.submit("the running one", blocked)
+    qtbot.waitUntil(lambda: running.progress is not None, timeout=5000)
+    view.refresh()
+    rows = [view.tree.topLevelItem(i).text(0) for i in range(view.tree.topLevelItemCount())]
+    assert rows[-1] == "the running one"  # appended below the others
+    item = view.tree.topLevelItem(len(rows) - 1)
+    assert view.tree.viewport().rect().intersects(view.tree.visualItemRect(item))
+    gate.set()

@@ -1,0 +1,472 @@
+"""The app's state as one headless object that the widgets observe (issue 23), in the manner of
+napari's ``ViewerModel``: the dataset, the models in named slots, the pair, the feature file and
+the device live here, and every change is announced once through :attr:`Session.events`.
+
+- **Slots** hold a model with its ``info`` (from :func:`~dmlviewer.core.models.open_model`) and
+  the :class:`~dmlviewer.core.models.source.ModelSource` it was opened from: ``"primary"`` (the
+  model on screen) and ``"compare"`` (reserved for model comparison, issue 24).
+- **Generation**: a counter bumped whenever the dataset or a model changes. A background job
+  takes a :meth:`Session.stamp` when it starts; :meth:`Session.accepts` is the one check whether
+  its result still belongs to what is open (results for a dataset or model that was closed
+  meanwhile are dropped; no panel keeps its own check).
+- **Last session**: :meth:`Session.to_dict` gives what can be reopened in another process
+  (dataset path and format, each persistent slot's ``ModelSource.to_dict()``, the pair as
+  dataset-relative paths, the feature file); :meth:`Session.from_dict` reads it back as a
+  :class:`LastSession`, checking every field, since settings text is untrusted.
+- **Recent models**: :func:`add_recent_source` and :func:`recent_sources` keep a list of model
+  source dicts, newest first, without duplicates.
+
+No Qt here (a test enforces it), and no torch at import time: the app imports this module on its
+GUI thread before torch is loaded; ``ModelSource`` (whose package imports torch) is imported
+where a source is read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from dmlviewer.core.models.source import ModelSource
+
+log = logging.getLogger(__name__)
+
+#: The model slots: the model on screen, and the second model of a comparison (issue 24).
+SLOTS = ("primary", "compare")
+#: Dataset formats a remembered session may name (``core.data`` detects them from the folder).
+DATASET_FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
+#: Entries kept in the recent-models list.
+RECENT_MODELS = 10
+#: The longest path text accepted from settings.
+_MAX_TEXT = 4096
+
+
+class SessionError(ValueError):
+    """A remembered session that cannot be used as given (one line saying which field)."""
+
+
+# -- events -----------------------------------------------------------------------------------
+
+class Emitter:
+    """One event: callbacks connected to it are called, in order, with what :meth:`emit` gets."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._callbacks: list[Callable[..., Any]] = []
+
+    def connect(self, callback: Callable[..., Any]) -> Callable[..., Any]:
+        """Call ``callback`` on every emission (once, however often it is connected)."""
+        if callback not in self._callbacks:
+            self._callbacks.append(callback)
+        return callback
+
+    def disconnect(self, callback: Callable[..., Any]) -> None:
+        if callback in self._callbacks:
+            self._callbacks.remove(callback)
+
+    def emit(self, *args: Any) -> None:
+        for callback in list(self._callbacks):
+            callback(*args)
+
+
+class SessionEvents:
+    """The session's events: ``dataset()``, ``model(slot)``, ``pair()``, ``features()``,
+    ``device()``; each fires once per change, after the state has changed."""
+
+    NAMES = ("dataset", "model", "pair", "features", "device")
+
+    def __init__(self) -> None:
+        self.dataset = Emitter("dataset")
+        self.model = Emitter("model")
+        self.pair = Emitter("pair")
+        self.features = Emitter("features")
+        self.device = Emitter("device")
+
+
+# -- state ------------------------------------------------------------------------------------
+
+@dataclass
+class ModelSlot:
+    """A model open in a slot: the model, ``info`` from ``open_model`` and its source."""
+
+    model: Any
+    info: dict
+    source: "ModelSource | None" = None
+
+    @property
+    def sha256(self) -> str | None:
+        return self.info.get("sha256") or None
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a job's result belongs to: the generation when it started, the dataset (resolved
+    path) and the model (weights' sha256) of ``slot``."""
+
+    generation: int
+    dataset: str | None
+    model_sha: str | None
+    slot: str = "primary"
+
+
+class Session:
+    """The app's state (see the module docstring). Change it through the ``set_*`` methods only,
+    so that every observer hears of it."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.events = SessionEvents()
+        self.dataset: Any = None
+        self.dataset_path: str | None = None
+        self.dataset_format: str | None = None
+        self.slots: dict[str, ModelSlot] = {}
+        self.query_index: int | None = None
+        self.reference_index: int | None = None
+        self.features: Any = None
+        self.features_path: str | None = None
+        self.device: str = device
+        self.generation = 0
+
+    # -- the primary slot, as most callers see it
+    def slot(self, name: str = "primary") -> ModelSlot | None:
+        return self.slots.get(name)
+
+    @property
+    def model(self) -> Any:
+        slot = self.slots.get("primary")
+        return None if slot is None else slot.model
+
+    @property
+    def model_info(self) -> dict | None:
+        slot = self.slots.get("primary")
+        return None if slot is None else slot.info
+
+    @property
+    def model_source(self) -> "ModelSource | None":
+        slot = self.slots.get("primary")
+        return None if slot is None else slot.source
+
+    # -- changes
+    def set_dataset(self, dataset: Any, path: str | None, fmt: str | None = None) -> None:
+        """Open ``dataset`` (read from ``path``; ``fmt`` the format asked for, None: detected).
+        The pair is cleared (its indices belonged to the previous dataset)."""
+        self.dataset, self.dataset_path, self.dataset_format = dataset, path, fmt or None
+        self.generation += 1
+        had_pair = self.query_index is not None or self.reference_index is not None
+        self.query_index = self.reference_index = None
+        self.events.dataset.emit()
+        if had_pair:
+            self.events.pair.emit()
+
+    def set_model(self, model: Any, info: dict | None = None, source: "ModelSource | None" = None,
+                  slot: str = "primary") -> None:
+        """Put ``model`` into ``slot`` (None empties the slot)."""
+        if slot not in SLOTS:
+            raise ValueError(f"unknown model slot {slot!r}: one of {', '.join(SLOTS)}")
+        if model is None:
+            if self.slots.pop(slot, None) is None:
+                return
+        else:
+            self.slots[slot] = ModelSlot(model, dict(info or {}), source)
+        self.generation += 1
+        self.events.model.emit(slot)
+
+    def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
+        if (query_index, reference_index) == (self.query_index, self.reference_index):
+            return
+        self.query_index, self.reference_index = query_index, reference_index
+        self.events.pair.emit()
+
+    def set_features(self, features: Any, path: str | None) -> None:
+        if features is self.features and path == self.features_path:
+            return
+        self.features, self.features_path = features, path
+        self.events.features.emit()
+
+    def set_device(self, device: str) -> None:
+        if device == self.device:
+            return
+        self.device = device
+        self.events.device.emit()
+
+    # -- jobs
+    def stamp(self, slot: str = "primary") -> Stamp:
+        """What a job started now works for (keep it with the job; see :meth:`accepts`)."""
+        model = self.slots.get(slot)
+        return Stamp(self.generation, _dataset_key(self.dataset_path), None if model is None else model.sha256, slot)
+
+    def accepts(self, stamp: Stamp | None) -> bool:
+        """May a result made under ``stamp`` be shown? True while nothing changed since, or when
+        the same dataset and the same model weights are open again; False for the results of a
+        dataset or model that is no longer open."""
+        if stamp is None:
+            return False
+        if stamp.generation == self.generation:
+            return True
+        now = self.stamp(stamp.slot)
+        return (stamp.dataset, stamp.model_sha) == (now.dataset, now.model_sha) and stamp.model_sha is not None
+
+    # -- the last session
+    def to_dict(self) -> dict:
+        """What the last session reopens (see :class:`LastSession`); live modules are left out."""
+        models = {name: slot.source.to_dict() for name, slot in self.slots.items()
+                  if slot.source is not None and slot.source.persistent}
+        paths = getattr(self.dataset, "paths", None)
+
+        def rel(index: int | None) -> str | None:
+            return None if index is None or paths is None else str(paths[index])
+
+        return LastSession(self.dataset_path, self.dataset_format, models, rel(self.query_index),
+                           rel(self.reference_index), self.features_path).to_dict()
+
+    @staticmethod
+    def from_dict(data: Any) -> "LastSession":
+        """The last session from settings (a dict or its JSON text), every field checked;
+        :class:`SessionError` with one line for a value that cannot be right."""
+        return LastSession.from_dict(data)
+
+
+@dataclass
+class LastSession:
+    """A remembered session, not yet opened: paths and model sources."""
+
+    dataset: str | None = None
+    format: str | None = None
+    models: dict = field(default_factory=dict)  # slot -> ModelSource (dicts in to_dict)
+    query: str | None = None
+    reference: str | None = None
+    features: str | None = None
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"version": 1}
+        for key in ("dataset", "format", "query", "reference", "features"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        models = {name: (source if isinstance(source, dict) else source.to_dict())
+                  for name, source in self.models.items()}
+        if models:
+            out["models"] = models
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "LastSession":
+        from dmlviewer.core.models.errors import ModelError
+        from dmlviewer.core.models.source import ModelSource
+
+        if isinstance(data, (str, bytes)):
+            if len(data) > 16 * _MAX_TEXT:
+                raise SessionError("the remembered session is too long to be one")
+            try:
+                data = json.loads(data)
+            except ValueError:
+                raise SessionError("the remembered session is not JSON") from None
+        if not isinstance(data, dict):
+            raise SessionError(f"the remembered session is a {type(data).__name__}, not an object")
+        out: dict[str, Any] = {}
+        for key in ("dataset", "format", "query", "reference", "features"):
+            value = data.get(key)
+            if value in (None, ""):
+                continue
+            if not isinstance(value, str) or len(value) > _MAX_TEXT or "\x00" in value:
+                raise SessionError(f"the remembered session has a bad {key!r}")
+            out[key] = value
+        if out.get("format") and out["format"] not in DATASET_FORMATS:
+            raise SessionError(f"the remembered session has an unknown dataset format {out['format']!r:.40}")
+        models = data.get("models") or {}
+        if not isinstance(models, dict):
+            raise SessionError("the remembered session's models are not an object")
+        out["models"] = {}
+        for name, value in models.items():
+            if name not in SLOTS:
+                raise SessionError(f"the remembered session has an unknown model slot {str(name)[:40]!r}")
+            try:
+                out["models"][name] = ModelSource.from_dict(value)
+            except ModelError as exc:
+                raise SessionError(f"the remembered session's {name} model: {exc}") from None
+        return cls(**out)
+
+    @classmethod
+    def from_settings(cls, values: dict) -> "LastSession":
+        """From the app's settings: ``session/last`` (this module's JSON) when present, else
+        the keys older versions wrote (``dataset``, ``format``, ``checkpoint`` as a plain path
+        or ``imagenet:NAME``, ``query``, ``reference``, ``features``)."""
+        if values.get("last"):
+            return cls.from_dict(values["last"])
+        old = {key: values.get(key) or None for key in ("dataset", "format", "query", "reference", "features")}
+        if values.get("checkpoint"):
+            old["models"] = {"primary": values["checkpoint"]}
+        return cls.from_dict(old)
+
+
+def _dataset_key(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve())
+    except OSError:
+        return str(path)
+
+
+# -- recent models ----------------------------------------------------------------------------
+
+def recent_sources(items: Iterable[Any]) -> list["ModelSource"]:
+    """The model sources of a remembered recent list (dicts, their JSON text, or plain paths
+    written by older versions), newest first; entries that cannot be read are skipped (logged)."""
+    from dmlviewer.core.models.errors import ModelError
+    from dmlviewer.core.models.source import ModelSource
+
+    out: list[ModelSource] = []
+    seen: set[str] = set()
+    for item in items or []:
+        try:
+            source = _normalized(ModelSource.from_dict(item))
+        except (ModelError, TypeError, ValueError) as exc:
+            log.warning("skipping a remembered model: %s", exc)
+            continue
+        key = source.to_json()
+        if key not in seen:
+            seen.add(key)
+            out.append(source)
+    return out
+
+
+def add_recent_source(items: Iterable[Any], source: "ModelSource", limit: int = RECENT_MODELS) -> list[dict]:
+    """``source`` first, then the other remembered sources (no duplicates, at most ``limit``),
+    as dicts; a live module (``kind="python"``) leaves the list as it was."""
+    known = recent_sources(items)
+    if source.persistent:
+        source = _normalized(source)
+        known = [source] + [s for s in known if s.to_json() != source.to_json()]
+    return [s.to_dict() for s in known[:limit]]
+
+
+def _normalized(source: "ModelSource") -> "ModelSource":
+    """The same source with its files as absolute paths (so one file is one entry)."""
+    from dataclasses import replace
+
+    def absolute(path: str | None) -> str | None:
+        if not path:
+            return path
+        try:
+            return str(Path(path).expanduser().resolve())
+        except OSError:
+            return path
+
+    if source.kind == "checkpoint":
+        return replace(source, path=absolute(source.path))
+    if source.kind == "code":
+        entry = source.entry or ""
+        file, _, name = entry.rpartition(":")
+        if file.endswith(".py"):
+            entry = f"{absolute(file)}:{name}"
+        return replace(source, entry=entry, weights=absolute(source.weights))
+    return source
+
+
+# -- reading what a session names (on a loading thread) ----------------------------------------
+
+def open_source(source: "ModelSource", device: str = "cpu") -> tuple[Any, dict]:
+    """``(model, info)`` of ``source`` on ``device`` (a device saved on another machine falls
+    back to the CPU); a file the source needs and that is gone is named in one line."""
+    from dmlviewer.core.models import ModelError, resolve_device
+
+    missing = source.missing()
+    if missing:
+        raise ModelError(missing)  # "checkpoint not found: PATH"
+    try:
+        device = str(resolve_device(device))
+    except ValueError:
+        device = "cpu"
+    return source.open(device)
+
+
+def read_session_files(dataset: str | None = None, fmt: str | None = None, model: Any = None,
+                       features: str | None = None, last_session: dict | None = None,
+                       demo: Callable[[], tuple] | None = None, device: str = "cpu",
+                       step: Callable[[str], None] = lambda text: None) -> dict:
+    """Read the files of a session, for the app's loading thread (torch is imported here).
+
+    ``model``: a ``ModelSource``, its dict, or a checkpoint path / ``imagenet:NAME``.
+    ``last_session``: the raw settings of the last session (:meth:`LastSession.from_settings`),
+    used when its dataset still exists, else ``demo`` (a function giving ``(dataset folder,
+    checkpoint or None)``) is opened instead. ``step(text)`` reports each step.
+
+    Returns ``{"format", "errors": [(title, exception, source or None)], "model": ((model, info),
+    source), "dataset": (dataset, path), "features": (features, path), "notice": text}`` with the
+    keys of what was read; nothing raises (every failure is an entry of ``errors``, whose title
+    says what could not be opened)."""
+    from dmlviewer.core.models.source import ModelSource
+
+    result: dict = {"errors": [], "format": fmt}
+    sources: list[tuple[str, ModelSource]] = []  # (title of the error, source); the last one is opened
+    if last_session is not None:
+        try:
+            record = LastSession.from_settings(last_session)
+        except ValueError as exc:
+            result["errors"].append(("Cannot restore the last session", exc, None))
+            record = None
+        if record is not None and record.dataset and Path(record.dataset).exists():
+            dataset, demo, result["format"] = record.dataset, None, record.format
+            features = record.features if record.features and Path(record.features).exists() else None
+            if record.models.get("primary") is not None:
+                sources.append(("Cannot reopen the last session's model", record.models["primary"]))
+        elif record is not None and record.dataset:
+            result["notice"] = f"The last session's dataset {record.dataset} is gone: opened the demo."
+    if model is not None:
+        try:
+            if isinstance(model, ModelSource):
+                source = model
+            elif isinstance(model, dict):
+                source = ModelSource.from_dict(model)
+            else:
+                source = ModelSource.from_text(str(model))
+            sources.append((f"Cannot open {_KIND_WORDS.get(source.kind, 'model')}", source))
+        except ValueError as exc:
+            result["errors"].append(("Cannot open model", exc, None))
+    if demo is not None:
+        try:
+            step("Preparing the demo dataset (generated on the first start, a few seconds)…")
+            root, shipped = demo()
+            dataset = str(root)
+            if not sources and shipped:
+                sources.append(("Cannot open checkpoint", ModelSource.from_text(str(shipped))))
+            if shipped is None:
+                result["notice"] = " ".join(filter(None, (result.get("notice"), "No demo checkpoint in this build "
+                                                          "(resources/demo_checkpoint.pt): open a checkpoint.")))
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            result["errors"].append(("Cannot prepare the demo", exc, None))
+    for title, source in sources[-1:]:
+        step(f"Loading the model {source.display()}…")
+        try:
+            result["model"] = (open_source(source, device), source)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            result["errors"].append((title, exc, source))
+    for key, title, path in (("dataset", "Cannot open dataset", dataset), ("features", "Cannot open features", features)):
+        if not path:
+            continue
+        step(f"Loading the {key} {Path(path).name}…")
+        path = str(Path(path).expanduser())
+        try:
+            if key == "dataset":
+                from dmlviewer.core.data import open_dataset
+
+                result[key] = (open_dataset(path, format=result["format"]), path)
+            else:  # lazily, as File > Open Features opens it (the paths, not the embeddings)
+                from dmlviewer.core.evaluate import open_features
+
+                result[key] = (open_features(path), path)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            result["errors"].append((title, exc, None))
+    return result
+
+
+#: How each kind of model source is named in error titles ("Cannot open checkpoint").
+_KIND_WORDS = {"checkpoint": "checkpoint", "pretrained": "pretrained backbone", "code": "model from code",
+               "python": "model"}
+
+
+def kind_words(kind: str) -> str:
+    """A kind of model source in words, for error titles."""
+    return _KIND_WORDS.get(kind, "model")

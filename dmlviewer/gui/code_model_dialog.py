@@ -1,0 +1,169 @@
+"""File > Open Model from Code: the code-and-weights door of the app (issue 22 item 1).
+
+The architecture comes from the user's own Python, the way timm, Lightning and OML build their
+models: a callable named ``file.py:NAME`` or ``package.module:NAME``, called with keyword
+arguments (JSON), then a weights file read with ``weights_only=True``, and optionally the layer
+whose map is explained. The dialog says plainly that the file is run as Python code, as running
+one's own script does. The names offered for the callable are read from the file's syntax tree
+(nothing is run before Open). The fields are checked when Open is pressed, never per keystroke;
+Open emits a ``ModelSource(kind="code")`` that the main window opens in the background and
+remembers in the recent models and the last session.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit,
+                               QVBoxLayout, QWidget)
+
+from dmlviewer.gui.training_dialog import PathEdit
+
+log = logging.getLogger(__name__)
+
+PYTHON_FILTER = "Python files (*.py);;All files (*)"
+WEIGHTS_FILTER = "Weights (*.pth *.pt *.bin *.ckpt *.safetensors);;All files (*)"
+#: Largest module file whose names are listed (its syntax tree is parsed, not run).
+_MAX_SOURCE_BYTES = 2_000_000
+#: The sentence that says what Open does with the file.
+RUNS_CODE = ("Open runs this file (or imports this module) as Python code, just as running your own "
+             "script would: open only code you trust. The weights file is read as tensors only, "
+             "nothing in it is run.")
+
+
+def callables_in(path: str | Path) -> list[str]:
+    """The public top-level functions and classes of the Python file ``path``, read from its
+    syntax tree without running it (``[]`` when it cannot be read or parsed)."""
+    path = Path(path)
+    try:
+        if path.suffix != ".py" or not path.is_file() or path.stat().st_size > _MAX_SOURCE_BYTES:
+            return []
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    return [node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
+
+
+def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = ""):
+    """A ``ModelSource(kind="code")`` from the dialog's fields; ``ValueError`` with one line
+    saying which field to change."""
+    from dmlviewer.core.models.source import ModelSource
+
+    module, name = module.strip(), name.strip()
+    head, sep, tail = module.rpartition(":")
+    if sep and tail.isidentifier() and (head.endswith(".py") or all(p.isidentifier() for p in head.split("."))):
+        module, name = head, tail  # "file.py:NAME" or "package.module:NAME" typed in one field
+    if not module:
+        raise ValueError("choose the Python file (file.py) or type the module (package.module) that builds the model")
+    if module.endswith(".py"):
+        file = Path(module).expanduser()
+        if not file.is_file():
+            raise ValueError(f"the Python file {file} does not exist")
+        module = str(file.resolve())
+    elif not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"{module[:80]!r} is neither a .py file nor a module name like package.module")
+    if not name.isidentifier():
+        raise ValueError("name the function or class that returns the model (e.g. build_model)")
+    args: dict = {}
+    if args_text.strip():
+        try:
+            args = json.loads(args_text)
+        except ValueError as exc:
+            raise ValueError(f"the keyword arguments are not JSON: {exc}") from None
+        if not isinstance(args, dict):
+            raise ValueError('the keyword arguments must be a JSON object, e.g. {"num_classes": 0}')
+    weights = weights.strip()
+    if weights:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise ValueError(f"the weights file {path} does not exist")
+        weights = str(path.resolve())
+    options = {"feature_layer": feature_layer.strip()} if feature_layer.strip() else {}
+    return ModelSource("code", entry=f"{module}:{name}", args=args, weights=weights or None, options=options)
+
+
+class CodeModelDialog(QDialog):
+    """The dialog (see the module docstring); ``source_chosen(ModelSource)`` on Open."""
+
+    source_chosen = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None, source=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Open Model from Code")
+        self.source = None
+        warning = QLabel(RUNS_CODE)
+        warning.setWordWrap(True)
+        warning.setObjectName("runsCode")
+        self.module = PathEdit("file", "Python file that builds the model", PYTHON_FILTER)
+        self.module.edit.setPlaceholderText("my_models.py, or package.module")
+        self.module.changed.connect(self._list_names)
+        self.name = QComboBox()
+        self.name.setEditable(True)
+        self.name.lineEdit().setPlaceholderText("build_model")
+        self.name.setToolTip("The function or class that returns the torch.nn.Module")
+        self.args = QLineEdit()
+        self.args.setPlaceholderText('{"num_classes": 0}   (JSON, optional)')
+        self.weights = PathEdit("file", "Weights file (optional)", WEIGHTS_FILTER)
+        self.weights.edit.setPlaceholderText("optional: a state dict, read as tensors only")
+        self.feature_layer = QLineEdit()
+        self.feature_layer.setPlaceholderText("optional: automatic (the last spatial map)")
+        form = QFormLayout()
+        form.addRow("Python file or module", self.module)
+        form.addRow("Function or class", self.name)
+        form.addRow("Keyword arguments", self.args)
+        form.addRow("Weights file", self.weights)
+        form.addRow("Feature layer", self.feature_layer)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #eb5757")
+        self.error.hide()
+        self.buttons = QDialogButtonBox(QDialogButtonBox.Open | QDialogButtonBox.Cancel)
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(warning)
+        layout.addLayout(form)
+        layout.addWidget(self.error)
+        layout.addWidget(self.buttons)
+        if source is not None and source.kind == "code":
+            self.set_source(source)
+
+    def set_source(self, source) -> None:
+        """Fill the fields from a code ``ModelSource``."""
+        module, _, name = (source.entry or "").rpartition(":")
+        self.module.setText(module)
+        self.name.setEditText(name)
+        self.args.setText(json.dumps(source.args) if source.args else "")
+        self.weights.setText(source.weights or "")
+        self.feature_layer.setText(str(source.options.get("feature_layer") or ""))
+
+    def _list_names(self) -> None:
+        """Offer the file's public functions and classes (read from its syntax tree)."""
+        current = self.name.currentText()
+        names = callables_in(self.module.text().rpartition(":")[0] if ":" in self.module.text()
+                             and not self.module.text().endswith(".py") else self.module.text())
+        self.name.blockSignals(True)
+        self.name.clear()
+        self.name.addItems(names)
+        builder = next((n for n in names if n.lower().startswith(("build", "create", "make", "get"))),
+                       names[0] if names else current)
+        self.name.setEditText(current if current in names or not names else builder)
+        self.name.blockSignals(False)
+
+    def accept(self) -> None:
+        """Check the fields (only now), then emit the source and close."""
+        try:
+            self.source = code_source(self.module.text(), self.name.currentText(), self.args.text(),
+                                      self.weights.text(), self.feature_layer.text())
+        except ValueError as exc:
+            self.error.setText(str(exc))
+            self.error.show()
+            return
+        self.error.hide()
+        super().accept()
+        self.source_chosen.emit(self.source)

@@ -1,0 +1,135 @@
+"""The status bar's side of long work and messages (issue 23 items 7 and 11).
+
+:class:`JobStatus` shows the running job in the status bar: its name, its overall progress
+(``Job.fraction``, which never moves back across phases), "ETA" while it runs, "cancelling…"
+once asked to stop, and the last job's end ("cancelled", "failed") when nothing runs; a
+"Jobs" button opens the Jobs dock on demand, so the dock can stay hidden and the pair view
+keeps the height. :class:`MessageStatusBar` draws temporary messages (hover read-outs,
+notices) in a label that elides long text in the middle, with the whole text as its tooltip,
+instead of cutting it ("[pinne"); :class:`FittedLabel` does the same for the permanent labels.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
+
+from dmlviewer.gui.widgets import ElidedLabel
+from dmlviewer.gui.worker import Job, JobRunner, JobState
+
+
+#: Width the status bar's message keeps on a narrow window (the permanent labels elide first).
+MESSAGE_MIN_WIDTH = 240
+
+
+class FittedLabel(ElidedLabel):
+    """An elided one-line label that asks for its text's width, up to ``max_width``."""
+
+    def __init__(self, text: str = "", max_width: int = 260, mode: Qt.TextElideMode = Qt.ElideMiddle,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(text, mode, parent)
+        self.max_width = max_width
+        self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        super().setText(text)
+        self.updateGeometry()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        margins = self.contentsMargins()
+        width = self.fontMetrics().horizontalAdvance(self.text()) + margins.left() + margins.right() + 2
+        return QSize(min(width, self.max_width), super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        return QSize(min(self.sizeHint().width(), 40), super().minimumSizeHint().height())
+
+
+class MessageStatusBar(QStatusBar):
+    """A status bar whose temporary message is an eliding label (see the module docstring).
+    ``currentMessage``/``showMessage``/``clearMessage`` behave as QStatusBar's."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message_label = ElidedLabel("", Qt.ElideMiddle)
+        self.message_label.setObjectName("statusMessage")
+        self.message_label.setContentsMargins(4, 0, 4, 0)
+        self.message_label.setMinimumWidth(MESSAGE_MIN_WIDTH)  # the labels beside it give way first
+        # A permanent widget: QStatusBar hides its normal widgets while a message shows.
+        self.addPermanentWidget(self.message_label, 1)
+        self.messageChanged.connect(self.message_label.setText)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """No message text of QStatusBar's own (it would be cut, not elided): the label draws it."""
+        QWidget.paintEvent(self, event)
+
+
+class JobStatus(QWidget):
+    """The running job in the status bar (see the module docstring). ``open_requested`` asks
+    for the Jobs dock."""
+
+    open_requested = Signal()
+    REFRESH_MS = 250
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.label = FittedLabel("", max_width=320, mode=Qt.ElideRight)
+        self.label.setObjectName("jobStatusLabel")
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.bar.setFixedSize(110, 14)
+        self.button = QToolButton()
+        self.button.setText("Jobs")
+        self.button.setAutoRaise(True)
+        self.button.setToolTip("Show the Jobs dock: the queue, the recent jobs and their logs")
+        self.button.clicked.connect(self.open_requested)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 0, 4, 0)
+        row.setSpacing(6)
+        row.addWidget(self.label)
+        row.addWidget(self.bar)
+        row.addWidget(self.button)
+        self._last_ended: Job | None = None
+        self._dirty = True
+        self._timer = QTimer(self)
+        self._timer.setInterval(self.REFRESH_MS)
+        self._timer.timeout.connect(self._refresh_if_dirty)
+        self._timer.start()
+        runner.queue_changed.connect(self.refresh)
+        runner.job_progress.connect(self._mark_dirty)
+        for signal in (runner.job_finished, runner.job_failed, runner.job_cancelled):
+            signal.connect(self._on_ended)
+        self.refresh()
+
+    def _mark_dirty(self, *_args) -> None:
+        self._dirty = True
+
+    def _refresh_if_dirty(self) -> None:
+        if self._dirty:
+            self.refresh()
+
+    def _on_ended(self, job: Job, *_args) -> None:
+        self._last_ended = job
+        self.refresh()
+
+    def text(self) -> str:
+        """What the label says (also its tooltip)."""
+        job = self.runner.current
+        queued = len(self.runner.jobs) - (1 if job is not None else 0)
+        more = f" (+{queued} queued)" if queued else ""
+        if job is not None:
+            return f"{job.name}: {job.status_text()}{more}"
+        last = self._last_ended
+        if last is not None and last.state in (JobState.CANCELLED, JobState.FAILED):
+            return f"{last.name}: {last.state}"
+        return ""
+
+    def refresh(self) -> None:
+        self._dirty = False
+        job = self.runner.current
+        self.label.setText(self.text())
+        self.bar.setVisible(job is not None)
+        if job is not None:
+            self.bar.setValue(int(round(1000 * job.fraction)))
+            self.bar.setToolTip(f"{job.percent} % of '{job.name}'")

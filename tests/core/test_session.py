@@ -1,0 +1,175 @@
+"""The headless session model (core.session): events, the generation check, the last session and
+recent models, and hostile settings text."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from dmlviewer.core.models.source import ModelSource
+from dmlviewer.core.session import (LastSession, Session, SessionError, Stamp, add_recent_source,
+                                    recent_sources)
+
+
+def _dataset(n: int = 4):
+    return SimpleNamespace(paths=[f"c{i}/img{i}.jpg" for i in range(n)])
+
+
+def _record(session: Session) -> dict[str, list]:
+    heard: dict[str, list] = {name: [] for name in ("dataset", "model", "pair", "features", "device")}
+    for name, calls in heard.items():
+        getattr(session.events, name).connect(lambda *args, c=calls: c.append(args))
+    return heard
+
+
+def test_each_change_fires_its_event_once(tmp_path):
+    s = Session()
+    heard = _record(s)
+    s.set_dataset(_dataset(), str(tmp_path), "cub")
+    s.set_pair(1, 2)
+    s.set_pair(1, 2)  # no change: no event
+    s.set_model(object(), {"sha256": "a" * 64}, ModelSource("pretrained", path="imagenet:resnet18"))
+    s.set_features("F", str(tmp_path / "f.h5"))
+    s.set_features("F", str(tmp_path / "f.h5"))
+    s.set_device("cpu")  # already
+    s.set_device("cuda:0")
+    assert {k: len(v) for k, v in heard.items()} == {"dataset": 1, "model": 1, "pair": 1, "features": 1, "device": 1}
+    assert heard["model"] == [("primary",)]
+    # A new dataset clears the pair (its indices were the old dataset's), said once.
+    s.set_dataset(_dataset(), str(tmp_path), None)
+    assert (s.query_index, s.reference_index) == (None, None)
+    assert len(heard["dataset"]) == 2 and len(heard["pair"]) == 2
+    s.set_model(None, slot="compare")  # an empty slot emptied: nothing changed
+    assert len(heard["model"]) == 1
+    with pytest.raises(ValueError, match="slot"):
+        s.set_model(object(), {}, slot="third")
+
+
+def test_results_of_a_closed_dataset_or_model_are_refused(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    s = Session()
+    s.set_dataset(_dataset(), str(tmp_path / "a"))
+    s.set_model(object(), {"sha256": "1" * 64})
+    stamp = s.stamp()
+    assert s.accepts(stamp)
+    generation = s.generation
+    s.set_pair(0, 1)
+    s.set_device("cuda:0")
+    assert s.generation == generation and s.accepts(stamp)  # neither changes what results belong to
+
+    s.set_dataset(_dataset(), str(tmp_path / "b"))  # another dataset: the old job's result is stale
+    assert s.generation > generation and not s.accepts(stamp)
+    s.set_dataset(_dataset(), str(tmp_path / "a"))  # the same folder and the same weights again
+    assert s.accepts(stamp)
+    s.set_model(object(), {"sha256": "2" * 64})  # another model
+    assert not s.accepts(stamp)
+    assert not s.accepts(None)
+    # A job of the compare slot is judged by that slot's model.
+    s.set_model(object(), {"sha256": "3" * 64}, slot="compare")
+    compare = s.stamp("compare")
+    s.set_model(object(), {"sha256": "4" * 64})
+    assert not s.accepts(Stamp(0, compare.dataset, "1" * 64))  # the first primary model is gone
+    assert s.accepts(compare)  # the compare model and dataset are still the same
+
+
+@pytest.mark.parametrize("source", [
+    ModelSource("checkpoint", path="/runs/a/checkpoint.pt"),
+    ModelSource("pretrained", path="imagenet:efficientnet_lite0"),
+    ModelSource("code", entry="/home/u/my_models.py:build", args={"depth": 18, "name": "x"},
+                weights="/home/u/w.pth", options={"feature_layer": "layer4"}),
+    ModelSource("code", entry="mypackage.models:Net"),
+])
+def test_the_last_session_round_trips_every_model_source(tmp_path, source):
+    s = Session()
+    s.set_dataset(_dataset(), str(tmp_path), "folder")
+    s.set_model(object(), {"sha256": "a" * 64}, source)
+    s.set_pair(2, 3)
+    s.set_features(object(), str(tmp_path / "f.h5"))
+    data = s.to_dict()
+    text = json.dumps(data)  # settings hold it as text
+    back = Session.from_dict(text)
+    assert back == LastSession(str(tmp_path), "folder", {"primary": source}, "c2/img2.jpg", "c3/img3.jpg",
+                               str(tmp_path / "f.h5"))
+    assert back.models["primary"].kind == source.kind  # imagenet: stays a pretrained backbone
+    assert Session.from_dict(back.to_dict()) == back
+
+
+def test_a_live_module_is_not_persisted_and_settings_of_older_versions_still_read(tmp_path):
+    s = Session()
+    s.set_model(object(), {"sha256": "a" * 64}, ModelSource("python", label="MyNet"))
+    assert "models" not in s.to_dict()
+    old = LastSession.from_settings({"dataset": str(tmp_path), "format": "", "checkpoint": "imagenet:resnet18",
+                                     "query": "a.jpg", "features": ""})
+    assert old.models["primary"] == ModelSource("pretrained", path="imagenet:resnet18")
+    assert old.dataset == str(tmp_path) and old.format is None and old.query == "a.jpg" and old.features is None
+    path = LastSession.from_settings({"checkpoint": str(tmp_path / "c.pt")})
+    assert path.models["primary"] == ModelSource("checkpoint", path=str(tmp_path / "c.pt"))
+    new = LastSession.from_settings({"last": json.dumps(s.to_dict()), "checkpoint": "/ignored.pt"})
+    assert new.models == {}
+
+
+@pytest.mark.parametrize("value, says", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "not an object"),
+    (42, "not an object"),
+    ({"dataset": 5}, "'dataset'"),
+    ({"dataset": "a\x00b"}, "'dataset'"),
+    ({"query": "x" * 5000}, "'query'"),
+    ({"format": "../../etc"}, "format"),
+    ({"models": ["a.pt"]}, "models"),
+    ({"models": {"third": {"kind": "checkpoint", "path": "a.pt"}}}, "slot"),
+    ({"models": {"primary": {"kind": "python", "label": "x"}}}, "cannot be reopened"),
+    ({"models": {"primary": {"kind": "code"}}}, "no entry"),
+    ({"models": {"primary": {"kind": "code", "entry": "m.py:f", "args": "rm -rf"}}}, "'args'"),
+    ({"models": {"primary": {"kind": "checkpoint", "path": ["a"]}}}, "'path'"),
+    ("x" * 100_000, "too long"),
+])
+def test_hostile_settings_are_refused_with_one_line(value, says):
+    with pytest.raises(SessionError) as info:
+        Session.from_dict(value)
+    message = str(info.value)
+    assert says in message and "\n" not in message and len(message) < 300
+
+
+def test_recent_models_newest_first_without_duplicates(tmp_path):
+    ckpt = tmp_path / "a.pt"
+    items: list = [str(ckpt), "imagenet:resnet18", {"kind": "python"}, 17]
+    sources = recent_sources(items)  # the old plain paths read; what cannot be read is skipped
+    assert [s.kind for s in sources] == ["checkpoint", "pretrained"]
+    code = ModelSource("code", entry=f"{tmp_path}/m.py:build", weights=str(tmp_path / "w.pth"))
+    items = add_recent_source(items, code)
+    assert [d["kind"] for d in items] == ["code", "checkpoint", "pretrained"]
+    items = add_recent_source(items, ModelSource("checkpoint", path=str(tmp_path / "." / "a.pt")))
+    assert [d["kind"] for d in items] == ["checkpoint", "code", "pretrained"]  # the same file, moved up
+    items = add_recent_source(items, ModelSource("python", label="live"))
+    assert len(items) == 3  # a live module is not remembered
+    for i in range(12):
+        items = add_recent_source(items, ModelSource("checkpoint", path=str(tmp_path / f"{i}.pt")), limit=5)
+    assert len(items) == 5 and items[0]["path"] == str(tmp_path / "11.pt")
+    assert all(isinstance(json.dumps(d), str) for d in items)
+
+
+def test_reading_a_last_session_whose_dataset_is_gone_opens_the_demo_and_says_so(tmp_path):
+    from dmlviewer.core.data import make_demo_data
+    from dmlviewer.core.session import read_session_files
+
+    demo = tmp_path / "demo"
+    make_demo_data(demo, classes=2, per_class=2, size=32, seed=0)
+    steps: list[str] = []
+    gone = {"last": json.dumps({"dataset": str(tmp_path / "gone"), "models": {"primary": {"kind": "checkpoint",
+                                                                                        "path": "/x.pt"}}})}
+    result = read_session_files(last_session=gone, demo=lambda: (demo, None), step=steps.append)
+    assert result["dataset"][1] == str(demo) and "model" not in result
+    assert f"dataset {tmp_path / 'gone'} is gone" in result["notice"] and "No demo checkpoint" in result["notice"]
+    assert result["errors"] == [] and any("demo" in s for s in steps)
+    # The dataset is there, the model is not: the dataset opens and the model's failure is named.
+    here = {"last": json.dumps({"dataset": str(demo), "format": "cub",
+                                "models": {"primary": {"kind": "checkpoint", "path": str(tmp_path / "x.pt")}}})}
+    result = read_session_files(last_session=here, demo=lambda: (tmp_path / "never", None))
+    assert result["dataset"][1] == str(demo)
+    [(title, exc, source)] = result["errors"]
+    assert title == "Cannot reopen the last session's model" and str(exc) == f"checkpoint not found: {tmp_path / 'x.pt'}"
+    assert source.kind == "checkpoint"

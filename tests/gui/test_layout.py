@@ -1,0 +1,171 @@
+"""The main window's layout on small screens (issue 23 item 7): the pair view has priority.
+
+At 800 x 600 (the offscreen default) and 1366 x 768 the pair view's image panes keep a usable
+size, the docks give way first (the Retrieval dock becomes a tab beside the Dataset dock on a
+narrow window), the Jobs dock is hidden and the running job shows in the status bar, whose
+messages are elided with their whole text as tooltip instead of being cut.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+
+from dmlviewer.core.progress import Progress
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def sized_window(qtbot, dialogs, demo_root, small_ckpt, wait_ready):
+    """``sized_window(w, h)``: a main window shown at that size with the demo pair ready."""
+    from dmlviewer.gui.main_window import MainWindow
+
+    made = []
+
+    def make(width: int, height: int):
+        win = MainWindow()
+        qtbot.addWidget(win)
+        win.resize(width, height)
+        win.show()
+        qtbot.waitExposed(win)
+        qtbot.wait(50)  # the first layout pass (dock sizes apply once the window has its size)
+        assert win.open_checkpoint(small_ckpt) and win.open_dataset(demo_root)
+        wait_ready(win.pair_view)
+        qtbot.wait(50)
+        made.append(win)
+        return win
+
+    yield make
+    for win in made:
+        win.runner.cancel_all()
+        win.shutdown()
+
+
+def _left_in(widget, window) -> int:
+    return widget.mapTo(window, QPoint(0, 0)).x()
+
+
+@pytest.mark.parametrize("size", [(800, 600), (1366, 768)])
+def test_the_pair_view_keeps_a_usable_size_and_the_docks_give_way(sized_window, size):
+    width, height = size
+    win = sized_window(width, height)
+    assert (win.width(), win.height()) == size
+    q, r = win.pair_view.panes
+    # Both image panes together hold at least 45 % of the width, each a usable picture.
+    assert q.width() + r.width() >= 0.45 * width
+    for pane in (q, r):
+        assert pane.graphics.width() >= 0.2 * width and pane.graphics.height() >= 0.45 * height
+    # Docks gave way: the Jobs and Problems docks are hidden, the side docks stay at their minimum.
+    assert not win.tools.jobs_dock.isVisible() and not win.problems_dock.isVisible()
+    assert win.browser_dock.width() <= win.browser.minimumWidth() + 20
+    if width < win.NARROW_WIDTH:
+        # one column of docks: Retrieval is a tab beside Dataset
+        assert win.tabifiedDockWidgets(win.browser_dock) == [win.retrieval_dock]
+    else:
+        assert win.retrieval_dock.isVisible() and win.retrieval_dock.width() <= 260
+        assert _left_in(win.retrieval_dock, win) > _left_in(r, win) + r.width() - 5
+
+
+def test_the_running_job_shows_in_the_status_bar_and_opens_the_jobs_dock(sized_window, qtbot):
+    win = sized_window(1366, 768)
+    gate = threading.Event()
+
+    def job(cancel):
+        yield Progress("step", 3, 10, "working", eta_s=30.0)
+        gate.wait(10)
+
+    running = win.runner.submit("Extract features: demo (small.pt)", job)
+    qtbot.waitUntil(lambda: running.progress is not None, timeout=5000)
+    status = win.job_status
+    status.refresh()
+    assert status.isVisible() and status.bar.isVisible() and status.bar.value() == 300
+    assert status.label.text() == "Extract features: demo (small.pt): 30 %, ETA 00:30"
+    assert not win.tools.jobs_dock.isVisible()
+    status.button.click()
+    assert win.tools.jobs_dock.isVisible()
+    tree = win.tools.jobs_dock.view.tree
+    item = tree.topLevelItem(tree.topLevelItemCount() - 1)
+    assert item.text(0).startswith("Extract features")
+    gate.set()
+    qtbot.waitUntil(lambda: not win.runner.busy, timeout=5000)
+
+
+def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_window):
+    win = sized_window(1366, 768)
+    text = ("query (120, 45): this position explains +1.25% of the similarity " + "x" * 200
+            + "   [pinned, Esc to release]")
+    bar = win.statusBar()
+    bar.showMessage(text)
+    label = bar.message_label
+    assert bar.currentMessage() == text and label.text() == text and label.toolTip() == text
+    assert label.isVisible() and label.width() < label.fontMetrics().horizontalAdvance(text)
+    shown = label.fontMetrics().elidedText(text, label.mode, label.contentsRect().width())
+    assert "…" in shown and shown.endswith("Esc to release]")  # the end is kept, not cut ("[pinne")
+    # the permanent labels sit beside the message, never over it
+    right = label.geometry().right()
+    for widget in (win.job_status, win.similarity_label, win.dataset_label, win.model_label, win.device_label):
+        if widget.isVisible():
+            assert widget.geometry().left() > right
+    bar.clearMessage()
+    assert label.text() == ""
+
+
+def test_the_panes_do_not_jump_while_a_map_computes_or_a_pair_prepares(sized_window, qtbot):
+    """Computing a map (here grad-weight transfer's Grad-CAM weights) shows a note on the panes
+    and hides the overlay, and preparing a pair changes the read-out line: neither moves or
+    resizes the photographs (the colour bar keeps its place, the read-out its height)."""
+    win = sized_window(1366, 768)
+    view = win.pair_view
+    q, r = view.panes
+
+    def geometry():
+        return [(p.graphics.geometry(), p.view.sceneBoundingRect(), tuple(map(tuple, p.view.viewRange())))
+                for p in (q, r)]
+
+    before = geometry()
+    view.show_grad_progress("12 / 40 images")  # as the job reports (overlay cleared, note shown)
+    view.method_combo.blockSignals(True)
+    view.set_method("grad_transfer")
+    view.method_combo.blockSignals(False)
+    view.show_grad_progress("12 / 40 images")
+    qtbot.wait(50)
+    assert not q.colorbar_shown and q.message.isVisible()
+    assert geometry() == before
+    view._set_state("preparing")
+    qtbot.wait(50)
+    assert geometry() == before
+
+
+def test_the_read_out_under_the_panes_shows_whole_lines_and_elides_the_rest(sized_window):
+    from dmlviewer.gui.pair_view import INFO_LINES
+
+    win = sized_window(800, 600)
+    info = win.pair_view.info
+    full = info.text()
+    assert full.startswith("Similarity (cosine)") and full in info.toolTip()
+    shown = info.visible_text().split("\n")
+    assert len(shown) <= INFO_LINES
+    assert all(info.fontMetrics().horizontalAdvance(line) <= info.contentsRect().width() for line in shown)
+    flags = int(info.alignment() | Qt.TextWordWrap)
+    needed = info.fontMetrics().boundingRect(info.contentsRect(), flags, full).height()
+    if needed > info.contentsRect().height():  # too long for three lines here: the last one ends in "…"
+        assert shown[-1].endswith("…")
+    else:
+        assert " ".join(shown).split() == full.split()
+
+
+def test_a_window_made_narrow_later_gives_the_width_to_the_pair_view(sized_window, qtbot):
+    win = sized_window(1366, 768)
+    assert win.retrieval_dock not in win.tabifiedDockWidgets(win.browser_dock)
+    q, r = win.pair_view.panes
+    win.resize(800, 600)
+    qtbot.waitUntil(lambda: win.retrieval_dock in win.tabifiedDockWidgets(win.browser_dock), timeout=2000)
+    qtbot.wait(50)
+    assert q.width() + r.width() >= 0.45 * 800
+    win.resize(1366, 768)  # wide again: Retrieval back on its own side
+    qtbot.waitUntil(lambda: win.retrieval_dock not in win.tabifiedDockWidgets(win.browser_dock), timeout=2000)
+    qtbot.wait(50)
+    assert win.retrieval_dock.isVisible() and q.width() + r.width() >= 0.45 * 1366
