@@ -18,17 +18,26 @@ import pyqtgraph as pg
 SEQUENTIAL = {"jet": None, "inferno": "inferno", "viridis": "viridis", "turbo": "turbo", "plasma": "plasma"}
 #: The diverging map used for signed display (negative blue, positive red).
 DIVERGING = "CET-D1"
+#: Maps without their dark low end (label -> pyqtgraph map, where its colours start): over a
+#: photograph a weak value is then tinted with a visible colour as it fades in, instead of
+#: darkening what is under it.
+LIGHT = {"viridis (light)": ("viridis", 0.3)}
+#: The overlay of maps shown without hover (the group tab's decomposition and attention maps):
+#: transparent at zero, blue-green to yellow above; it stands out on the red, orange and skin
+#: tones of most objects, where inferno's dark low end hid a weak map and its orange high end
+#: blended into a red body.
+STATIC_OVERLAY = "viridis (light)"
 
 
 def _rgb(name: str) -> np.ndarray:
     """256 x 3 uint8 colours of map ``name``."""
-    pg_name = SEQUENTIAL.get(name, name)
+    pg_name, start = LIGHT.get(name, (SEQUENTIAL.get(name, name), 0.0))
     if pg_name is None:  # jet is not among pyqtgraph's maps; the core has it (OpenCV's)
         from dmlviewer.core.explain.hover import colormap_lut
 
         return colormap_lut("jet")[:, :3].copy()
     cmap = pg.colormap.get(pg_name)
-    return np.asarray(cmap.getLookupTable(0.0, 1.0, 256, alpha=False), dtype=np.uint8)[:, :3]
+    return np.asarray(cmap.getLookupTable(start, 1.0, 256, alpha=False), dtype=np.uint8)[:, :3]
 
 
 def overlay_lut(name: str, signed: bool = False, ramp: float = 2.0) -> np.ndarray:

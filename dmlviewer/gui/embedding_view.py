@@ -33,8 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.core.progress import CancelToken, Progress
-from dmlviewer.gui.training_dialog import PLOT_BACKGROUND, PathEdit, no_si_prefix
-from dmlviewer.gui.widgets import fit_to_screen, guard_wheel
+from dmlviewer.gui.widgets import PLOT_BACKGROUND, PathEdit, fit_to_screen, guard_wheel, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ headers) or exported as CSV.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import logging
 from dataclasses import dataclass, field
@@ -26,8 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.training_dialog import PathEdit, format_eta
-from dmlviewer.gui.widgets import fit_to_screen, guard_wheel
+from dmlviewer.gui.widgets import PathEdit, fit_to_screen, format_eta, guard_wheel, keep_in_front
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -111,12 +111,47 @@ class EvaluationInputs(QWidget):
             self.dataset_format = dataset_format
 
     def problems(self) -> list[str]:
+        """What stops a run, one line each: checked when a run is asked for (a button), never
+        per keystroke, and never raising, whatever the fields hold."""
+        from dmlviewer.core.files import file_problem
+
         out = []
-        if not Path(self.checkpoint.text()).is_file():
-            out.append(f"checkpoint not found: {self.checkpoint.text() or '(none chosen)'}")
-        if not Path(self.dataset.text()).is_dir():
-            out.append(f"dataset folder not found: {self.dataset.text() or '(none chosen)'}")
+        checkpoint, dataset = self.checkpoint.text(), self.dataset.text()
+        problem = file_problem(checkpoint) if checkpoint else "none chosen"
+        if problem:
+            out.append(f"checkpoint {checkpoint}: {problem}" if checkpoint else "checkpoint: none chosen")
+        problem = folder_problem(dataset) if dataset else "none chosen"
+        if problem:
+            out.append(f"dataset folder {dataset}: {problem}" if dataset else "dataset folder: none chosen")
         return out
+
+
+def folder_problem(path: str) -> str | None:
+    """Why ``path`` is not an existing folder ("not found", "not a folder", "file name too
+    long", ...), or ``None``; never raises."""
+    import os
+    import stat
+
+    try:
+        return None if stat.S_ISDIR(os.stat(path).st_mode) else "not a folder"
+    except (FileNotFoundError, NotADirectoryError):
+        return "not found"
+    except ValueError:
+        return "invalid file name"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+
+
+def features_file_problem(path: str) -> str | None:
+    """Why an HDF5 features file cannot be written at ``path``, or ``None``; never raises."""
+    from dmlviewer.core.files import output_problem
+
+    if not path:
+        return "choose where to write the features file"
+    try:
+        return output_problem(path, "features file")
+    except (OSError, ValueError) as exc:
+        return f"features file {path}: {getattr(exc, 'strerror', None) or exc}"
 
 
 class MetricsTable(QTableWidget):
@@ -249,6 +284,7 @@ class EvaluationView(QWidget):
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Evaluation")
+        keep_in_front(self)
         self.runner = runner
         self.job: Job | None = None
         self._pending: dict[int, MetricsColumn] = {}
@@ -257,6 +293,7 @@ class EvaluationView(QWidget):
         self.out = PathEdit("save", "Save features as", "HDF5 features (*.h5)")
         self.inputs.form.addRow("Features file", self.out)
         self.run_button = QPushButton("Evaluate")
+        self.run_button.setToolTip("Check the fields and extract the split's features into the features file")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
@@ -290,8 +327,6 @@ class EvaluationView(QWidget):
 
         self.inputs.changed.connect(self._suggest_out)
         self.inputs.split.currentTextChanged.connect(self._suggest_out)
-        self.inputs.changed.connect(self._update_buttons)
-        self.out.changed.connect(self._update_buttons)
         self.run_button.clicked.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
         self.add_button.clicked.connect(self._ask_features)
@@ -310,28 +345,43 @@ class EvaluationView(QWidget):
         self.inputs.set_sources(checkpoint, dataset, dataset_format)
 
     def _suggest_out(self) -> None:
+        """Propose ``<checkpoint>-<split>.h5`` for an existing checkpoint file, unless the user
+        chose another features file (a half-typed path proposes nothing and never raises)."""
+        from dmlviewer.core.files import file_problem
+
         checkpoint = self.inputs.checkpoint.text()
-        if checkpoint and (not self.out.text() or self.out.text() == self._suggested):
+        if not checkpoint or file_problem(checkpoint) or (self.out.text() and self.out.text() != self._suggested):
+            return
+        try:
             self._suggested = default_features_path(checkpoint, self.inputs.split.currentText())
-            self.out.setText(self._suggested)
+        except (OSError, ValueError, RuntimeError) as exc:  # a name the output folder cannot take
+            log.debug("no features file proposed for %r: %s", checkpoint, exc)
+            return
+        self.out.setText(self._suggested)
 
     def problems(self) -> list[str]:
         out = self.inputs.problems()
-        if not self.out.text():
-            out.append("choose where to write the features file")
+        problem = features_file_problem(self.out.text())
+        if problem:
+            out.append(problem)
         return out
 
     def _update_buttons(self) -> None:
         running = self.job is not None and not self.job.ended
-        problems = self.problems()
-        self.run_button.setEnabled(not running and not problems)
-        self.run_button.setToolTip("\n".join(problems))
+        self.run_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
         self.remove_button.setEnabled(bool(self.table.columns))
 
     # -- running
     def start(self) -> Job | None:
-        if self.problems() or (self.job is not None and not self.job.ended):
+        """Check the fields (the problems go to the status line) and run the evaluation."""
+        if self.job is not None and not self.job.ended:
+            return None
+        problems = self.problems()
+        if problems:
+            self.status.setText("<span style='color:#eb5757'>Cannot evaluate: "
+                                f"{html.escape('; '.join(problems))}</span>")
+            self.status.setToolTip("")
             return None
         from dmlviewer.core.evaluate import evaluate
 

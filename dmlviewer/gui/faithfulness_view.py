@@ -7,9 +7,10 @@ Deletion: the query's cells are replaced by the baseline in the order a map rank
 cosine similarity to the reference is recorded (a faithful map makes it fall fast: low area);
 insertion puts them back into the all-baseline query (rises fast: high area). ``random`` is the
 floor (grey, dashed) and ``oracle`` the greedy ceiling (white, dashed). Plot styling is the tool
-windows' dark one (``training_dialog.PALETTE``, ``PLOT_BACKGROUND``, ``no_si_prefix``); methods
-past the palette's length are drawn dotted. The AUC table is the legend: its method names carry
-the curves' colours, and selecting a row draws that method's curves bold.
+windows' one (``widgets.style_plot``): each method has its own colour *and* line style
+(``widgets.series_pen``) and is named in a legend on each plot and in the AUC table by its
+display name (the pair view's, "Decomposition+Bias"); selecting a table row draws that method's
+curves bold.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import threading
 from typing import Any, Iterator, Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QTextDocumentFragment
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap, QTextDocumentFragment
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QHBoxLayout, QHeaderView, QLabel, QProgressBar, QPushButton,
     QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
@@ -28,34 +29,74 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_STEPS
 from dmlviewer.core.progress import CancelToken, Progress
-from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
+from dmlviewer.gui.widgets import PLOT_BACKGROUND, LegendStrip, format_eta, series_color, series_pen, style_plot
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
 #: reference orders: colour and dash
 REFERENCE_STYLE = {"random": ("#9e9e9e", Qt.DashLine), "oracle": ("#ffffff", Qt.DashLine)}
+#: display names of the maps that are not the pair view's methods
+EXTRA_LABELS = {"point_to_point": "Point-to-point", "random": "Random order (floor)",
+                "oracle": "Greedy oracle (ceiling)"}
 
 
-def method_color(index: int, method: str) -> str:
-    return REFERENCE_STYLE[method][0] if method in REFERENCE_STYLE else PALETTE[index % len(PALETTE)]
+def method_label(method: str) -> str:
+    """Display name of a scored map: the pair view's ("Decomposition+Bias"), "Group 2" for
+    ``group_1``, the reference orders spelled out."""
+    from dmlviewer.core.explain.faithfulness import GROUP_PREFIX
+    from dmlviewer.gui.pair_view import METHODS
+
+    if method.startswith(GROUP_PREFIX) and method[len(GROUP_PREFIX):].isdigit():
+        return f"Group {int(method[len(GROUP_PREFIX):]) + 1}"
+    return dict(METHODS).get(method) or EXTRA_LABELS.get(method) or method.replace("_", " ")
 
 
-def method_dash(index: int, method: str) -> Qt.PenStyle:
-    if method in REFERENCE_STYLE:
-        return REFERENCE_STYLE[method][1]
-    return Qt.SolidLine if index < len(PALETTE) else Qt.DotLine
+def method_pens(methods: Sequence[str], width: float = 2.0) -> dict[str, QPen]:
+    """One pen per method: the reference orders their fixed grey/white dashes, every other
+    method the next colour and line style of the plot style (``series_pen``; the reference
+    orders' colours are left out, so no method looks like the floor or the ceiling)."""
+    reserved = {color.lower() for color, _ in REFERENCE_STYLE.values()}
+    pens, k = {}, 0
+    for method in methods:
+        if method in REFERENCE_STYLE:
+            color, style = REFERENCE_STYLE[method]
+            pens[method] = series_pen(0, width, color=color, style=style)
+            continue
+        while series_color(k).lower() in reserved:
+            k += 1
+        pens[method] = series_pen(k, width)
+        k += 1
+    return pens
+
+
+def pen_icon(pen: QPen, width: int = 34, height: int = 12) -> QIcon:
+    """A sample of ``pen``'s line on the plots' background (the AUC table's legend)."""
+    pixmap = QPixmap(width, height)
+    pixmap.fill(QColor(PLOT_BACKGROUND))
+    painter = QPainter(pixmap)
+    sample = QPen(pen)
+    sample.setWidthF(2.0)
+    painter.setPen(sample)
+    painter.drawLine(2, height // 2, width - 2, height // 2)
+    painter.end()
+    return QIcon(pixmap)
+
+
+def describe_dash(style: Qt.PenStyle) -> str:
+    return {Qt.SolidLine: "solid", Qt.DashLine: "dashed", Qt.DotLine: "dotted", Qt.DashDotLine: "dash-dot",
+            Qt.DashDotDotLine: "dash-dot-dot"}.get(style, "") + " line"
 
 
 class FaithfulnessPlots(QWidget):
-    """Deletion and insertion curves side by side, one line per method."""
+    """Deletion and insertion curves side by side, one line per method, and their legend
+    below both (a legend inside a plot covered the curves of a dozen maps)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.plots = {}
         self.curves: dict[str, list[pg.PlotDataItem]] = {}
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
         for kind, title, tip in (
                 ("deletion", "Deletion (lower area is better)",
                  "The query's cells are replaced by the baseline, most relevant first"),
@@ -63,32 +104,38 @@ class FaithfulnessPlots(QWidget):
                  "The query's cells are put back into the all-baseline query, most relevant first")):
             plot = pg.PlotWidget(title=title)
             plot.setToolTip(tip)
-            plot.setBackground(PLOT_BACKGROUND)
+            style_plot(plot)
             plot.setLabel("bottom", "fraction of the query's cells")
             plot.setLabel("left", "cosine similarity to the reference")
-            plot.showGrid(x=True, y=True, alpha=0.2)
             plot.setXRange(0, 1)
-            no_si_prefix(plot)
             self.plots[kind] = plot
-            layout.addWidget(plot)
+            row.addWidget(plot)
+        self.legend = LegendStrip(columns=5)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addLayout(row, 1)
+        layout.addWidget(self.legend)
 
     def show_curves(self, rows: Sequence[dict]) -> None:
-        """``rows``: dicts with ``method fractions deletion insertion`` (the colours follow the
+        """``rows``: dicts with ``method fractions deletion insertion`` (the pens follow the
         rows' order, as in :class:`AucTable`)."""
         self.curves = {}
+        pens = method_pens([row["method"] for row in rows])
         for kind, plot in self.plots.items():
-            plot.clear()
-            for i, row in enumerate(rows):
-                pen = pg.mkPen(method_color(i, row["method"]), width=2, style=method_dash(i, row["method"]))
-                item = plot.plot(row["fractions"], row[kind], pen=pen)
+            plot.clear()  # the legend's entries too
+            for row in rows:
+                item = plot.plot(row["fractions"], row[kind], pen=pens[row["method"]],
+                                 name=method_label(row["method"]))
                 self.curves.setdefault(row["method"], []).append(item)
             plot.enableAutoRange(axis="y")
+        self.legend.set_items([(self.curves[row["method"]][0], method_label(row["method"])) for row in rows])
 
     def highlight(self, method: str | None) -> None:
         """Draw ``method``'s curves bold and on top (``None``: all alike)."""
         for name, items in self.curves.items():
             for item in items:
-                pen = pg.mkPen(item.opts["pen"])
+                pen = QPen(item.opts["pen"])
                 pen.setWidthF(4.0 if name == method else 2.0)
                 item.setPen(pen)
                 item.setZValue(10 if name == method else 0)
@@ -112,27 +159,29 @@ class AucTable(QTableWidget):
         self.setColumnCount(len(headers))
         self.setHorizontalHeaderLabels(headers)
         self.setRowCount(len(rows))
+        pens = method_pens([row["method"] for row in rows])
         for i, row in enumerate(rows):
-            cells = [row["method"], *self._scores(row)]
+            cells = [method_label(row["method"]), *self._scores(row)]
             if different is not None:
                 cells += self._scores(different[i])
             for j, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if j == 0:
-                    item.setForeground(pg.mkColor(method_color(i, row["method"])))
-                    dash = method_dash(i, row["method"])
-                    item.setToolTip("dotted line" if dash == Qt.DotLine else "dashed line" if dash == Qt.DashLine
-                                    else "solid line")
+                    pen = pens[row["method"]]
+                    item.setData(Qt.UserRole, row["method"])
+                    item.setIcon(pen_icon(pen))  # its curves' colour and line style
+                    item.setToolTip(f"{row['method']}: {describe_dash(pen.style())}")
                 else:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.setItem(i, j, item)
-        header = self.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        # the names are never cut off: every column fits its contents (scrolling if need be)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.setIconSize(QSize(34, 12))
 
     def method_at(self, row: int) -> str | None:
+        """The method (its key, e.g. ``decomposition_bias``) of table row ``row``."""
         item = self.item(row, 0) if row >= 0 else None
-        return item.text() if item is not None else None
+        return item.data(Qt.UserRole) if item is not None else None
 
     @staticmethod
     def _scores(row: dict) -> list[str]:

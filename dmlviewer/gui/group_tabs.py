@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QSplitter, QStack
                                QTabBar, QVBoxLayout, QWidget)
 
 from dmlviewer.gui import errors
-from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.colormaps import STATIC_OVERLAY, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
 from dmlviewer.gui.image_pane import ImagePane
 from dmlviewer.gui.pair_view import PairImages, overlay_shape
@@ -133,7 +133,7 @@ class GroupTabs(QWidget):
         self.runner.request_failed.connect(self._on_failed)
         self.tabs.currentChanged.connect(self._on_group)
         self.kind_combo.currentIndexChanged.connect(self._show_attention)
-        lut = overlay_lut("inferno")
+        lut = overlay_lut(STATIC_OVERLAY)  # transparent low end, no dark colours (colormaps.LIGHT)
         for pane in self.panes:
             pane.set_lut(lut)
 
@@ -251,14 +251,14 @@ class GroupTabs(QWidget):
                 # little looks faint next to one that explains much.
                 levels = (0.0, data["decomposition_max"])
                 pane.set_map(np.maximum(values, 0.0), levels)
-                pane.set_colorbar("inferno", False, levels, "similarity share per cell")
+                pane.set_colorbar(STATIC_OVERLAY, False, levels, "similarity share per cell")
                 continue
             # Attention levels span the map's own range: attention is often nearly uniform and
             # its structure would vanish on a 0..max scale.
             lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
             levels = (lo, hi if hi > lo else lo + 1.0)
             pane.set_map(values, levels)
-            pane.set_colorbar("inferno", False, levels, "attention (own range)")
+            pane.set_colorbar(STATIC_OVERLAY, False, levels, "attention (own range)")
 
     def _show_share(self) -> None:
         data, p = self._data, self.group

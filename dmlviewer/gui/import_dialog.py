@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.gui import errors
-from dmlviewer.gui.training_dialog import PathEdit
+from dmlviewer.gui.widgets import PathEdit
 from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -351,7 +351,8 @@ class ImportDialog(QDialog):
 
     def _on_written(self, path, diff: float) -> None:
         self.written = str(path)
-        self._show_message(f"Wrote {path} (folded head vs. source layers: {diff:.2g}).")
+        self._show_message(f"Wrote {path} (folding check {diff:.2g}: the folded head against its own source "
+                           "layers; the embeddings were not compared with your model).")
         if self.main_window is not None and hasattr(self.main_window, "open_checkpoint"):
             if not self.main_window.open_checkpoint(str(path)):
                 return

@@ -15,12 +15,13 @@ dataset and delegate to the core.
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QDoubleSpinBox, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QListWidget,
     QListWidgetItem, QProgressBar, QPushButton, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
@@ -30,9 +31,9 @@ from PySide6.QtWidgets import (
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
-from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots
-from dmlviewer.gui.training_dialog import PALETTE, PLOT_BACKGROUND, format_eta, no_si_prefix
-from dmlviewer.gui.widgets import fit_to_screen, scrolling
+from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
+from dmlviewer.gui.widgets import (add_legend, fit_to_screen, format_eta, keep_in_front, scrolling, series_color,
+                                   series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,6 @@ DEFAULT_METHODS = ("decomposition", "decomposition_bias", "gradcam", "rgradcam")
 #: Reference image each image is explained against (core.explain.localize's pairings).
 PAIRING_LABELS = {"self": "the image itself", "nearest": "its nearest neighbour",
                   "same-class": "another image of its class"}
-
-
-def method_label(method: str) -> str:
-    """The pair view's display name of an explanation method."""
-    from dmlviewer.gui.pair_view import METHODS
-
-    return dict(METHODS).get(method, method)
 
 
 class ThresholdRange(QWidget):
@@ -143,6 +137,28 @@ def faithfulness_job(checkpoint: str, dataset_root: str, dataset_format: str | N
                             split=split, device=dev, cancel=cancel)
 
 
+def boxes_problem(dataset_root: str, dataset_format: str | None, split: str | None) -> str | None:
+    """Why localization cannot run on this dataset and split (no image with a ground-truth box),
+    or ``None`` (also when the dataset cannot be read: the run says why). Reads the listing
+    only, no image."""
+    import numpy as np
+
+    from dmlviewer.core.data import open_dataset
+
+    try:
+        dataset = open_dataset(dataset_root, dataset_format)
+    except Exception as exc:  # noqa: BLE001 - DatasetError, OSError...: the run reports it
+        log.debug("boxes of %s not checked: %s", dataset_root, exc)
+        return None
+    indices = dataset.indices(split)
+    if len(indices) and np.isfinite(dataset.boxes[indices]).all(axis=1).any():
+        return None
+    where = f"of the {split} split " if split else ""
+    return (f"No image {where}of {dataset.root.name} has a ground-truth box: localization compares each map's "
+            f"box with it ({dataset.format} format{'' if dataset.format != 'cub' else ', bounding_boxes.txt'}). "
+            "Correspondence and faithfulness need no boxes.")
+
+
 class LocalizationView(QWidget):
     """Run localization / correspondence and plot the results (see the module docstring).
 
@@ -157,7 +173,9 @@ class LocalizationView(QWidget):
         from dmlviewer.core.explain import DEFAULT_THRESHOLDS, METHODS, PAIRINGS
 
         self.setWindowTitle("Localization and correspondence")
+        keep_in_front(self)
         self.runner = runner
+        self._boxes: dict[tuple, str | None] = {}  # (dataset, format, split) -> boxes_problem
         self.job: Job | None = None
         self._job_kind: dict[int, tuple[str, str]] = {}  # job id -> (kind, checkpoint)
         self.results: list[dict] = []
@@ -209,6 +227,7 @@ class LocalizationView(QWidget):
         self.inputs.form.addRow("Baseline", self.faith_baseline)
 
         self.localize_button = QPushButton("Run localization")
+        self.localize_tip = "Localization accuracy of the checked maps against the ground-truth boxes"
         self.correspond_button = QPushButton("Run correspondence")
         self.faithfulness_button = QPushButton("Run faithfulness")
         self.faithfulness_button.setToolTip("Deletion and insertion curves of the checked maps plus occlusion, "
@@ -220,12 +239,10 @@ class LocalizationView(QWidget):
         self.status.setWordWrap(True)
 
         self.plot = pg.PlotWidget(title="Localization accuracy (IoU > 0.5) against threshold")
-        self.plot.setBackground(PLOT_BACKGROUND)
+        style_plot(self.plot)
         self.plot.setLabel("bottom", "threshold (fraction of the map's maximum)")
         self.plot.setLabel("left", "accuracy")
-        self.plot.showGrid(x=True, y=True, alpha=0.2)
-        self.plot.addLegend(offset=(-10, 10))
-        no_si_prefix(self.plot)
+        add_legend(self.plot, "top-right")
         self.best_table = QTableWidget(0, 4)
         self.best_table.setHorizontalHeaderLabels(["method", "best threshold", "best accuracy", "images"])
         self.best_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
@@ -234,12 +251,11 @@ class LocalizationView(QWidget):
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         self.best_table.verticalHeader().setVisible(False)
         self.bar_plot = pg.PlotWidget(title="Part correspondence accuracy")
-        self.bar_plot.setBackground(PLOT_BACKGROUND)
+        style_plot(self.bar_plot, grid=False)
         self.bar_plot.setYRange(0, 1)
         self.bar_plot.setLabel("left", "peak in the same part")
         self.bar_plot.getAxis("bottom").setTicks([[(0, "point-to-point (partial map)"), (1, "overall map")]])
         self.bar_plot.setMouseEnabled(False, False)
-        no_si_prefix(self.bar_plot)
         self.correspond_label = QLabel()
         self.faith_plots = FaithfulnessPlots()
         self.faith_pairing = QComboBox()
@@ -292,9 +308,13 @@ class LocalizationView(QWidget):
         layout.addWidget(splitter)
         fit_to_screen(self, 1250, 800)
 
-        self.inputs.changed.connect(self._update_buttons)
-        self.thresholds.changed.connect(self._update_buttons)
-        self.methods.itemChanged.connect(self._update_buttons)
+        # Whether the dataset has boxes is checked once typing has paused (it reads the listing).
+        self._boxes_timer = QTimer(self)
+        self._boxes_timer.setSingleShot(True)
+        self._boxes_timer.setInterval(400)
+        self._boxes_timer.timeout.connect(self._update_buttons)
+        self.inputs.changed.connect(self._boxes_timer.start)
+        self.inputs.split.currentIndexChanged.connect(self._boxes_timer.start)
         self.localize_button.clicked.connect(self.run_localization)
         self.correspond_button.clicked.connect(self.run_correspondence)
         self.faithfulness_button.clicked.connect(self.run_faithfulness)
@@ -326,6 +346,7 @@ class LocalizationView(QWidget):
         return self.thresholds.values()
 
     def problems(self, localization: bool = True) -> list[str]:
+        """What stops a run, one line each (checked when a run is asked for; never raises)."""
         out = self.inputs.problems()
         if localization:
             if not self.checked_methods():
@@ -335,16 +356,38 @@ class LocalizationView(QWidget):
                     out.append("give at least one threshold")
             except ValueError as exc:
                 out.append(f"thresholds: {exc}")
+            if not out and self.boxes_problem():
+                out.append(self.boxes_problem())
         return out
 
+    def boxes_problem(self) -> str | None:
+        """:func:`boxes_problem` of the dataset and split in the fields (remembered; ``None``
+        while the dataset field names no folder)."""
+        from dmlviewer.gui.evaluation_view import folder_problem
+
+        root = self.inputs.dataset.text()
+        if not root or folder_problem(root):
+            return None
+        key = (root, self.inputs.dataset_format, self._split())
+        if key not in self._boxes:
+            self._boxes[key] = boxes_problem(*key)
+        return self._boxes[key]
+
     def _update_buttons(self, *_: Any) -> None:
+        """Enable the run buttons (the fields are checked when one is pressed); localization is
+        disabled, with the reason as its tooltip, on a dataset without boxes."""
         running = self.job is not None and not self.job.ended
-        for button, localization in ((self.localize_button, True), (self.correspond_button, False),
-                                     (self.faithfulness_button, False)):
-            problems = self.problems(localization)
-            button.setEnabled(not running and not problems)
-            button.setToolTip("\n".join(problems))
+        boxless = self.boxes_problem()
+        self.localize_button.setEnabled(not running and not boxless)
+        self.localize_button.setToolTip(boxless or self.localize_tip)
+        self.correspond_button.setEnabled(not running)
+        self.faithfulness_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
+
+    def _refuse(self, problems: list[str]) -> None:
+        self.status.setText("<span style='color:#eb5757'>Cannot run: "
+                            f"{html.escape('; '.join(problems))}</span>")
+        self.status.setToolTip("")
 
     def _split(self) -> str | None:
         split = self.inputs.split.currentText()
@@ -352,7 +395,11 @@ class LocalizationView(QWidget):
 
     # -- running
     def run_localization(self) -> Job | None:
-        if self.problems(True) or (self.job is not None and not self.job.ended):
+        if self.job is not None and not self.job.ended:
+            return None
+        problems = self.problems(True)
+        if problems:
+            self._refuse(problems)
             return None
         checkpoint = self.inputs.checkpoint.text()
         args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
@@ -361,7 +408,11 @@ class LocalizationView(QWidget):
         return self._submit("localization", checkpoint, (localization_job, args, {}))
 
     def run_correspondence(self) -> Job | None:
-        if self.problems(False) or (self.job is not None and not self.job.ended):
+        if self.job is not None and not self.job.ended:
+            return None
+        problems = self.problems(False)
+        if problems:
+            self._refuse(problems)
             return None
         checkpoint = self.inputs.checkpoint.text()
         args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self._split(),
@@ -369,7 +420,11 @@ class LocalizationView(QWidget):
         return self._submit("correspondence", checkpoint, (correspondence_job, args, {}))
 
     def run_faithfulness(self) -> Job | None:
-        if self.problems(False) or (self.job is not None and not self.job.ended):
+        if self.job is not None and not self.job.ended:
+            return None
+        problems = self.problems(False)
+        if problems:
+            self._refuse(problems)
             return None
         checkpoint = self.inputs.checkpoint.text()
         args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
@@ -442,11 +497,11 @@ class LocalizationView(QWidget):
         self.best_table.setRowCount(len(results))
         top = 0.0
         for i, row in enumerate(results):
-            color = PALETTE[i % len(PALETTE)]
+            color = series_color(i)
             name = method_label(row["method"])
             # The best point of each curve is a star; its numbers are in the legend and the
             # table (labels on the plot ran into each other where the curves peak together).
-            self.plot.plot(row["thresholds"], row["accuracy"], pen=pg.mkPen(color, width=2), symbol="o",
+            self.plot.plot(row["thresholds"], row["accuracy"], pen=series_pen(i), symbol="o",
                            symbolSize=5, symbolBrush=color, symbolPen=None,
                            name=f"{name} {row['best_accuracy']:.2f} @ {row['best_threshold']:g}")
             best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,
@@ -473,7 +528,7 @@ class LocalizationView(QWidget):
         self.bar_plot.clear()
         values = [result["partial_map_accuracy"], result["overall_map_accuracy"]]
         self.bar_plot.addItem(pg.BarGraphItem(x=[0, 1], height=values, width=0.6,
-                                              brushes=[pg.mkBrush(PALETTE[0]), pg.mkBrush(PALETTE[1])]))
+                                              brushes=[pg.mkBrush(series_color(0)), pg.mkBrush(series_color(1))]))
         for x, v in enumerate(values):
             text = pg.TextItem(f"{v:.3f}", color="#e0e0e0", anchor=(0.5, 1.1))
             text.setPos(x, v)

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import logging
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,21 +34,20 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-    QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
-    QSpinBox, QSplitter, QTabWidget, QToolButton, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
+    QSpinBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.widgets import fit_to_screen, scrolling
+from dmlviewer.gui.widgets import (PathEdit, add_legend, fit_to_screen, format_eta, scrolling, series_color,
+                                   series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
-#: Curve colours shared by the plots of this package (colour-blind friendly, Okabe-Ito, with
-#: white instead of black on the dark plot background).
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#FFFFFF"]
-#: Background of the plots: the dark theme's (gui/app.py), as behind the image panes.
-PLOT_BACKGROUND = "#1e1e1e"
+#: The run folder's label and the resume box's text (the dialog's problems name them).
+RUN_FOLDER_TEXT = "Run folder"
+RESUME_TEXT = "Resume the run in this folder"
 
 GROUPING_LABELS = {  # seed 001 Sec. 2.3 / 4 (and core/models/heads.py)
     "none": "none (one embedding)",
@@ -90,15 +90,6 @@ _LOSS_PARAMS = ("margin", "pos_margin", "neg_margin", "alpha", "beta", "base", "
                 "scale_pos", "scale_neg", "softmax_scale", "balanced", "self_pairs")
 
 
-def format_eta(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "--:--"
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
-
-
 def efficientnet_lite_installed() -> bool:
     return importlib.util.find_spec("efficientnet_lite_pytorch") is not None
 
@@ -120,52 +111,6 @@ def loss_hyperparameters(loss: str, binomial_preset: str) -> dict[str, float | b
             except (TypeError, ValueError):  # a tensor of several values, a callable...
                 continue
     return values
-
-
-class PathEdit(QWidget):
-    """A line edit with a browse button (file or folder)."""
-
-    changed = Signal()
-
-    def __init__(self, mode: str = "dir", caption: str = "Choose", filter: str = "",
-                 parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.mode, self.caption, self.filter = mode, caption, filter
-        self.edit = QLineEdit()
-        self.button = QToolButton()
-        self.button.setText("...")
-        self.button.setToolTip(caption)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.edit, 1)
-        layout.addWidget(self.button)
-        self.edit.textChanged.connect(self._on_text)
-        self.button.clicked.connect(self.browse)
-
-    def _on_text(self, _text: str) -> None:
-        self.changed.emit()
-
-    def text(self) -> str:
-        return self.edit.text().strip()
-
-    def setText(self, text: str) -> None:  # noqa: N802 - mirrors QLineEdit
-        self.edit.setText(text)
-
-    def browse(self) -> None:
-        from dmlviewer.gui import settings
-
-        # Start at the current file's folder unless it is the package's or the cache's.
-        start = settings.start_dir(self.text())
-        if self.mode == "save" and self.text():
-            start = str(Path(start) / Path(self.text()).name)
-        if self.mode == "dir":
-            path = QFileDialog.getExistingDirectory(self, self.caption, start)
-        elif self.mode == "save":
-            path, _ = QFileDialog.getSaveFileName(self, self.caption, start, self.filter)
-        else:
-            path, _ = QFileDialog.getOpenFileName(self, self.caption, start, self.filter)
-        if path:
-            self.setText(path)
 
 
 def _combo(items: list[tuple[Any, str]] | tuple, parent: QWidget | None = None) -> QComboBox:
@@ -230,7 +175,7 @@ class TrainingForm(QWidget):
         w["format"] = _combo([(None, "detect")] + [(f, f) for f in FORMATS])
         w["protocol"] = _combo(_labelled_values("protocol", PROTOCOLS))
         w["out"] = PathEdit("dir", "Choose the run folder")
-        w["resume"] = QCheckBox("resume from RUN/checkpoint.pt")
+        w["resume"] = QCheckBox(RESUME_TEXT)
         w["backbone"] = _combo(BACKBONES)
         w["pretrained"] = _combo(PRETRAINED_CHOICES)
         self.pretrained_file = PathEdit("open", "Choose backbone weights", "Weights (*.pt *.pth);;All files (*)")
@@ -306,7 +251,14 @@ class TrainingForm(QWidget):
             form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
             for label, widget in rows:
                 form.addRow(label, widget)
+                if label and widget.objectName():
+                    self.labels[widget.objectName()] = label
             return group
+
+        #: option name -> the label the form shows for it (problems name the fields by it)
+        self.labels: dict[str, str] = {"resume": RESUME_TEXT, "classes_per_batch": "Batch (classes)",
+                                       "images_per_class": "Batch (images per class)",
+                                       "multilayer": "Recipe (attended layers)"}
 
         batch = QWidget()
         row = QHBoxLayout(batch)
@@ -321,7 +273,7 @@ class TrainingForm(QWidget):
         layout.addWidget(box("Recipe", [("Recipe", self.recipe), ("", self.recipe_note)]))
         layout.addWidget(box("Data", [
             ("Dataset", w["dataset"]), ("Format", w["format"]), ("Split protocol", w["protocol"]),
-            ("Output folder", w["out"]), ("", w["resume"]),
+            (RUN_FOLDER_TEXT, w["out"]), ("", w["resume"]),
         ]))
         layout.addWidget(box("Model", [
             ("Backbone", w["backbone"]), ("Pretrained", w["pretrained"]),
@@ -534,12 +486,6 @@ class TrainingForm(QWidget):
         self._on_changed()
 
 
-def no_si_prefix(plot: pg.PlotWidget) -> None:
-    """Plain numbers on the axes (no "(x0.001)" scaling of fractions)."""
-    for name in ("left", "bottom"):
-        plot.getAxis(name).enableAutoSIPrefix(False)
-
-
 class _Series:
     """Points of one curve, appended as events arrive, drawn on the next refresh."""
 
@@ -571,23 +517,22 @@ class TrainingMonitor(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setFormat("%p%")
         self.status = QLabel("Not started")
+        self.status.setWordWrap(True)  # "Finished: <long path>" wraps (see breakable) instead of widening
         self.eta = QLabel("ETA --:--")
         self.loss_plot = pg.PlotWidget(title="Training loss per step (total of the weighted terms)")
         self.loss_plot.setLabel("left", "loss")
-        self.loss_legend = self.loss_plot.addLegend(offset=(-10, 10))
+        self.loss_legend = add_legend(self.loss_plot, "top-right")
         self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
         self.terms_plot.setLabel("left", "term")
-        self.terms_legend = self.terms_plot.addLegend(offset=(-10, 10))
+        self.terms_legend = add_legend(self.terms_plot, "top-right")
         self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch (0: before training)")
         self.metric_plot.setLabel("bottom", "epoch")
         self.metric_plot.setLabel("left", "score")
         self.metric_plot.setYRange(0, 1)
-        self.metric_legend = self.metric_plot.addLegend(offset=(-10, -10))
+        self.metric_legend = add_legend(self.metric_plot, "bottom-right")
         for plot in (self.loss_plot, self.terms_plot, self.metric_plot):
-            plot.setBackground(PLOT_BACKGROUND)
+            style_plot(plot)
             plot.setMinimumHeight(140)
-            plot.showGrid(x=True, y=True, alpha=0.2)
-            no_si_prefix(plot)
         for plot in (self.loss_plot, self.terms_plot):
             plot.setLabel("bottom", "step")
         self.loss_tabs = QTabWidget()
@@ -638,8 +583,8 @@ class TrainingMonitor(QWidget):
         table, plot = {"loss": (self.loss_series, self.loss_plot), "term": (self.term_series, self.terms_plot),
                        "metric": (self.metric_series, self.metric_plot)}[kind]
         if name not in table:
-            color = PALETTE[len(table) % len(PALETTE)]
-            pen = pg.mkPen(color, width=2 if kind != "term" else 1.5)
+            color = series_color(len(table))
+            pen = series_pen(len(table), width=2 if kind != "term" else 1.5)
             kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if kind == "metric" else {}
             table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
         return table[name]
@@ -726,6 +671,41 @@ def default_run_folder(base: str | Path | None = None) -> str:
     return str(base / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def next_run_folder(last: str | Path) -> str:
+    """A free folder beside the run folder ``last`` for the next run: ``run`` -> ``run-2``,
+    ``run-2`` -> ``run-3``, ``run-20261125-170000`` -> ``run-20261125-170000-2`` (the first
+    number whose folder does not exist yet)."""
+    last = Path(last)
+    match = re.fullmatch(r"(.*)-(\d{1,3})", last.name)  # a counter, not the time of run-<date>-<time>
+    stem, n = (match.group(1), int(match.group(2)) + 1) if match else (last.name, 2)
+    while True:
+        candidate = last.with_name(f"{stem}-{n}")
+        try:
+            if not candidate.exists():
+                return str(candidate)
+        except OSError:  # a name the file system refuses: the form's check will say so
+            return str(candidate)
+        n += 1
+
+
+def in_dialog_terms(problem: str, labels: dict[str, str]) -> str:
+    """``core.train.validate``'s sentence with each command-line option (``--dim``) named by
+    its field in the dialog (“Embedding size”)."""
+
+    def field(match: re.Match) -> str:
+        name = match.group(1).replace("-", "_")
+        return f"“{labels[name]}”" if name in labels else match.group(0)
+
+    return re.sub(r"--([a-z][a-z0-9-]*)", field, problem)
+
+
+def breakable(text: str) -> str:
+    """``text`` with a zero-width space after each path separator: a word-wrapped label breaks
+    a long path there, where otherwise the whole path is one word that sets the label's (and
+    the dialog side's) minimum width, and the text is clipped on a small screen."""
+    return text.replace("/", "/\u200b").replace("\\", "\\\u200b")
+
+
 #: QSettings key of the last settings used in the dialog (JSON of a TrainConfig).
 LAST_SETTINGS_KEY = "training/last_settings"
 #: Options not carried over from one opening to the next (a new run goes to a new folder).
@@ -759,9 +739,8 @@ class TrainingDialog(QDialog):
         self.runner = runner
         self.open_checkpoint_callback = open_checkpoint
         self.job: Job | None = None
-        self.checkpoint: str | None = None
-        self._config = None
-        self._suggested_out: str | None = None  # the run folder we proposed (replaced on change)
+        self.run_config = None  # the TrainConfig of the last run started
+        self.checkpoint: str | None = None  # the last run's checkpoint, to open
         self.form = TrainingForm()
         self.monitor = TrainingMonitor()
         self.problems = QLabel()
@@ -799,7 +778,7 @@ class TrainingDialog(QDialog):
         fit_to_screen(self, 1300, 860)  # Start and Close stay on a 1366 x 768 screen
 
         self.restore_settings()
-        self._suggest_out()
+        self.propose_run_folder()
         self.form.changed.connect(self.revalidate)
         self.load_button.clicked.connect(self.load_settings)
         self.start_button.clicked.connect(self.start)
@@ -823,14 +802,16 @@ class TrainingDialog(QDialog):
         if fmt is not None and w["format"].findData(fmt) >= 0:
             _set_combo(w["format"], fmt)
 
-    def _suggest_out(self) -> None:
-        """Propose a new run folder in the output folder (at opening, and after a run into the
-        folder we proposed); the dataset field never changes it."""
-        out = self.form.widgets["out"]
-        if not out.text() or self._suggested_out == out.text():
-            self._suggested_out = default_run_folder()
-            out.setText(self._suggested_out)
-            self.monitor.append_log(f"the next run goes to {self._suggested_out}")
+    def propose_run_folder(self, after: str | Path | None = None) -> str:
+        """Put a new run folder into the form: a fresh ``runs/run-<date-time>`` in the output
+        folder at opening, or the next free folder beside ``after`` (a run that has just ended
+        or been cancelled: ``run`` -> ``run-2``), with Resume unticked. The dataset field never
+        changes it."""
+        folder = next_run_folder(after) if after else default_run_folder()
+        self.form.widgets["out"].setText(folder)
+        self.form.widgets["resume"].setChecked(False)
+        self.monitor.append_log(f"the next run goes to {folder}")
+        return folder
 
     # -- remembered settings
     def save_settings(self) -> None:
@@ -871,21 +852,32 @@ class TrainingDialog(QDialog):
         super().hideEvent(event)
 
     def problems_list(self) -> list[str]:
-        """What ``core.train.validate`` says about the form's configuration."""
+        """What stops a run, in the dialog's words: ``core.train.validate`` with the options
+        named by their fields, and the run folder's state (already holding a run, or nothing to
+        resume) said in terms of the Run folder field and the Resume box."""
+        from dmlviewer.core.files import file_problem
         from dmlviewer.core.train import validate
 
         try:
             config = self.form.config()
         except (TypeError, ValueError) as exc:
             return [str(exc)]
-        problems = list(validate(config))
-        self._config = config
+        held = bool(config.out) and file_problem(config.checkpoint_path) is None
+        # validate the run folder's state here: the core's sentences name command-line options
+        problems = [in_dialog_terms(p, self.form.labels) for p in validate(dataclasses.replace(config, resume=held))]
+        resume, folder = f"“{RESUME_TEXT}”", f"“{RUN_FOLDER_TEXT}”"
+        if held and not config.resume:
+            problems.append(f"the {folder} already holds a run ({config.checkpoint_path.name}): tick {resume} to "
+                            f"continue it, or choose another folder, e.g. {next_run_folder(config.out)}")
+        elif config.resume and not held and config.out:
+            problems.append(f"nothing to resume: the {folder} holds no {config.checkpoint_path.name}; untick "
+                            f"{resume} to start a new run there")
         return problems
 
     def revalidate(self) -> list[str]:
         problems = self.problems_list()
         if problems:
-            items = "".join(f"<li>{_escape(p)}</li>" for p in problems)
+            items = "".join(f"<li>{breakable(_escape(p))}</li>" for p in problems)
             self.problems.setText(f"<span style='color:#eb5757'><b>Cannot start:</b><ul style='margin:0'>"
                                   f"{items}</ul></span>")
         else:
@@ -932,7 +924,7 @@ class TrainingDialog(QDialog):
             return None
         from dmlviewer.core.train import train
 
-        config = self._config
+        config = self.run_config = self.form.config()
         self.save_settings()
         self.checkpoint = None
         self.open_button.setEnabled(False)
@@ -973,13 +965,12 @@ class TrainingDialog(QDialog):
             return
         self.monitor.refresh()
         self.monitor.progress.setValue(1000)
-        self.checkpoint = _checkpoint_of(result, self._config.checkpoint_path)
+        self.checkpoint = _checkpoint_of(result, self.run_config.checkpoint_path)
         chosen = ""
         if isinstance(result, dict) and result.get("selected_on"):
             chosen = f" (epoch {result.get('selected_epoch')}, selected on {result['selected_on']})"
-        self.monitor.status.setText(f"Finished: {self.checkpoint or 'no checkpoint reported'}{chosen}")
+        self.monitor.status.setText(breakable(f"Finished: {self.checkpoint or 'no checkpoint reported'}{chosen}"))
         self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
-        self._suggest_out()  # a new run goes to a new folder (unless the user chose this one)
         self._end_run()
         if self.checkpoint:
             self.checkpoint_ready.emit(self.checkpoint)
@@ -989,7 +980,7 @@ class TrainingDialog(QDialog):
             return
         self.monitor.refresh()
         first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.monitor.status.setText(f"<span style='color:#eb5757'>Failed: {_escape(first)}</span>")
+        self.monitor.status.setText(f"<span style='color:#eb5757'>Failed: {breakable(_escape(first))}</span>")
         self.monitor.append_log(text)
         self._end_run()
 
@@ -997,15 +988,18 @@ class TrainingDialog(QDialog):
         if not self._mine(job):
             return
         self.monitor.refresh()
-        path = self._config.checkpoint_path
+        path = self.run_config.checkpoint_path
         self.checkpoint = str(path) if path.is_file() else self.checkpoint
         saved = f"; checkpoint {self.checkpoint}" if self.checkpoint else ""
-        self.monitor.status.setText(f"Cancelled{saved}")
+        self.monitor.status.setText(breakable(f"Cancelled{saved}"))
         self.monitor.append_log(f"cancelled{saved}")
         self._end_run()
 
     def _end_run(self) -> None:
+        """A run ended (finished, failed or cancelled): the next one is proposed in a new folder
+        beside it, so Start is ready again (tick Resume and choose the old folder to continue)."""
         self.open_button.setEnabled(bool(self.checkpoint) and self.open_checkpoint_callback is not None)
+        self.propose_run_folder(after=self.run_config.out)
         self.revalidate()
 
 

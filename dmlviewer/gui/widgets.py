@@ -1,5 +1,7 @@
-"""Small layout helpers shared by the windows: screen fitting, scrolling forms, a wrapping row,
-and spin boxes that leave the mouse wheel to the form unless they have the focus.
+"""Small helpers shared by the windows: screen fitting, tool windows that stay in front,
+scrolling forms, a wrapping row, spin boxes that leave the mouse wheel to the form unless they
+have the focus, a path field with a browse button, and the one plot style of the tool windows
+(:func:`style_plot`, :func:`series_pen`, :func:`add_legend`).
 
 Screens: every top-level window and dialog is sized with :func:`fit_to_screen`, which never
 makes it larger than the available area of its screen (1366 x 768 laptops included) and keeps
@@ -9,10 +11,14 @@ settings (a size saved on a larger monitor must not come back partly off-screen)
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt
-from PySide6.QtGui import QGuiApplication, QPainter, QScreen
-from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFrame, QLabel, QLayout,
-                               QScrollArea, QSizePolicy, QSlider, QWidget, QWidgetItem)
+import math
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QScreen
+from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFileDialog, QFrame, QHBoxLayout,
+                               QLabel, QLayout, QLineEdit, QScrollArea, QSizePolicy, QSlider, QToolButton, QWidget,
+                               QWidgetItem)
 
 #: Room left around a window for its frame and title bar (the geometry we set is the client area).
 FRAME_MARGIN = QSize(16, 40)
@@ -68,6 +74,14 @@ def clamp_to_screen(widget: QWidget) -> None:
     x, y = max(x, available.x()), max(y, available.y())
     if (x, y) != (frame.x(), frame.y()):
         widget.move(QPoint(x, y))
+
+
+def keep_in_front(window: QWidget) -> None:
+    """Make ``window`` (a tool window whose parent is the main window) a dialog-type window with
+    the usual title-bar buttons: window managers keep a dialog in front of its parent, where a
+    plain window with a parent may drop behind the main window when that is clicked."""
+    window.setWindowFlags(Qt.Dialog | Qt.WindowTitleHint | Qt.WindowSystemMenuHint
+                          | Qt.WindowMinMaxButtonsHint | Qt.WindowCloseButtonHint)
 
 
 def scrolling(widget: QWidget, horizontal: bool = False) -> QScrollArea:
@@ -259,3 +273,150 @@ class ElidedLabel(QLabel):
         painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine,
                          self.fontMetrics().elidedText(self.text(), self.mode, rect.width()))
         painter.end()
+
+
+def format_eta(seconds: float | None) -> str:
+    """``mm:ss`` or ``h:mm:ss`` of a time left; ``--:--`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "--:--"
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class PathEdit(QWidget):
+    """A line edit with a browse button (file or folder). Typing only edits the text: whether
+    the path exists is for the form to check when it is used."""
+
+    changed = Signal()
+
+    def __init__(self, mode: str = "dir", caption: str = "Choose", filter: str = "",
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.mode, self.caption, self.filter = mode, caption, filter
+        self.edit = QLineEdit()
+        self.button = QToolButton()
+        self.button.setText("...")
+        self.button.setToolTip(caption)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.button)
+        self.edit.textChanged.connect(self._on_text)
+        self.button.clicked.connect(self.browse)
+
+    def _on_text(self, _text: str) -> None:
+        self.changed.emit()
+
+    def text(self) -> str:
+        return self.edit.text().strip()
+
+    def setText(self, text: str) -> None:  # noqa: N802 - mirrors QLineEdit
+        self.edit.setText(text)
+
+    def browse(self) -> None:
+        from dmlviewer.gui import settings
+
+        # Start at the current file's folder unless it is the package's or the cache's.
+        start = settings.start_dir(self.text())
+        if self.mode == "save" and self.text():
+            start = str(Path(start) / Path(self.text()).name)
+        if self.mode == "dir":
+            path = QFileDialog.getExistingDirectory(self, self.caption, start)
+        elif self.mode == "save":
+            path, _ = QFileDialog.getSaveFileName(self, self.caption, start, self.filter)
+        else:
+            path, _ = QFileDialog.getOpenFileName(self, self.caption, start, self.filter)
+        if path:
+            self.setText(path)
+
+
+# -- plots: one style for every pyqtgraph plot of the tool windows
+
+#: Curve colours (colour-blind friendly, Okabe-Ito, with white instead of black on the dark
+#: plot background).
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#FFFFFF"]
+#: Line styles cycled with the colours (8 colours x 5 styles: no two of 40 curves alike, and
+#: neighbours differ in both, so the curves stay apart in grey print too).
+DASHES = [Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine, Qt.DashDotDotLine]
+#: Background of the plots: the dark theme's (gui/app.py), as behind the image panes.
+PLOT_BACKGROUND = "#1e1e1e"
+#: Text colour of legends on that background.
+LEGEND_TEXT = "#e0e0e0"
+
+
+def no_si_prefix(plot) -> None:
+    """Plain numbers on the axes (no "(x0.001)" scaling of fractions)."""
+    for name in ("left", "bottom"):
+        plot.getAxis(name).enableAutoSIPrefix(False)
+
+
+def style_plot(plot, grid: bool = True) -> None:
+    """The tool windows' plot style on a ``pg.PlotWidget``: dark background, light grid, plain
+    axis numbers."""
+    plot.setBackground(PLOT_BACKGROUND)
+    if grid:
+        plot.showGrid(x=True, y=True, alpha=0.2)
+    no_si_prefix(plot)
+
+
+def series_color(index: int) -> str:
+    """Colour of the ``index``-th curve of a plot."""
+    return PALETTE[index % len(PALETTE)]
+
+
+def series_pen(index: int, width: float = 2.0, color: str | None = None,
+               style: Qt.PenStyle | None = None) -> QPen:
+    """Pen of the ``index``-th curve of a plot: its own colour and its own line style
+    (:data:`PALETTE` and :data:`DASHES` cycled together); ``color``/``style`` override."""
+    pen = QPen(QColor(color or series_color(index)))
+    pen.setWidthF(width)
+    pen.setCosmetic(True)  # the width is in pixels whatever the axes' scale
+    pen.setStyle(DASHES[index % len(DASHES)] if style is None else style)
+    return pen
+
+
+class LegendStrip(QWidget):
+    """A legend outside the plots, for plots that share their curves' names (deletion and
+    insertion, one curve per method each): it never hides a curve, and its rows wrap into
+    ``columns`` columns. ``set_items([(curve, name), ...])`` fills it."""
+
+    def __init__(self, columns: int = 4, parent: QWidget | None = None) -> None:
+        import pyqtgraph as pg
+
+        super().__init__(parent)
+        self.view = pg.GraphicsLayoutWidget()
+        self.view.setBackground(PLOT_BACKGROUND)
+        self.view.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.legend = pg.LegendItem(colCount=columns, labelTextColor=LEGEND_TEXT, frame=False)
+        self.view.addItem(self.legend)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.set_items([])
+
+    def set_items(self, items) -> None:
+        """The legend's entries: ``(curve, name)`` pairs (the curve's pen is drawn)."""
+        self.legend.clear()
+        for curve, name in items:
+            self.legend.addItem(curve, name)
+        self.legend.updateSize()
+        height = int(self.legend.layout.preferredHeight()) + 6 if items else 0
+        self.setFixedHeight(height)
+        self.setVisible(bool(items))
+
+    def names(self) -> list[str]:
+        return [label.text for _, label in self.legend.items]
+
+
+def add_legend(plot, corner: str = "top-right"):
+    """A legend in ``corner`` of ``plot`` (``top-right``, ``bottom-right``, ``top-left``,
+    ``bottom-left``) on a translucent dark box, its labels never elided; returns it."""
+    vertical, horizontal = corner.split("-")
+    offset = (-10 if horizontal == "right" else 10, -10 if vertical == "bottom" else 10)
+    legend = plot.addLegend(offset=offset, labelTextColor=LEGEND_TEXT, brush=QColor(30, 30, 30, 200),
+                            pen=QColor("#555555"))
+    return legend

@@ -252,3 +252,66 @@ def test_tools_menu_opens_prefilled_views_and_points_pick_queries(qtbot, window,
     target = 5
     tools.select_query(row=0, path=window.dataset.paths[target])
     assert window.query_index == target and window.reference_index not in (None, target)
+
+
+@pytest.mark.parametrize("text", ["/", "..", "~", "~nobody-such", "x" * 300, "é中😀", "a\x00b"])
+def test_evaluation_fields_take_any_text_and_are_checked_on_evaluate(qtbot, evaluation, demo_root, small_ckpt,
+                                                                     text):
+    """Typing never validates (nor raises: issue 23 item 1, "/" raised "PosixPath('/') has an
+    empty name"); Evaluate checks the fields and says what is wrong in one line, running nothing."""
+    inputs = evaluation.inputs
+    for field in (inputs.checkpoint, inputs.dataset, evaluation.out):
+        field.edit.clear()
+        qtbot.keyClicks(field.edit, text) if text.isascii() and "\x00" not in text else field.setText(text)
+    assert evaluation.out.text() == text.strip()  # nothing was proposed for a checkpoint that is not a file
+    assert evaluation.run_button.isEnabled()  # checked when pressed, not per keystroke
+    qtbot.mouseClick(evaluation.run_button, Qt.LeftButton)
+    assert evaluation.job is None and evaluation.runner.jobs == []
+    status = evaluation.status.text()
+    assert f"Cannot evaluate: checkpoint {text.strip()}" in status.replace("&amp;", "&")
+    assert ("dataset folder" in status) == (text not in ("/", ".."))  # those two are folders
+    assert "Traceback" not in status and "Error" not in status
+
+
+def test_evaluation_proposes_a_features_file_for_an_existing_checkpoint_only(qtbot, evaluation, small_ckpt):
+    qtbot.keyClicks(evaluation.inputs.checkpoint.edit, str(small_ckpt.parent) + "/")
+    assert evaluation.out.text() == ""  # a folder: no features file proposed
+    qtbot.keyClicks(evaluation.inputs.checkpoint.edit, small_ckpt.name)
+    assert Path(evaluation.out.text()).name == f"{small_ckpt.stem}-test.h5"
+
+
+def test_localization_is_disabled_with_the_reason_on_a_dataset_without_boxes(qtbot, runner, demo_root,
+                                                                            small_ckpt, tmp_path):
+    """Issue 23 item 8: said before running, not after ("no image of split 'test' has a box")."""
+    import shutil
+
+    boxless = tmp_path / "boxless"
+    shutil.copytree(demo_root, boxless)
+    (boxless / "bounding_boxes.txt").unlink()
+    view = LocalizationView(runner)
+    qtbot.addWidget(view)
+    view.set_sources(checkpoint=str(small_ckpt), dataset=str(boxless), dataset_format="cub")
+    qtbot.waitUntil(lambda: not view.localize_button.isEnabled(), timeout=5000)  # checked once typing pauses
+    tip = view.localize_button.toolTip()
+    assert "No image of the test split of boxless has a ground-truth box" in tip and "bounding_boxes.txt" in tip
+    assert view.correspond_button.isEnabled() and view.faithfulness_button.isEnabled()
+    assert view.run_localization() is None and runner.jobs == []
+    assert "ground-truth box" in view.status.text()
+    # the demo dataset has boxes: enabled again
+    view.set_sources(dataset=str(demo_root), dataset_format="cub")
+    qtbot.waitUntil(view.localize_button.isEnabled, timeout=5000)
+    assert "ground-truth boxes" in view.localize_button.toolTip()
+
+
+def test_tool_windows_stay_in_front_of_the_main_window(qtbot, window):
+    """Issue 23 item 8: the localization window dropped behind the main window. The tool windows
+    are dialog-type windows of the main window (window managers keep those in front of it)."""
+    from dmlviewer.gui.tools import install_tools
+
+    tools = getattr(window, "tools", None) or install_tools(window)
+    for view in (tools.show_localization(), tools.show_evaluation()):
+        qtbot.waitExposed(view)
+        assert view.isWindow() and view.windowType() == Qt.Dialog
+        assert view.parentWidget() is window
+        assert view.windowHandle().transientParent() is window.windowHandle()
+        assert view.windowFlags() & Qt.WindowMinMaxButtonsHint and view.windowFlags() & Qt.WindowCloseButtonHint

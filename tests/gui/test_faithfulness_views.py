@@ -36,6 +36,7 @@ def _hover(pane, link, x: float, y: float):
 
 def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     view = loaded.pair_view
+    view.scale_combo.setCurrentIndex(view.scale_combo.findData("pair"))  # checked on the whole pair's scale
     view.set_method("occlusion")
     qtbot.waitUntil(lambda: isinstance(view._overall.get("occlusion"), OcclusionMaps), timeout=30000)
     # the same maps as the core computes for these two images (the core's cache holds them)
@@ -55,7 +56,7 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     values = upsample(row, overlay_shape(expl.image_shape_reference))
     from dmlviewer.core.explain.hover import pair_scale
 
-    peak = pair_scale(core.point_to_point)  # the default scale: one for the whole pair
+    peak = pair_scale(core.point_to_point)  # the "Whole pair" scale chosen above
     want = overlay_lut(view.cmap_combo.currentData())[np.clip(values * (255.0 / peak), 0, 255).astype(np.uint8)]
     assert np.mean(np.all(r.overlay_image() == want, axis=-1)) > 0.98
     assert "occlusion interaction" in loaded.statusBar().currentMessage()
@@ -116,3 +117,47 @@ def test_localization_window_faithfulness_tab(runner, qtbot, demo_root, small_ck
     items = view.faith_plots.plots["insertion"].listDataItems()
     np.testing.assert_allclose(items[2].getData()[1], results[2]["different_class"]["insertion_curve"])
     assert all(r["baseline"] == "mean" and r["num_pairs"] == 2 for r in results)
+
+
+def test_faithfulness_plots_name_every_curve_in_a_legend_with_its_own_pen(qtbot):
+    """Issue 23 item 10: a legend, distinct colours and line styles, names not cut off."""
+    from PySide6.QtWidgets import QApplication
+
+    from dmlviewer.gui.faithfulness_view import REFERENCE_STYLE, AucTable, FaithfulnessPlots, method_label
+
+    methods = ["decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "occlusion",
+               "point_to_point", "group_0", "group_1", "group_2", "group_3", "random", "oracle"]
+    fractions = np.linspace(0, 1, 5)
+    rows = [{"method": m, "fractions": fractions, "deletion": 1 - fractions * (k + 1) / 20,
+             "insertion": fractions * (k + 1) / 20, "deletion_auc": 0.5, "insertion_auc": 0.5, "num_pairs": 3}
+            for k, m in enumerate(methods)]
+    plots, table = FaithfulnessPlots(), AucTable()
+    for w in (plots, table):
+        qtbot.addWidget(w)
+    plots.resize(900, 420)
+    plots.show_curves(rows)
+    table.show_rows(rows)
+    table.resize(500, 300)
+    table.show()
+    QApplication.processEvents()
+
+    labels = [method_label(m) for m in methods]
+    assert labels[:3] == ["Decomposition", "Decomposition+Bias", "Grad-CAM"]
+    assert labels[7:] == ["Group 1", "Group 2", "Group 3", "Group 4", "Random order (floor)", "Greedy oracle (ceiling)"]
+    assert plots.legend.names() == labels  # one legend, below both plots, in the rows' order
+    for kind, plot in plots.plots.items():
+        assert [item.name() for item in plot.getPlotItem().listDataItems()] == labels
+    pens = [plots.curves[m][0].opts["pen"] for m in methods]
+    looks = [(pen.color().name(), pen.style()) for pen in pens]
+    assert len(set(looks)) == len(methods)  # no two curves alike
+    reserved = {color.lower() for color, _ in REFERENCE_STYLE.values()}
+    assert not {c for c, _ in looks[:-2]} & reserved  # no method looks like the floor or the ceiling
+    assert len({s for _, s in looks[:5]}) == 5  # neighbours differ in line style as well
+    # the table names the methods as the legend does, in full, and selects them by key
+    metrics = table.fontMetrics()
+    for i, label in enumerate(labels):
+        assert table.item(i, 0).text() == label and table.method_at(i) == methods[i]
+        assert table.columnWidth(0) >= metrics.horizontalAdvance(label) + table.iconSize().width()
+    plots.highlight("gradcam")
+    assert plots.curves["gradcam"][0].opts["pen"].widthF() == 4.0
+    assert plots.curves["decomposition"][0].opts["pen"].widthF() == 2.0

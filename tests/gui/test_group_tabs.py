@@ -84,3 +84,25 @@ def test_a_model_without_groups_explains_the_empty_area(window, demo_root, small
     assert tabs.group_count == 0 and not tabs.active
     assert tabs.stack.currentWidget() is tabs.explain_label
     assert tabs.explain_label.text() == NO_GROUPS_TEXT.format(grouping="none")
+
+
+def test_static_overlay_fades_in_from_transparent_without_a_dark_low_end(window, demo_root, agroup_ckpt,
+                                                                          wait_ready, qtbot):
+    """Issue 23 item 10: inferno's dark low end hid a weak group map on a red body. The group
+    tab's maps use a table whose alpha rises from 0 and whose colours are all light."""
+    from dmlviewer.gui.colormaps import STATIC_OVERLAY
+
+    lut = overlay_lut(STATIC_OVERLAY)
+    assert lut.shape == (256, 4) and lut[0, 3] == 0 and np.all(np.diff(lut[:, 3].astype(int)) >= 0)
+    luminance = lut[:, :3].astype(float) @ [0.2126, 0.7152, 0.0722]
+    dark = overlay_lut("inferno")[:, :3].astype(float) @ [0.2126, 0.7152, 0.0722]
+    assert luminance.min() > 60 and dark[:64].min() < 10  # inferno starts black, this one does not
+    # hue away from red: more green than red where a weak value fades in
+    assert np.all(lut[1:64, 1] > lut[1:64, 0])
+    assert window.open_checkpoint(agroup_ckpt) and window.open_dataset(demo_root)
+    window.tabs.setCurrentWidget(window.group_tabs)
+    wait_ready(window.pair_view)
+    tabs = window.group_tabs
+    qtbot.waitUntil(lambda: tabs._data is not None, timeout=20000)
+    for pane in tabs.panes:
+        np.testing.assert_array_equal(pane.overlay_item.lut, lut)

@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextDocument
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as fx  # noqa: E402
 
 from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
-from dmlviewer.gui.training_dialog import TrainingDialog, read_run_settings  # noqa: E402
+from dmlviewer.gui.training_dialog import (  # noqa: E402
+    TrainingDialog, breakable, in_dialog_terms, read_run_settings,
+)
 from dmlviewer.gui.worker import JobState  # noqa: E402
 
 pytestmark = pytest.mark.gui
@@ -59,12 +62,16 @@ def test_invalid_combinations_are_explained_and_block_start(qtbot, dialog, demo,
     w = dialog.form.widgets
     w["diversity"].setValue(0.5)  # diversity without groups
     w["images_per_class"].setValue(1)  # no positive pairs
-    text = dialog.problems.text()
+    text = dialog.problems.text().replace("\u200b", "")  # without the path break points
     assert not dialog.start_button.isEnabled()
     expected = validate(dialog.form.config())
     assert len(expected) == 2
-    for problem in expected:  # the label lists exactly what core.train.validate says
-        assert problem.replace("<", "&lt;").replace(">", "&gt;") in text
+    # the label lists what core.train.validate says, the options named by the dialog's fields
+    assert "“Diversity weight” needs a grouping head" in text
+    assert "“Batch (images per class)” must be at least 2 to form positive pairs (got 1)" in text
+    for problem in expected:
+        assert in_dialog_terms(problem, dialog.form.labels).replace("<", "&lt;").replace(">", "&gt;") in text
+    assert "--" not in text
     w["grouping"].setCurrentIndex(w["grouping"].findData("a"))
     w["groups"].setValue(4)
     w["images_per_class"].setValue(3)
@@ -106,7 +113,8 @@ def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_
     assert checkpoint.is_file() and Path(result["checkpoint"]) == checkpoint
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     assert saved["epoch"] == 2
-    assert read_run_settings(out) == dialog.form.config()  # the core saved the dialog's settings
+    assert read_run_settings(out) == dialog.run_config  # the core saved the dialog's settings
+    assert dialog.run_config.out == str(out)
 
     # the plots hold exactly the run's numbers
     steps = [ev for ev in events if ev.kind == "step"]
@@ -129,13 +137,63 @@ def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_
     assert value < 1000 and "Evaluating after epoch 2: test 18/18 images" in text
     assert max(v for k, v, _ in shown) < 1000
 
-    # offered to open the new checkpoint in the main window; the same folder is not reused
-    assert dialog.open_button.isEnabled() and not dialog.start_button.isEnabled()
-    assert "already holds a run" in dialog.problems.text()
+    # offered to open the new checkpoint in the main window; the next run is proposed in a new
+    # folder beside this one, so Start is ready at once
+    assert dialog.open_button.isEnabled()
+    _assert_ready_for_a_new_run(dialog, tmp_path / "run-2")
+    # the finished run's folder, chosen again, is explained in the dialog's words
+    _type(qtbot, dialog.form.widgets["out"], str(out))
+    text = dialog.problems.text().replace("\u200b", "")
+    assert not dialog.start_button.isEnabled()
+    assert "the “Run folder” already holds a run (checkpoint.pt): tick “Resume the run in this folder”" in text
+    assert f"e.g. {tmp_path / 'run-2'}" in text and "--" not in text
     dialog.form.widgets["resume"].setChecked(True)
     assert dialog.start_button.isEnabled(), dialog.problems.text()
     qtbot.mouseClick(dialog.open_button, Qt.LeftButton)
     assert dialog.opened == [str(checkpoint)]
+
+
+def _assert_ready_for_a_new_run(dialog, folder: Path) -> None:
+    """After a run: a fresh run folder is proposed, Resume is unticked and Start is enabled."""
+    w = dialog.form.widgets
+    assert w["out"].text() == str(folder) and not folder.exists()
+    assert not w["resume"].isChecked()
+    assert dialog.start_button.isEnabled(), dialog.problems.text()
+    assert "Ready" in dialog.problems.text()
+    assert f"the next run goes to {folder}" in dialog.monitor.log.toPlainText()
+
+
+def test_run_folder_problems_speak_the_dialogs_language_and_never_clip(qtbot, dialog, demo, tmp_path):
+    """Resume without a checkpoint, and an existing run folder, are said with the dialog's own
+    controls; a problem or a status naming a long path wraps instead of being clipped."""
+    from dmlviewer.core.train.config import CHECKPOINT_NAME
+
+    held = tmp_path.joinpath(*[f"folder{k}nameswithoutspaces" for k in range(12)], "run")
+    held.mkdir(parents=True)
+    (held / CHECKPOINT_NAME).write_bytes(b"")
+    _fill_small_run(qtbot, dialog, demo, tmp_path / "fresh")
+    dialog.form.widgets["resume"].setChecked(True)
+    text = dialog.problems.text()
+    assert "nothing to resume: the “Run folder” holds no checkpoint.pt; untick “Resume the run in this folder”" in text
+    dialog.form.widgets["resume"].setChecked(False)
+    _type(qtbot, dialog.form.widgets["out"], str(held))
+    text = dialog.problems.text()
+    assert "already holds a run" in text and "--resume" not in text and "--out" not in text
+    dialog.monitor.status.setText(breakable(f"Finished: {held / CHECKPOINT_NAME} (epoch 2, selected on recall@1)"))
+    dialog.resize(900, 700)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    for label in (dialog.problems, dialog.monitor.status):
+        assert label.wordWrap()
+        # laid out at the label's width, no line is wider than the label, all lines fit its height
+        doc = QTextDocument()
+        doc.setDefaultFont(label.font())
+        doc.setHtml(label.text()) if "<" in label.text() else doc.setPlainText(label.text())
+        assert "/\u200b" in label.text()  # the path may break after each separator
+        doc.setTextWidth(label.contentsRect().width())
+        assert doc.idealWidth() <= label.contentsRect().width()
+        assert label.height() >= label.heightForWidth(label.width())
+        assert label.minimumSizeHint().width() < 400  # a long path does not widen its side of the dialog
 
 
 def test_cancel_mid_epoch_stops_within_a_batch_and_saves(qtbot, dialog, runner, demo, tmp_path):
@@ -158,6 +216,7 @@ def test_cancel_mid_epoch_stops_within_a_batch_and_saves(qtbot, dialog, runner, 
     assert "Cancelled" in dialog.monitor.status.text()
     assert dialog.checkpoint == str(out / "checkpoint.pt") and dialog.open_button.isEnabled()
     assert not list(out.glob("*.tmp*")), "no half-written file left behind"
+    _assert_ready_for_a_new_run(dialog, tmp_path / "run-2")  # not blocked by the cancelled run's folder
 
 
 def test_recipe_fills_the_form_and_follows_the_backbone(qtbot, dialog, demo, tmp_path):

@@ -198,18 +198,36 @@ def _choice(errors: list[str], name: str, value: Any, choices) -> None:
         errors.append(f"--{name.replace('_', '-')} must be one of {', '.join(map(str, choices))} (got {value!r})")
 
 
+def _kind(path: str | Path) -> str | None:
+    """``"dir"``, ``"file"`` (anything else that exists), ``None`` (missing), or why the name
+    cannot be looked at (``"file name too long"``, ...): never raises, whatever was typed."""
+    import os
+    import stat
+
+    try:
+        return "dir" if stat.S_ISDIR(os.stat(path).st_mode) else "file"
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except ValueError:  # an embedded NUL character
+        return "invalid file name"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+
+
 def validate(config: TrainConfig) -> list[str]:
     """Everything wrong with ``config``, one clear sentence each (empty when it is valid)."""
     errors: list[str] = []
     c = config
+    out_kind = _kind(c.out) if c.out else None
     if not c.dataset:
         errors.append("--dataset is required")
-    elif not Path(c.dataset).is_dir():
+    elif _kind(c.dataset) != "dir":
         errors.append(f"dataset folder not found: {c.dataset}")
     if not c.out:
         errors.append("--out is required")
-    elif Path(c.out).exists() and not Path(c.out).is_dir():
-        errors.append(f"--out {c.out} exists and is not a folder (the run folder)")
+    elif out_kind not in (None, "dir"):
+        errors.append(f"--out {c.out} exists and is not a folder (the run folder)" if out_kind == "file"
+                      else f"--out {c.out}: {out_kind}")
     numbers = {k: v for k, v in c.to_dict().items() if isinstance(v, float)}
     bad = [k for k, v in numbers.items() if not math.isfinite(v)]
     if bad:
@@ -218,7 +236,15 @@ def validate(config: TrainConfig) -> list[str]:
         errors.append(f"--seed must be from 0 to {2**32 - 1} (got {c.seed})")
     if not str(c.device).strip():
         errors.append("--device must not be empty: use auto, cpu, cuda, cuda:N or mps")
-    _choice(errors, "backbone", c.backbone, BACKBONES)
+    if str(c.backbone).startswith("timm:"):  # timm:NAME: checked by its model config (imports timm)
+        from dmlviewer.core.models.model import check_config
+
+        try:
+            check_config(c.model_config())
+        except ValueError as exc:
+            errors.append(f"--backbone {c.backbone}: {exc}")
+    else:
+        _choice(errors, "backbone", c.backbone, BACKBONES)
     _choice(errors, "pooling", c.pooling, POOLINGS)
     _choice(errors, "grouping", c.grouping, GROUPINGS)
     _choice(errors, "loss", c.loss, METRIC_LOSSES)
@@ -302,10 +328,11 @@ def validate(config: TrainConfig) -> list[str]:
             errors.append(f"--amp on needs a CUDA device (device is {device})")
     except ValueError as exc:
         errors.append(str(exc))
-    checkpoint = Path(c.out) / CHECKPOINT_NAME if c.out else None
-    if checkpoint is not None and c.resume and not checkpoint.is_file():
-        errors.append(f"--resume but no checkpoint to resume from: {checkpoint}")
-    if checkpoint is not None and not c.resume and checkpoint.is_file():
+    checkpoint = Path(c.out) / CHECKPOINT_NAME if out_kind == "dir" else None
+    held = checkpoint is not None and _kind(checkpoint) == "file"
+    if c.out and c.resume and not held:
+        errors.append(f"--resume but no checkpoint to resume from: {Path(c.out) / CHECKPOINT_NAME}")
+    if checkpoint is not None and not c.resume and held:
         errors.append(f"{c.out} already holds a run ({checkpoint}): pass --resume to continue it "
                       "or choose another --out")
     return errors

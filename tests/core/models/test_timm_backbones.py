@@ -34,7 +34,7 @@ def test_features_are_timms_last_map_with_its_metadata(name, randomize):
 
 
 def test_checkpoint_round_trip_and_pretrained_file(tmp_path, randomize):
-    from safetensors.torch import save_file
+    save_file = pytest.importorskip("safetensors.torch").save_file
 
     source = randomize(timm.create_model("resnet18", num_classes=10)).eval()
     save_file(source.state_dict(), str(tmp_path / "model.safetensors"))

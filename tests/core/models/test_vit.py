@@ -129,7 +129,7 @@ def test_timm_vit_by_name_round_trips_through_a_checkpoint(tmp_path):
 
 
 def test_local_weights_file_loads_with_position_embedding_resampled(tmp_path):
-    from safetensors.torch import save_file
+    save_file = pytest.importorskip("safetensors.torch").save_file
 
     source = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=10, img_size=96)
     save_file(source.state_dict(), str(tmp_path / "w.safetensors"))
