@@ -1,7 +1,8 @@
 """Helpers the commands share: argument types that check ranges when the command line is
-parsed, the one JSON style of every command, output-path checks, loading a checkpoint for a
-command, and the text progress display that drives a core job generator (the CLI's
-counterpart of the GUI's worker).
+parsed, the one JSON style of every command, output-path checks, the model options of every
+command that opens a model (``--checkpoint`` or ``--model`` with ``--model-args`` and
+``--weights``: :func:`add_model_options`, :func:`open_command_model`), and the text progress
+display that drives a core job generator (the CLI's counterpart of the GUI's worker).
 
 Bad dataset, image, checkpoint and feature files need no handling here: ``dmlviewer.cli``
 reports them in one line with exit status 2.
@@ -146,28 +147,82 @@ def add_source_options(p: argparse.ArgumentParser, features_help: str | None = N
 #: How the commands' ``--checkpoint`` help names what it takes.
 CHECKPOINT_HELP = ("checkpoint file (.pt: from training or import-model), or imagenet:BACKBONE for a "
                    "pretrained backbone without training (GAP of its last map, no projection)")
+MODEL_HELP = ("your own model instead of --checkpoint: FILE.py:NAME or package.module:NAME, a function or class "
+              "that returns a torch.nn.Module (NAME may be dotted, e.g. Net.from_config). The file is run as "
+              "Python, as running your script would: give only code you trust")
+MODEL_ARGS_HELP = "keyword arguments of --model's NAME, as a JSON object, e.g. '{\"dim\": 128}'"
+WEIGHTS_HELP = ("weights for --model: a state dict or a training checkpoint (Lightning, DDP, torch.compile, "
+                ".safetensors), read as data only (torch.load weights_only=True) and loaded strictly; default: "
+                "the weights NAME builds")
 
 
-def model_source_exists(source: str) -> bool:
-    """True for an existing path or an ``imagenet:BACKBONE`` spec (checked when it is opened: a
-    folder, a FIFO or a device is refused there with its reason)."""
-    from pathlib import Path
+def json_object(text: str) -> dict:
+    """argparse type: a JSON object (``--model-args``)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at character {exc.pos}): {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"dim\": 128}}', got {text[:80]!r}")
+    return value
 
-    return str(source).startswith("imagenet:") or Path(source).exists()  # the reader says what else is wrong
+
+def add_model_options(p: argparse.ArgumentParser, required: bool = True, checkpoint_help: str = CHECKPOINT_HELP,
+                      what: str = "") -> None:
+    """``--checkpoint`` or ``--model`` (one of them, ``required`` or not), with ``--model-args``
+    and ``--weights``: the model options of every command that opens a model (DESIGN.md, the
+    code-and-weights door). ``what``: appended to the help (e.g. " (for --region)")."""
+    group = p.add_mutually_exclusive_group(required=required)
+    group.add_argument("--checkpoint", metavar="C", help=checkpoint_help + what)
+    group.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + what)
+    p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)
+    p.add_argument("--weights", metavar="FILE", help=WEIGHTS_HELP)
 
 
-def load_model(checkpoint: str, device: str, size: int | None = None):
-    """``(model, torch.device)`` from a checkpoint file or ``imagenet:BACKBONE`` (a pretrained
-    backbone, GAP, no projection), in eval mode; ``size`` overrides the input size."""
+def command_model_source(args: argparse.Namespace):
+    """The :class:`~dmlviewer.core.models.source.ModelSource` of ``--checkpoint`` or ``--model``
+    (``None`` when neither is given); ``UsageError`` for ``--model-args`` or ``--weights``
+    without ``--model`` and for a file that is not there."""
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.models import open_model, resolve_device
+    from dmlviewer.core.models.source import ModelSource
 
+    entry = getattr(args, "model", None)
+    if entry:
+        source = ModelSource("code", entry=entry, args=args.model_args or {}, weights=args.weights)
+    else:
+        for option, value in (("--model-args", getattr(args, "model_args", None)),
+                              ("--weights", getattr(args, "weights", None))):
+            if value is not None:
+                raise UsageError(f"{option} is only used with --model")
+        if not args.checkpoint:
+            return None
+        source = ModelSource.from_text(args.checkpoint)
+    problem = source.missing()
+    if problem:
+        raise UsageError(problem)
+    return source
+
+
+def open_command_model(args: argparse.Namespace, device: str, size: int | None = None):
+    """``(model, torch.device)`` from the command's ``--checkpoint`` or ``--model`` (see
+    :func:`command_model_source`), in eval mode; ``size`` overrides the input size. The ways the
+    model is run differently from how it was given (``info["notes"]``) are logged as warnings."""
+    from dataclasses import replace
+
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.models import resolve_device
+
+    source = command_model_source(args)
+    if source is None:
+        raise UsageError("give --checkpoint or --model")
     try:
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    model, info = open_model(checkpoint, dev, size=size)
-    log.info("model %s; decomposition %s", checkpoint, info["rule"])
+    if size:
+        source = replace(source, options={**source.options, "size": int(size)})
+    model, info = source.open(dev)
+    log.info("model %s; decomposition %s", source.display(), info["rule"])
     return model.eval(), dev
 
 

@@ -11,11 +11,11 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_device, int_range, seed_type
+    from dmlviewer.commands.common import add_device, add_model_options, int_range, seed_type
 
     p = sub.add_parser("correspond", help="part-correspondence accuracy on a dataset with part masks (JSON)",
                        description="Does the partial map of a query part peak on the same part of the reference?")
-    p.add_argument("--checkpoint", required=True, help="model checkpoint (.pt)")
+    add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder with parts/masks (make-demo-data)")
     p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to pair")
     p.add_argument("--pairs", type=int_range(1, 1_000_000), default=200, metavar="N",
@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import drive, load_model, print_json
+    from dmlviewer.commands.common import drive, open_command_model, print_json
     from dmlviewer.core.explain import correspond
 
     from dmlviewer.core.data import open_dataset
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.dataset, args.format, args.protocol)
     if dataset.parts_root is None:
         raise UsageError(f"{args.dataset} has no part masks (parts/masks/): make one with make-demo-data")
-    model, device = load_model(args.checkpoint, args.device)
+    model, device = open_command_model(args, args.device)
     split = None if args.split == "all" else args.split
     try:
         result = drive(correspond(model, dataset, split, args.pairs, args.seed, device), "correspond")

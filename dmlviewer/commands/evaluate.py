@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from dmlviewer.commands.common import CHECKPOINT_HELP
+from dmlviewer.commands.common import add_model_options
 
 
 def _ks(text: str) -> list[int]:
@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from dmlviewer.commands.common import add_device, int_range
 
     p = sub.add_parser("evaluate", help="extract features to HDF5 and print retrieval/clustering metrics")
-    p.add_argument("--checkpoint", required=True, metavar="C", help=CHECKPOINT_HELP)
+    add_model_options(p)
     p.add_argument("--dataset", required=True, metavar="P", help="dataset folder")
     p.add_argument("--format", choices=["cub", "cars196", "sop", "inshop", "folder"],
                    help="dataset format (default: detected)")
@@ -52,10 +52,9 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.commands.common import check_output_file, exit_on_sigterm, print_json
     from dmlviewer.core.evaluate import evaluate
 
-    from dmlviewer.commands.common import model_source_exists
+    from dmlviewer.commands.common import command_model_source
 
-    if not model_source_exists(args.checkpoint):
-        raise UsageError(f"checkpoint not found: {args.checkpoint}")
+    source = command_model_source(args)  # a file that is not there: one line (UsageError)
     if not Path(args.dataset).exists():
         raise UsageError(f"dataset folder not found: {args.dataset}")
     check_output_file(args.out, "feature file")
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if distributed:
         exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails
     try:
-        for event in evaluate(args.checkpoint, args.dataset, args.split, args.out, args.batch_size,
+        for event in evaluate(args.checkpoint or source, args.dataset, args.split, args.out, args.batch_size,
                               args.device, args.format, args.ks, args.num_workers, args.protocol):
             if event.kind == "step":
                 sys.stderr.write(f"\r{event.message} {event.current}/{event.total}")

@@ -17,7 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from dmlviewer.commands.common import CHECKPOINT_HELP, add_save_grad_weights
+from dmlviewer.commands.common import add_model_options, add_save_grad_weights
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("explain", help="explain one image pair's similarity (npz)",
                        description="Point-to-point activation maps, bias terms and overall maps of one pair.")
-    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_model_options(p)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
     p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
@@ -53,7 +53,7 @@ def npz_path(out: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.commands.common import check_output_file, load_model
+    from dmlviewer.commands.common import check_output_file, open_command_model
 
     if Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a folder; give a file name (.npz)")
@@ -64,13 +64,34 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--features is only used with --method grad_transfer")
     from dmlviewer.core.explain import Explanation, explain_pair
 
-    model, device = load_model(args.checkpoint, args.device)
+    try:
+        model, device = open_command_model(args, args.device)
+    except FileNotFoundError as exc:
+        advice = timm_weights_advice(args.checkpoint, exc)
+        if advice is None:
+            raise
+        raise UsageError(advice) from None
     bank = (grad_bank_from_features(model, args.features, device, save=args.save_grad_weights)
             if args.method == "grad_transfer" else None)
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
     written = Explanation.from_pair(pair, args.method).save(out)  # atomic: never a half-written npz
     log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     return 0
+
+
+def timm_weights_advice(checkpoint: str, exc: Exception) -> str | None:
+    """The one line for ``--checkpoint imagenet:timm:NAME`` without timm's weights on this machine:
+    what the core says is missing (cut before its advice about a ``pretrained`` setting, which
+    ``explain`` has not), then how to use a local weights file here (``import-model``)."""
+    prefix = "imagenet:timm:"
+    if not str(checkpoint).startswith(prefix):
+        return None
+    name = str(checkpoint)[len(prefix):]
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no weights on this machine"
+    for cut in (" or pass the weights file", ": pass the .pth or .safetensors file"):
+        reason = reason.split(cut)[0]
+    return (f"{checkpoint}: {reason}; explain takes a checkpoint: with a local timm weights file, write one with "
+            f"`dmlviewer import-model FILE --arch timm:{name} --out model.pt` and pass --checkpoint model.pt")
 
 
 def grad_bank_from_features(model, features_path: str, device, save: bool = False):

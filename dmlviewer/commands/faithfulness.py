@@ -21,8 +21,8 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import (CHECKPOINT_HELP, GRAD_FEATURES_HELP, add_source_options, drive, int_range,
-                                      load_model, print_json, seed_type)
+from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive, int_range,
+                                      open_command_model, print_json, seed_type)
 from dmlviewer.commands.explain import METHODS
 from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS, GPU_BATCH
 
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("faithfulness", help="deletion/insertion faithfulness of explanation methods (JSON)",
                        description="Deletion and insertion curves (AUC) of each explanation map over "
                                    "same-class and different-class pairs.")
-    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder")
     p.add_argument("--method", action="append", default=None,
                    help=f"method(s), repeatable or comma-separated: {', '.join(METHODS)}, occlusion, "
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.core.explain.faithfulness import available_methods, faithfulness
 
     dataset = open_dataset(args.dataset, args.format, args.protocol)
-    model, device = load_model(args.checkpoint, args.device)
+    model, device = open_command_model(args, args.device)
     methods, everything = parse_methods(args.method, available_methods(model))
     split = None if args.split == "all" else args.split
     if split is not None and len(dataset.indices(split)) == 0:

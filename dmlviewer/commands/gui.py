@@ -16,7 +16,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", metavar="P", help="dataset folder to open")
     p.add_argument("--format", help="dataset format (default: detected from the folder)",
                    choices=["cub", "cars196", "sop", "inshop", "folder"])
-    p.add_argument("--checkpoint", metavar="C", help="checkpoint to open")
+    from dmlviewer.commands.common import add_model_options
+
+    add_model_options(p, required=False, checkpoint_help="checkpoint to open (or imagenet:BACKBONE)")
     p.add_argument("--features", metavar="F.h5", help="HDF5 feature file to open")
     p.add_argument("--screenshot", metavar="PNG", help="render the loaded window to PNG and exit")
     p.add_argument("--last-session", action="store_true", help=argparse.SUPPRESS)
@@ -74,13 +76,16 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def run_gui(args: argparse.Namespace) -> int:
     _check(args.dataset, "dataset", folder=True)
+    from dmlviewer.commands.common import command_model_source
+
     if not str(args.checkpoint or "").startswith("imagenet:"):
         _check(args.checkpoint, "checkpoint")
+    source = command_model_source(args)  # one line for --weights without --model, a file not there
     _check(args.features, "feature")
     if not _window_possible():
         return 1
     from dmlviewer.gui.app import run_gui as start
 
-    return start(dataset=args.dataset, checkpoint=args.checkpoint, features=args.features,
+    return start(dataset=args.dataset, checkpoint=source if args.model else args.checkpoint, features=args.features,
                  screenshot=args.screenshot, fmt=args.format, last=args.last_session,
                  pin=args.pin, tab=args.tab)

@@ -15,7 +15,8 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import CHECKPOINT_HELP, GRAD_FEATURES_HELP, add_source_options, drive, load_model, print_json
+from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive,
+                                      open_command_model, print_json)
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("localize", help="weakly supervised localization accuracy (JSON)",
                        description="Box-from-map localization accuracy (IoU > 0.5) per threshold and method.")
-    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
     p.add_argument("--method", action="append", required=True,
                    help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.core.data import open_dataset
 
     dataset = open_dataset(args.dataset, args.format, args.protocol)
-    model, device = load_model(args.checkpoint, args.device)
+    model, device = open_command_model(args, args.device)
     split = None if args.split == "all" else args.split
     if split is not None and len(dataset.indices(split)) == 0:
         raise UsageError(f"the dataset has no {split!r} images")

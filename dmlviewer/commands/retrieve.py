@@ -31,7 +31,7 @@ def _region(text: str) -> tuple[int, int, int, int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_device, int_range
+    from dmlviewer.commands.common import add_device, add_model_options, int_range
 
     p = sub.add_parser("retrieve", help="nearest neighbours of one image in a feature file")
     p.add_argument("--features", required=True, metavar="F.h5", help="HDF5 feature file (from evaluate)")
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "edges in pixels of the original image, counted from the top-left corner, rows first: "
                         "top y0, left x0, bottom y1, right x1 (y1 and x1 excluded). The GUI shows points as "
                         "x, y; this order is rows, columns")
-    p.add_argument("--checkpoint", metavar="C", help="model for --region")
+    add_model_options(p, required=False, checkpoint_help="checkpoint (or imagenet:BACKBONE)", what=" (for --region)")
     add_device(p, default="cpu", what=" (for --region)")
     p.add_argument("--index", action="store_true",
                    help="search through the approximate index beside the feature file (faiss, the 'search' "
@@ -59,21 +59,20 @@ def run(args: argparse.Namespace) -> int:
 
     if not Path(args.features).exists():
         raise UsageError(f"feature file not found: {args.features}")
-    if args.checkpoint and not args.region:
-        raise UsageError("--checkpoint is only used with --region")
+    from dmlviewer.commands.common import command_model_source
+
+    source = command_model_source(args)  # a file that is not there: one line (UsageError)
+    if source is not None and not args.region:
+        raise UsageError(f"--{'model' if args.model else 'checkpoint'} is only used with --region")
     features = open_features(args.features)  # lazy: embeddings are streamed; StoreError: cli
     if not 0 <= args.query < len(features):
         raise UsageError(f"--query {args.query} out of range: {args.features} has {len(features)} images "
                          f"(0..{len(features) - 1})")
     index = _index(args) if args.index else None
     if args.region:
-        if not args.checkpoint:
-            raise UsageError("--region needs --checkpoint (the model that computes the region's feature)")
-        from dmlviewer.commands.common import model_source_exists
-
-        if not model_source_exists(args.checkpoint):
-            raise UsageError(f"checkpoint not found: {args.checkpoint}")
-        results = _region_results(args, features, index)
+        if source is None:
+            raise UsageError("--region needs --checkpoint or --model (the model that computes the region's feature)")
+        results = _region_results(args, source, features, index)
     else:
         results = retrieve(features, args.query, args.k, index=index)
     query = {"index": args.query, "path": features.paths[args.query], "label": int(features.labels[args.query])}
@@ -103,13 +102,13 @@ def _index(args: argparse.Namespace):
         raise UsageError(str(exc)) from None
 
 
-def _region_results(args: argparse.Namespace, features, index=None) -> list[dict]:
+def _region_results(args: argparse.Namespace, source, features, index=None) -> list[dict]:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.data import load_image
     from dmlviewer.core.data.images import check_inside
     from dmlviewer.core.data.paths import path_problem
     from dmlviewer.core.explain import region_query
-    from dmlviewer.core.models import open_model, resolve_device
+    from dmlviewer.core.models import resolve_device
 
     root = features.attrs.get("dataset_root") or ""
     rel = features.paths[args.query]
@@ -121,7 +120,7 @@ def _region_results(args: argparse.Namespace, features, index=None) -> list[dict
         device = resolve_device(args.device)
         check_inside(root, image_path)
         image = load_image(image_path)
-        model, _ = open_model(args.checkpoint, device)
+        model, _ = source.open(device)
         return region_query(model, image, args.region, features, k=args.k, device=device, index=index,
                             exclude=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli

@@ -53,7 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="dataset format (default: detected from the folder)")
     opt("--protocol", default=d.protocol, choices=["default", "zero-shot", "official"], help="split protocol")
     opt("--out", metavar="RUN", help="run folder (required)")
-    opt("--backbone", choices=BACKBONES, default=d.backbone, help="backbone network")
+    opt("--backbone", type=backbone_type, default=d.backbone, metavar="NAME",
+        help=f"backbone network: {', '.join(BACKBONES)}, or timm:NAME (a timm CNN or vision transformer, e.g. "
+             "timm:resnet50, timm:vit_small_patch16_224; extra timm)")
     opt("--pretrained", default=d.pretrained, help="backbone weights: none | imagenet | FILE")
     opt("--pooling", choices=POOLINGS, default=d.pooling, help="global pooling")
     opt("--grouping", choices=GROUPINGS, default=d.grouping, help="grouping head (seed 001, 004)")
@@ -124,7 +126,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     opt("--seed", type=seed_type, default=d.seed, metavar="K", help="random seed")
     p.add_argument("--resume", action="store_true", default=S,
                    help="continue the run in RUN from its checkpoint (same dataset and options; --epochs may grow)")
+    opt("--branches", type=int, choices=(1, 2), default=1, metavar="N",
+        help="2: a query (street) and a reference (aerial) branch with separate weights, trained on a cvusa "
+             "dataset with the soft-margin triplet loss (dmlviewer.commands.train_two_branch)")
     p.set_defaults(func=run)
+
+
+def backbone_type(text: str) -> str:
+    """``--backbone``: a listed backbone, or ``timm:NAME`` when timm is installed (the name itself
+    is checked when the model is built: importing timm takes seconds)."""
+    import importlib.util
+
+    from dmlviewer.core.train.config import BACKBONES
+
+    if text in BACKBONES:
+        return text
+    if text.startswith("timm:") and text[len("timm:"):].strip():
+        if importlib.util.find_spec("timm") is None:
+            raise argparse.ArgumentTypeError(f"{text}: timm backbones need the optional package timm "
+                                             "(pip install 'dmlviewer[timm]')")
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(BACKBONES)}, or timm:NAME)")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -203,6 +225,10 @@ def run(args: argparse.Namespace) -> int:
     missing = [f"--{name}" for name in ("dataset", "out") if not hasattr(args, name)]
     if missing:
         raise UsageError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required")
+    if getattr(args, "branches", 1) == 2:  # cross-view (issue 25)
+        from dmlviewer.commands.train_two_branch import run as run_two_branch
+
+        return run_two_branch(args)
     try:
         config = config_from_args(args)
     except (TypeError, ValueError) as exc:

@@ -50,14 +50,16 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
              out: str | os.PathLike | None = None, batch_size: int = 64, device: str = "cpu",
              format: str | None = None, ks: Sequence[int] = (1, 2, 4, 8), num_workers: int | None = None,
              protocol: str = "default", cancel: CancelToken | None = None) -> Iterator[Progress]:
-    """Generator: load ``checkpoint``, embed ``split`` of the dataset at ``dataset_root`` into the
-    feature file ``out`` (skipped when ``None``), compute the metrics of DESIGN.md and store them
+    """Generator: load ``checkpoint`` (a path, ``imagenet:NAME`` or a ``ModelSource``), embed
+    ``split`` of the dataset at ``dataset_root`` into the feature file ``out`` (skipped when
+    ``None``), compute the metrics of DESIGN.md and store them
     as the file's attributes (in the same atomic write). Result: the metrics dict; under
     ``torchrun`` (module docstring) only on rank 0, ``None`` on the other ranks."""
     import torch
 
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.models import open_model, resolve_device
+    from dmlviewer.core.models.source import ModelSource
     from dmlviewer.core.train.distributed import from_environment
 
     from .store import FeatureWriter
@@ -68,12 +70,13 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
         if dev.type == "cuda" and ctx.enabled:
             dev = torch.device("cuda", ctx.local_rank)
             torch.cuda.set_device(dev)
-        model, info = open_model(checkpoint, dev)
+        model, info = checkpoint.open(dev) if isinstance(checkpoint, ModelSource) else open_model(checkpoint, dev)
         dataset = open_dataset(dataset_root, format, protocol).select_split(split)
         if len(dataset) == 0:
             raise ValueError(f"{dataset_root} has no images in split {split!r}")
         ranks = f" on {ctx.world_size} ranks" if ctx.enabled else ""
-        yield Progress("log", message=f"evaluating {Path(checkpoint).name} on {len(dataset)} {split} images{ranks}")
+        name = checkpoint.display() if isinstance(checkpoint, ModelSource) else Path(checkpoint).name
+        yield Progress("log", message=f"evaluating {name} on {len(dataset)} {split} images{ranks}")
 
         main = ctx.is_main
         writer = FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"])) if out and main else _NoFile()

@@ -348,6 +348,82 @@ def _load_error_reason(exc: Exception) -> str:
     return first if not first.isdigit() else "not a torch file"
 
 
+#: Python data types that training frameworks store beside the tensors (a Lightning checkpoint's
+#: ``hyper_parameters``: paths, argparse namespaces, omegaconf containers, numpy scalars and
+#: dtypes), by the names a pickle refers to them. torch's weights-only unpickler rebuilds them
+#: when allowed; they hold data and run no code of the file's choosing. Anything else is refused.
+DATA_TYPE_NAMES = (
+    "pathlib.Path", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePath", "pathlib.PurePosixPath",
+    "pathlib.PureWindowsPath", "argparse.Namespace", "collections.OrderedDict", "collections.defaultdict",
+    # the element and key types omegaconf's metadata names (types as values: nothing is called)
+    "builtins.list", "builtins.dict", "builtins.int", "builtins.float", "builtins.str", "builtins.bool",
+    "builtins.bytes", "typing.Any",
+    "numpy.dtype", "numpy.ndarray", "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar",
+    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+)
+#: omegaconf's containers and the node and metadata classes inside them (when omegaconf is installed)
+OMEGACONF_NAMES = (
+    "omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig", "omegaconf.base.ContainerMetadata",
+    "omegaconf.base.Metadata", "omegaconf.nodes.AnyNode", "omegaconf.nodes.StringNode",
+    "omegaconf.nodes.IntegerNode", "omegaconf.nodes.FloatNode", "omegaconf.nodes.BooleanNode",
+    "omegaconf.nodes.BytesNode", "omegaconf.nodes.PathNode", "omegaconf.nodes.EnumNode",
+)
+
+
+def _data_type(name: str):
+    """The object a pickle's global ``name`` stands for, when it is one of the data types above
+    (numpy and omegaconf are imported only when the file refers to them), else None."""
+    import importlib
+    import importlib.util
+
+    if name.startswith("numpy.dtypes.") and name.endswith("DType"):  # numpy's dtype classes
+        module, attr = "numpy.dtypes", name[len("numpy.dtypes."):]
+    elif name in DATA_TYPE_NAMES or name in OMEGACONF_NAMES:
+        module, attr = name.rsplit(".", 1)
+        if module in ("numpy.core.multiarray", "numpy._core.multiarray"):  # numpy 1 and 2 name it apart
+            module = "numpy._core.multiarray" if importlib.util.find_spec("numpy._core") else "numpy.core.multiarray"
+    else:
+        return None
+    try:
+        return getattr(importlib.import_module(module), attr, None)
+    except ImportError:
+        return None
+
+
+def _load_with_data_types(path: Path, error: Exception):
+    """``torch.load(weights_only=True)`` again when it refused ``path`` only for the data types a
+    training framework stores (``DATA_TYPE_NAMES``): the globals the file refers to are listed by
+    torch's static inspection (nothing is run), and only those data types are allowed through
+    ``torch.serialization.safe_globals``. Any other global is refused by name in one line; a file
+    that is not of torch's zip format, or was refused for another reason, re-raises ``error``."""
+    inspect = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if inspect is None or "global" not in str(error).lower():
+        raise error
+    try:
+        names = inspect(str(path))
+    except Exception:  # noqa: BLE001 - a legacy (non-zip) or damaged file: the first refusal stands
+        raise error from None
+    allowed = {name: _data_type(name) for name in names}
+    refused = [name for name, obj in allowed.items() if obj is None]
+    if refused or not names:
+        if not refused:
+            raise error
+        raise CheckpointError(
+            f"refusing to load {path}: not a file of tensors and data (torch.load with weights_only=True rejected "
+            f"it: it refers to the Python object{'s' if len(refused) > 1 else ''} "
+            f"{', '.join(refused[:6])}{' ...' if len(refused) > 6 else ''}, not one of the data types read "
+            "from a file: tensors, plain values, paths, namespaces, omegaconf containers, numpy scalars and "
+            f"arrays); nothing in it was run. {WHAT_IS_A_CHECKPOINT}")
+    safe = [(obj, name) for name, obj in allowed.items()]
+    if any(name.startswith("numpy.") for name in names):  # a dtype's state names its class
+        import numpy
+
+        safe += [getattr(numpy.dtypes, n) for n in dir(numpy.dtypes) if n.endswith("DType")]
+    log.info("%s holds %s besides tensors: read as data", path, ", ".join(sorted(names)))
+    with torch.serialization.safe_globals(safe):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
 def _torch_container(head: bytes) -> bool:
     """Whether the first bytes can start a torch.save file: a zip archive (the current format)
     or a pickle (the legacy format)."""
@@ -407,9 +483,14 @@ def read_weights_file(path: str | os.PathLike) -> dict:
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol ...": the refusal says enough
             warnings.simplefilter("ignore")
-            data = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                data = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - a training framework's data types: see below
+                data = _load_with_data_types(path, exc)
     except MemoryError:
         raise CheckpointError(f"{path}: not enough memory to read it") from None
+    except CheckpointError:
+        raise
     except Exception as exc:  # UnpicklingError, RuntimeError (zip), EOFError ...
         raise CheckpointError(
             f"refusing to load {path}: not a file of tensors and plain values (torch.load with "

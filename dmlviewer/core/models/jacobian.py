@@ -13,9 +13,11 @@ holds by construction. The Jacobian rows come from batched vector-Jacobian produ
 images of a batch at once (in eval mode image b's embedding depends on its own map only), so
 memory stays at ``chunk x B x C x h x w``.
 
-For heads that are not piecewise linear (softmax attention, GeM, LayerNorm) this is the
+For heads that are not piecewise linear (softmax attention, LayerNorm, GELU) this is the
 first-order (Taylor) decomposition at ``A``; the remainder lands in ``B``. It is exact, and agrees
-with the closed-form rules, for piecewise-linear heads only.
+with the closed-form rules, for piecewise-linear heads, and for heads that are positively
+homogeneous of degree 1 (GeM, and GeM followed by bias-free linear layers and ReLUs): there
+Euler's theorem gives ``sum_ij C_ij = E``, so ``B = 0`` (:mod:`.homogeneity` tells them apart).
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ and correspondence work on it unchanged.
 
 - The feature map ``A`` is the output of ``feature_layer`` (a name as in ``named_modules()``),
   taken by a forward hook; ``None`` picks the last module whose output is a spatial map.
+  Channels-last maps (B x h x w x C: timm's Swin with ``output_fmt`` NHWC, torchvision's
+  ``swin_t`` features, ConvNeXt-style blocks) are recognized (:func:`map_layout`) and seen as
+  B x C x h x w; a map whose layout cannot be told is refused, naming its shape.
+- The output's first axis must be the batch (checked on a batch of two): a D x B output
+  (cnnimageretrieval's descriptors as columns) is refused with the ``output=`` that fixes it.
 - The *head* is everything the forward computes after that layer. It is decomposed by the
   Jacobian at this input (seed 000 Sec. 4, :mod:`.jacobian`):
   ``C_ij = sum_c A_c,ij dE/dA_c,ij`` and ``B = E - sum_ij C_ij``. A
@@ -35,7 +40,8 @@ from torch import nn
 
 from .errors import ModelError
 from .jacobian import gradient_x_activation
-from .output import Linearization, ModelOutput
+from .homogeneity import euler_report, is_homogeneous_head
+from .output import EXACT, Linearization, ModelOutput
 from .tail import TailRecorder, TailReport
 
 log = logging.getLogger(__name__)
@@ -92,16 +98,92 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
     return value
 
 
+#: Layouts of a feature layer's 4-D output.
+NCHW, NHWC = "NCHW", "NHWC"
+
+
+def check_batch(embedding: torch.Tensor, batch: int) -> None:
+    """``ModelError`` unless the selected output's first axis is the batch: a D x B output
+    (descriptors as columns, as cnnimageretrieval's networks return them) says which ``output=``
+    turns it into B x D."""
+    if embedding.shape[0] == batch:
+        return
+    shape = " x ".join(map(str, embedding.shape))
+    if embedding.shape[1] == batch:
+        raise ModelError(f"the model's output is {shape} for a batch of {batch} images: descriptors as columns "
+                         "(as cnnimageretrieval's networks return them); pass output=lambda o: o.T")
+    raise ModelError(f"the model's output is {shape} for a batch of {batch} images: its first axis is not the "
+                     "batch; pass output= a function that returns batch x dimensions")
+
+
+def _declared_layout(layer: nn.Module, shape: tuple[int, ...]) -> str | None:
+    """The layout ``layer``'s own type says its output ``shape`` has, or ``None``: timm's
+    ``output_fmt``, torchvision's ``Permute``, or the last op (a convolution or 2-d norm over axis
+    1; a LayerNorm or Linear over the last axis), looking into a ``Sequential``'s last module."""
+    while True:
+        fmt = getattr(layer, "output_fmt", None)
+        if fmt is not None:
+            text = str(getattr(fmt, "value", fmt)).upper()
+            if text in (NCHW, NHWC):
+                return text
+        if isinstance(layer, nn.Sequential) and len(layer):
+            layer = layer[-1]
+            continue
+        break
+    first, last = shape[1], shape[-1]
+    dims = getattr(layer, "dims", None)
+    if type(layer).__name__ == "Permute" and dims is not None and len(dims) == 4:
+        return {(0, 2, 3, 1): NHWC, (0, 3, 1, 2): NCHW}.get(tuple(int(d) for d in dims))
+    if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d)):
+        return NCHW if layer.out_channels == first else None
+    if isinstance(layer, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)):
+        return NCHW if layer.num_features == first else None
+    if isinstance(layer, nn.GroupNorm):
+        return NCHW if layer.num_channels == first else None
+    if isinstance(layer, nn.LayerNorm):
+        if "2d" in type(layer).__name__.lower():  # timm's LayerNorm2d: over the channels of an NCHW map
+            return NCHW if tuple(layer.normalized_shape) == (first,) else None
+        return NHWC if tuple(layer.normalized_shape) == (last,) else None
+    if isinstance(layer, nn.Linear):
+        return NHWC if layer.out_features == last else None
+    return None
+
+
+def map_layout(layer: nn.Module, shape: tuple[int, ...]) -> str | None:
+    """Whether ``layer``'s 4-D output of ``shape`` is channels first (:data:`NCHW`) or channels
+    last (:data:`NHWC`), or ``None`` when it cannot be told.
+
+    dmlviewer's inputs are square, so the grid is square: the two equal axes are the grid (1, 2
+    for NHWC; 2, 3 for NCHW). The layer's own type (:func:`_declared_layout`) decides when the
+    shape cannot (three equal axes, or none) and must agree with it when both speak."""
+    _, d1, d2, d3 = shape
+    by_shape = NCHW if (d2 == d3 and d1 != d2) else NHWC if (d1 == d2 and d3 != d1) else None
+    declared = _declared_layout(layer, shape)
+    if declared and by_shape and declared != by_shape:
+        return None
+    return declared or by_shape
+
+
+def as_channels_first(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """``(C, h, w)`` of a 4-D output ``shape`` in ``layout``."""
+    return tuple(shape[1:]) if layout == NCHW else (shape[3], shape[1], shape[2])
+
+
 def spatial_layers(module: nn.Module, x: torch.Tensor) -> list[tuple[str, tuple[int, ...]]]:
     """``(name, C x h x w)`` of every named module whose output is a spatial map (B x C x h x w,
-    h*w > 1), in the order they finish during one forward pass of ``x``."""
+    or channels last B x h x w x C, h*w > 1; maps whose layout cannot be told are left out), in
+    the order they finish during one forward pass of ``x``."""
     found: list[tuple[str, tuple[int, ...]]] = []
     handles = []
 
     def make(name):
-        def hook(_mod, _inp, out):
-            if isinstance(out, torch.Tensor) and out.dim() == 4 and out.shape[-1] * out.shape[-2] > 1:
-                found.append((name, tuple(out.shape[1:])))
+        def hook(mod, _inp, out):
+            if isinstance(out, torch.Tensor) and out.dim() == 4:
+                layout = map_layout(mod, tuple(out.shape))
+                if layout is not None:
+                    c, h, w = as_channels_first(tuple(out.shape), layout)
+                    if h * w > 1:
+                        found.append((name, (c, h, w)))
         return hook
 
     for name, sub in module.named_modules():
@@ -131,15 +213,18 @@ class _Run:
     output: torch.Tensor
     raw: torch.Tensor
     report: TailReport
+    layout: str
 
 
 class _Capture:
     """One forward pass's business at the feature layer: keep (or replace) its output, then start
-    recording the head (see :class:`~.tail.TailRecorder`)."""
+    recording the head (see :class:`~.tail.TailRecorder`). The map is kept channels first; a
+    channels-last layer's output goes on into the module as it came (permuted back)."""
 
-    def __init__(self, layer_name: str, replace: torch.Tensor | None, recorder: TailRecorder,
-                 grad_tail: bool) -> None:
-        self.layer_name, self.replace, self.recorder, self.grad_tail = layer_name, replace, recorder, grad_tail
+    def __init__(self, layer_name: str, layer: nn.Module, layout: str | None, replace: torch.Tensor | None,
+                 recorder: TailRecorder, grad_tail: bool) -> None:
+        self.layer_name, self.layer, self.layout = layer_name, layer, layout
+        self.replace, self.recorder, self.grad_tail = replace, recorder, grad_tail
         self.feature_map: torch.Tensor | None = None
         self.calls = 0
         self.recording = False
@@ -153,19 +238,31 @@ class _Capture:
             what = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ModelError(f"feature layer {self.layer_name!r} gives {what}, not a spatial map "
                              "(batch x channels x height x width)")
+        layout = self.layout or map_layout(self.layer, tuple(out.shape))
+        if layout is None:
+            raise ModelError(f"feature layer {self.layer_name!r} gives {tuple(out.shape)}: cannot tell whether its "
+                             "channels come first (batch x channels x height x width) or last (batch x height x "
+                             "width x channels); choose another feature_layer")
+        self.layout = layout
+        channels_last = layout == NHWC
+        amap = out.permute(0, 3, 1, 2).contiguous() if channels_last else out
         if self.replace is not None:
-            if self.replace.shape != out.shape:
+            if self.replace.shape != amap.shape:
                 raise ModelError(f"replacement map {tuple(self.replace.shape)} does not match the layer's "
-                                 f"output {tuple(out.shape)}")
-            out = self.replace
+                                 f"output {tuple(amap.shape)} (channels first)")
+            amap = self.replace
         if self.grad_tail:
             if self.replace is None:  # differentiate the head with respect to this very map
-                out = out.detach().requires_grad_(True)
+                amap = amap.detach().requires_grad_(True)
             torch.set_grad_enabled(True)
+        if channels_last:  # back to the layer's own layout, derived from the map (in the graph)
+            out = out if (self.replace is None and not self.grad_tail) else amap.permute(0, 2, 3, 1).contiguous()
+        else:
+            out = amap
         self.recorder.start(out)
         self.recorder.__enter__()
         self.recording = True
-        self.feature_map = out
+        self.feature_map = amap
         return out
 
 
@@ -186,8 +283,10 @@ class ModuleModel(nn.Module):
         self._preprocess = preprocess
         self._local = threading.local()  # the capture of the forward pass running in this thread
         self._handle = None
+        self.layout: str | None = None  # the feature layer's output layout, fixed by the probe
         device = next((p.device for p in module.parameters()), torch.device("cpu"))
-        probe = torch.zeros(1, 3, preprocess.size, preprocess.size, device=device)
+        # a batch of two: a D x B output (descriptors as columns) is told from B x D
+        probe = torch.zeros(2, 3, preprocess.size, preprocess.size, device=device)
         was_training = module.training
         module.eval()
         try:
@@ -202,21 +301,35 @@ class ModuleModel(nn.Module):
             self.feature_layer = feature_layer
             with torch.no_grad():
                 run = self._run(probe)
+                # a head that is not piecewise linear may still be exact: degree-1 homogeneous (GeM), Euler
+                self.homogeneous = run.report.rule != EXACT and is_homogeneous_head(
+                    lambda fm: self._run(probe, replace=fm).raw, run.feature_map)
+        except BaseException:
+            self.release()
+            raise
         finally:
             module.train(was_training)
+        self.layout = run.layout
         self._dim = int(run.raw.shape[1])
         self.stride = max(1, preprocess.size // int(run.feature_map.shape[-2]))  # nominal, for resolutions
-        self.probe_report = run.report
+        self.probe_report = euler_report(run.report) if self.homogeneous else run.report
         self.config = {
             "backbone": f"module:{type(module).__name__}", "feature_layer": feature_layer,
             "pretrained": None, "pooling": "module", "grouping": "none", "groups": 1, "bn": False,
             "hidden": 0, "multilayer": [], "dim": self._dim, "image_size": preprocess.size,
             "mean": list(preprocess.mean), "std": list(preprocess.std),
-            "normalized_output": run.report.normalized, "source": "python",
+            "normalized_output": run.report.normalized, "source": "python", "feature_layout": self.layout,
         }
-        log.info("%s: feature layer %s (%d x %d x %d at %d px), embedding %d, decomposition %s",
+        log.info("%s: feature layer %s (%d x %d x %d at %d px%s), embedding %d, decomposition %s",
                  type(module).__name__, feature_layer, *run.feature_map.shape[1:], preprocess.size,
-                 self._dim, run.report.explain())
+                 ", channels last" if self.layout == NHWC else "", self._dim, run.report.explain())
+
+    def release(self) -> None:
+        """Remove the forward hook this model put on the user's module (the model no longer works
+        afterwards): ``dmlviewer.explain`` hands the module back as it came."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
 
     # ------------------------------------------------------------------ interface
     @property
@@ -267,7 +380,7 @@ class ModuleModel(nn.Module):
             contributions = gradient_x_activation(run.raw, leaf)
         raw = run.raw.detach()
         bias = raw.float() - contributions.sum(1)
-        report = run.report
+        report = euler_report(run.report) if self.homogeneous else run.report
         if report.rule != "exact":
             log.info("decomposition of %s is first order: %s", self.config["backbone"], report.explain())
         return Linearization(contributions, bias, tuple(leaf.shape[-2:]), rule=report.rule,
@@ -304,7 +417,7 @@ class ModuleModel(nn.Module):
 
     def _run(self, x: torch.Tensor, replace: torch.Tensor | None = None, grad_tail: bool = False) -> _Run:
         recorder = TailRecorder()
-        hook = _Capture(self.feature_layer, replace, recorder, grad_tail)
+        hook = _Capture(self.feature_layer, self.layer, self.layout, replace, recorder, grad_tail)
         if getattr(self._local, "capture", None) is not None:
             raise ModelError("the model's forward pass was re-entered from inside itself")
         self._local.capture = hook
@@ -329,4 +442,5 @@ class ModuleModel(nn.Module):
         if hook.feature_map is None:
             raise ModelError(f"feature layer {self.feature_layer!r} did not run in the forward pass")
         output = select_output(result, self.output_selector)
-        return _Run(hook.feature_map, output, recorder.raw_for(output), recorder.report(output))
+        check_batch(output, x.shape[0])
+        return _Run(hook.feature_map, output, recorder.raw_for(output), recorder.report(output), hook.layout)

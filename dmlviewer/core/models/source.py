@@ -83,6 +83,9 @@ class ModelSource:
             if not isinstance(value, dict) or len(json.dumps(value)) > _MAX_TEXT:
                 raise ModelError(f"a remembered model source has a bad {key!r}")
             out[key] = value
+        problem = _options_problem(out.get("options", {}))
+        if problem:
+            raise ModelError(f"a remembered model source has a bad option: {problem}")
         if kind in ("checkpoint", "pretrained") and not out.get("path"):
             raise ModelError(f"a remembered {kind} source has no path")
         if kind == "code" and not out.get("entry"):
@@ -148,11 +151,31 @@ class ModelSource:
         elif self.kind == "code":
             from .code_door import open_code_model
 
+            problem = _options_problem(self.options)
+            if problem:
+                raise ModelError(f"model options: {problem}")
             model, info = open_code_model(self.entry, args=self.args, weights=self.weights, device=device,
                                           **self.options)
         else:
             raise ModelError("a live Python module is reopened from Python, not from a source")
         return model, {**info, "model_source": self}
+
+
+#: what ``options`` may hold, and the types each takes (JSON values)
+OPTION_TYPES = {"feature_layer": (str,), "output": (str, int), "size": (int,)}
+
+
+def _options_problem(options: dict) -> str | None:
+    """Why ``options`` cannot be passed to the opening functions (one line), or None."""
+    for key, value in options.items():
+        if key not in OPTION_TYPES:
+            return f"unknown option {key!r} (known: {', '.join(OPTION_TYPES)})"
+        if value is not None and (isinstance(value, bool) or not isinstance(value, OPTION_TYPES[key])):
+            return f"{key} must be {' or '.join(t.__name__ for t in OPTION_TYPES[key])}, got {type(value).__name__}"
+    size = options.get("size")
+    if size is not None and not 8 <= size <= 4096:  # as a model config's image_size
+        return f"size must be from 8 to 4096 pixels, got {size}"
+    return None
 
 
 def _entry_file(entry: str | None) -> str | None:

@@ -67,6 +67,8 @@ _NORMS = {"norm", "vector_norm", "linalg_vector_norm"}
 #: Harmless on a norm before the division of an explicit normalization.
 _NORM_SHAPING = {"clamp", "clamp_min", "clip", "add", "__add__", "__radd__", "expand_as", "expand",
                  "unsqueeze", "view", "reshape", "detach", "to"}
+#: Shape-only ops after a normalization that keep it final (cnnimageretrieval squeezes after L2N).
+_FLATTENING = {"squeeze", "flatten", "view", "reshape"}
 #: Ops that read a tensor's metadata, not its values (also used by :mod:`.folding`).
 METADATA_OPS = {"size", "dim", "numel", "__len__", "__format__", "__repr__", "__bool__", "__iter__",
                 "__get__", "__eq__", "__ne__", "requires_grad_", "is_floating_point", "data_ptr", "item",
@@ -157,6 +159,8 @@ class TailRecorder(TorchFunctionMode):
                 self._normalized[id(outputs[0])] = derived[0]
         elif name in _DIVISION and outputs and len(derived) == 2 and self._is_norm_of(derived[1], derived[0]):
             self._normalized[id(outputs[0])] = derived[0]
+        elif name in _FLATTENING and outputs and len(derived) == 1 and id(derived[0]) in self._normalized:
+            self._normalized[id(outputs[0])] = self._normalized[id(derived[0])]  # B x D x 1 x 1 -> B x D
         if name == "batch_norm":
             training = kwargs.get("training", args[5] if len(args) > 5 else False)
             info["training"] = bool(training)
@@ -174,14 +178,16 @@ class TailRecorder(TorchFunctionMode):
             op, parents = self._derived.get(node, ("", ()))
             if op in _NORMS:
                 return id(vector) in parents
-            if op not in _NORM_SHAPING or len(parents) != 1:
-                return False
+            if op not in _NORM_SHAPING or not parents or (len(parents) != 1 and op != "expand_as"):
+                return False  # expand_as(norm, x) also derives from x: follow the norm
             node = parents[0]
         return False
 
     def raw_for(self, output: torch.Tensor) -> torch.Tensor:
-        """``output`` before its final L2 normalization, or ``output`` when it has none."""
-        return self._normalized.get(id(output), output)
+        """``output`` before its final L2 normalization (in ``output``'s shape: a normalization of a
+        B x D x 1 x 1 map squeezed after it), or ``output`` when it has none."""
+        raw = self._normalized.get(id(output), output)
+        return raw.reshape(output.shape) if raw.shape != output.shape and raw.numel() == output.numel() else raw
 
     def report(self, output: torch.Tensor) -> TailReport:
         report = TailReport()

@@ -175,7 +175,7 @@ def test_module_matches_the_native_model_with_the_same_weights():
 @pytest.mark.parametrize("bad, message", [
     (dict(feature_layer="layer9"), "has no layer 'layer9'; layers with spatial maps: conv1, bn1, relu, maxpool, "
                                    "layer1, layer2, layer3, layer4"),
-    (dict(feature_layer="fc"), "gives (1, 32), not a spatial map"),
+    (dict(feature_layer="fc"), "gives (2, 32), not a spatial map"),  # the probe is a batch of two
     (dict(feature_layer="layer4", output=3), "output=3"),
     (dict(feature_layer="layer4", output="emb"), "output='emb'"),
 ])
@@ -186,7 +186,7 @@ def test_bad_layer_or_output_is_one_clear_error(bad, message):
 
 def test_wrong_channel_model_and_bad_input_size_are_clear():
     gray = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
-    with pytest.raises(ModelError, match="the model failed on a 1 x 3 x 64 x 64 input: .*channels"):
+    with pytest.raises(ModelError, match="the model failed on a 2 x 3 x 64 x 64 input: .*channels"):
         open_model(gray, feature_layer="1", transform={"size": SIZE})
     flat = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 32 * 32, 5))
     with pytest.raises(ModelError, match="check size= or transform="):
