@@ -17,7 +17,11 @@ without the precomputed tensor pays per hover), with ``ratio`` = p50 / baseline.
 renderer alone (:mod:`dmlviewer.bench.hover_core`). ``largest``: the same measurement at the
 pair view's largest *Resolution* choice for these photographs (``input_size``, a finer grid, so a
 larger point-to-point tensor per hover), its baseline recomputing the explanation at that size;
-``largest_ratio`` and ``largest_p95_ms`` are printed with the others.
+``largest_ratio`` and ``largest_p95_ms`` are printed with the others. ``two_models``: the same
+measurement with a second model (B, other random weights) compared in the pair view (issue 24):
+one event then draws both models' partial maps and repaints both reference viewports; its
+``p50_ms``/``p95_ms`` are also given as ``two_models_p50_ms``/``two_models_p95_ms`` beside the
+one-model figures of the same run.
 """
 
 from __future__ import annotations
@@ -51,9 +55,11 @@ def _path(n: int, shape: tuple[int, int]) -> np.ndarray:
     return np.stack([(0.5 + 0.45 * np.sin(3 * t)) * (w - 1), (0.5 + 0.45 * np.sin(2 * t + 0.5)) * (h - 1)], 1)
 
 
-def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False) -> dict[str, Any]:
+def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
+            compare: bool = False) -> dict[str, Any]:
     """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair_view.PairView` (``largest``:
-    at its largest Resolution choice instead of the model's size)."""
+    at its largest Resolution choice instead of the model's size; ``compare``: with a second
+    model compared, both rows drawn per event)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import torch
@@ -76,18 +82,23 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
     view.set_pair(images)
     if largest:
         view.set_input_size(view.size_combo.itemData(view.size_combo.count() - 1))
+    if compare:
+        torch.manual_seed(1)
+        view.set_compare_model(build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval(),
+                               "cpu", "B")
     deadline = time.monotonic() + 120
-    while view.state == "preparing" and time.monotonic() < deadline:
+    while (view.state == "preparing" or view.compare_state == "preparing") and time.monotonic() < deadline:
         app.processEvents()
         time.sleep(0.005)
-    if view.state != "ready":
-        raise RuntimeError(f"the pair was not prepared (state {view.state})")
+    if view.state != "ready" or (compare and view.compare_state != "ready"):
+        raise RuntimeError(f"the pair was not prepared (state {view.state}, model B {view.compare_state})")
     for _ in range(5):
         app.processEvents()
     size = view.input_size
 
     query, reference = view.panes
     viewport, target = query.graphics.viewport(), reference.graphics.viewport()
+    target_b = view.compare_panes[1].graphics.viewport() if compare else None
     points = _path(events + warmup, IMAGE_SHAPE)
     times, changed, last = [], 0, None
     clock = time.perf_counter
@@ -97,11 +108,15 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         QTest.mouseMove(viewport, pos)
         view.link.flush()
         target.repaint()
+        if target_b is not None:
+            target_b.repaint()
         t1 = clock()
         hover = view.link.hover
         if k >= warmup:
             times.append((t1 - t0) * 1e3)
-            if hover is not None and hover != last and reference.overlay_item.isVisible():
+            drawn = reference.overlay_item.isVisible() and (
+                not compare or view.compare_panes[1].overlay_item.isVisible())
+            if hover is not None and hover != last and drawn:
                 changed += 1
         last = hover
 
@@ -132,6 +147,7 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         "grid": f"{e.grid_query[0]}x{e.grid_query[1]}",
         "input_size": size,
         "view": "1400x800",
+        "models": 2 if compare else 1,
         "platform": app.platformName(),
     }
 
@@ -146,6 +162,9 @@ def run(args) -> dict[str, Any]:
     largest = measure(events=200 if quick else 1000, largest=True)
     result["largest"] = largest
     result["largest_ratio"], result["largest_p95_ms"] = largest["ratio"], largest["p95_ms"]
+    two = measure(events=200 if quick else 1000, compare=True)
+    result["two_models"] = two
+    result["two_models_p50_ms"], result["two_models_p95_ms"] = two["p50_ms"], two["p95_ms"]
     result["core"] = run_core(events=300 if quick else 2000)
     result["machine"] = describe()
     return result

@@ -149,6 +149,14 @@ class ImagePane(QWidget):
         self.graphics.viewport().setMouseTracking(True)
 
     # -- content
+    def clear_region(self) -> None:
+        """Take the drawn region's rectangle away (retrieval went back to the whole image)."""
+        self.view.region_item.hide()
+
+    @property
+    def region_shown(self) -> bool:
+        return self.view.region_item.isVisible()
+
     def set_image(self, image: np.ndarray | None) -> None:
         """Show an H x W x 3 uint8 photograph (None: empty); clears overlay and marks."""
         self.clear_overlay()
@@ -198,10 +206,16 @@ class ImagePane(QWidget):
         return self.overlay_item.image if self.overlay_item.isVisible() else None
 
     def clear_overlay(self) -> None:
-        """No overlay (and no colour bar or read-out, which would describe nothing)."""
+        """No overlay (and no colour bar or read-out, which would describe nothing). The colour
+        bar turns transparent but keeps its place: hiding it widened the view, so the photograph
+        jumped each time a map was computing (Grad-CAM weights, occlusion) and back after."""
         self.overlay_item.hide()
-        self.colorbar.hide()
+        self.colorbar.setOpacity(0.0)
         self.readout.hide()
+
+    @property
+    def colorbar_shown(self) -> bool:
+        return self.colorbar.isVisible() and self.colorbar.opacity() > 0
 
     def set_opacity(self, opacity: float) -> None:
         self.overlay_item.setOpacity(opacity)
@@ -333,7 +347,7 @@ class ImagePane(QWidget):
             self.overlay_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
             self._overlay_shape = (shape, self.shape)
         self.overlay_item.show()
-        self.colorbar.show()
+        self.colorbar.setOpacity(1.0)
 
     def _on_click(self, ev) -> None:
         if ev.button() != Qt.LeftButton or ev.double() or self.view.region_mode:

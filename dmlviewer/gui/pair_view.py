@@ -10,13 +10,13 @@ partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one ca
 core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
-where it is opposed, "signed" both on a diverging map), *scale* ("whole pair", the default,
-uses one fixed scale for all partial maps of the pair, ``core.explain.hover.pair_scale``: the
-strongest 2 % of the points saturate, so maps of different points compare, a weak point looks
-weak and a max-pooled head's few dominant cell pairs do not leave the rest dark; "each map" normalizes
-every map to its own maximum and the colour bar reads 0..1 of it), colour map and opacity.
-The hovered point's share of the similarity is printed on the other pane, next to its colour
-bar, whatever the scale. "Matches" draws the top-N point-to-point
+where it is opposed, "signed" both on a diverging map), *scale* ("each map", the default,
+normalizes every partial map to its own maximum, so the hovered point's map shows on every
+model and the colour bar reads 0..1 of it; "whole pair" uses one fixed scale for all partial
+maps of the pair, ``core.explain.hover.pair_scale``: the strongest 2 % of the points saturate,
+so maps of different points compare and a weak point looks weak), colour map and opacity.
+The hovered point's share of the similarity (and, on "each map", its map's peak cell pair)
+is printed on the other pane, next to its colour bar, whatever the scale. "Matches" draws the top-N point-to-point
 correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
 
 *Resolution* (issue 11) is the network's input size for the pair: the model's own, 1.5x, 2x or
@@ -25,10 +25,23 @@ feature grid (224 px: 7 x 7 cells on a stride-32 backbone, 448 px: 14 x 14), so 
 smaller places. A change re-prepares the pair in the background like a new pair. The line
 under the panes says which decomposition rule the pair was explained with (exact, or first
 order where the head is not piecewise linear at the input).
+
+*Two models* (issue 24): :meth:`PairView.set_compare_model` puts a second model (B) beside the
+first (A). The pair is then prepared for both (B in its own background runner), and a second
+row of panes shows B's query and reference maps under A's, each row with its own colour
+scale, or one scale for both with "Shared scale". Hovering either row's query (or reference)
+draws every row's partial map of that point (:class:`~dmlviewer.gui.hover_link.HoverLink`
+rows; each row is one call of its model's precomputed renderer). "Difference" shows A minus B
+in the second row instead: the overall maps subtracted at image size, the partial maps by
+:class:`~dmlviewer.core.explain.hover.DifferenceRenderer`, both on one symmetric scale with the
+diverging colour map. B's overall maps are those that come with its pair and the Grad-CAM
+family; grad-weight transfer and occlusion are shown for A only. The read-out gives both
+similarities.
 """
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
 from dataclasses import dataclass
@@ -36,7 +49,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut
+from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut, QTextLayout
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlider, QSpinBox,
                                QSplitter, QToolButton, QVBoxLayout, QWidget)
 
@@ -62,9 +75,24 @@ METHODS = [
 #: Map choice computed by occlusion (model-agnostic; its hover shows the occlusion interaction)
 OCCLUSION = "occlusion"
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
-#: "Whole pair" first: the default is the honest scale, on which a point's colour says how much of
-#: the similarity it explains (a background point at 1% stays dark next to a body point at 20%).
-SCALES = [("pair", "Whole pair"), ("map", "Each map")]
+#: "Each map" first, the default (issue 23 item 5): every hovered point's partial map is stretched
+#: to its own maximum, so it shows on every model, and the point's share of the similarity is
+#: printed beside the colour bar for the magnitude. On real photographs (a pretrained backbone,
+#: diffuse maps over a 15 x 15 grid) "Whole pair" left the map of 38 % of the points that hold
+#: at least an average share below half the colour range, i.e. nearly invisible (README "Pair view").
+SCALES = [("map", "Each map"), ("pair", "Whole pair")]
+#: What the second row shows when a compare model is open: its own maps, or A minus B.
+COMPARE_VIEWS = [("model", "Model B"), ("difference", "Difference A − B")]
+#: Overall maps the compare row (model B) shows: those that come with the pair and the Grad-CAM family.
+COMPARE_METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam")
+
+#: The Region button while armed (checked): the region rectangle's cyan, so it reads at a glance.
+REGION_ARMED_STYLE = ("QToolButton#regionButton { padding: 1px 6px; }"
+                      "QToolButton#regionButton:checked { background: #00b8cc; color: black; "
+                      "border: 1px solid #007c8a; border-radius: 3px; padding: 1px 6px; }")
+
+#: Lines of text the read-out under the panes has room for (its height never changes).
+INFO_LINES = 3
 
 #: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
 MAX_OVERLAY_SIDE = 640
@@ -122,6 +150,39 @@ def _labelled(label: str | None, *widgets: QWidget) -> QWidget:
     return box
 
 
+class ClampedLabel(QLabel):
+    """A word-wrapped plain-text label of fixed height that shows the lines that fit and ends the
+    last one with "…" (never half a line); ``text()`` is the whole text."""
+
+    def visible_text(self) -> str:
+        """The text as drawn: whole lines that fit, the last one elided if text is left over."""
+        rect = self.contentsRect()
+        fm = self.fontMetrics()
+        text = self.text()
+        layout = QTextLayout(text, self.font())
+        layout.beginLayout()
+        lines: list[str] = []
+        y = 0.0
+        while True:
+            line = layout.createLine()
+            if not line.isValid():
+                break
+            line.setLineWidth(rect.width())
+            if y + 2 * fm.lineSpacing() > rect.height() and line.textStart() + line.textLength() < len(text):
+                rest = text[line.textStart():]  # the last line that fits: the rest, elided
+                lines.append(fm.elidedText(rest, Qt.ElideRight, rect.width()))
+                break
+            lines.append(text[line.textStart():line.textStart() + line.textLength()].rstrip())
+            y += fm.lineSpacing()
+        layout.endLayout()
+        return "\n".join(lines)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
+        painter = QPainter(self)
+        painter.drawText(self.contentsRect(), int(self.alignment()), self.visible_text())
+        painter.end()
+
+
 class _MatchLines(QWidget):
     """Transparent layer over both panes that joins matched points with coloured lines."""
 
@@ -174,6 +235,7 @@ class PairView(QWidget):
         self.state = "empty"  # empty | preparing | ready | failed
         self._overall: dict[str, bool | str] = {}  # method -> computed, or why it is unavailable
         self._renderers: dict[int, Any] = {}
+        self._partial_scale: float | None = None  # the fixed scale of the partial maps (None: each map)
         self._pair_token = 0
         self._overall_pending = ""
         self.occlusion_baseline = "blur"  # blur | mean | noise (core.explain.perturb.BASELINES)
@@ -185,26 +247,47 @@ class PairView(QWidget):
         #: one, Swap exchanges the two photographs here.
         self.swap_handler = None
 
+        # The compare model (B) and its explanation of the pair (issue 24; see the module docstring).
+        self.compare_model = None
+        self.compare_name = "B"
+        self.compare_explanation = None
+        self.compare_state = "empty"  # empty | preparing | ready | failed
+        self.compare_device = "cpu"
+        self._compare_token = 0
+        self._compare_overall: dict[str, bool | str] = {}  # method -> computed for B, or why not
+        self._compare_renderers: dict[int, Any] = {}
+        self._difference_renderers: dict[int, Any] = {}
+
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
+        self.compare_panes = (ImagePane("Query"), ImagePane("Reference"))
         self._build_toolbar()
-        self.splitter = QSplitter(Qt.Horizontal)
-        for pane in self.panes:
-            self.splitter.addWidget(pane)
-            self.splitter.setStretchFactor(self.splitter.count() - 1, 1)
-        self.splitter.setChildrenCollapsible(False)
+        self.splitter = self._row_splitter(self.panes)
+        self.compare_splitter = self._row_splitter(self.compare_panes)
+        self.compare_splitter.hide()
+        self.rows = QSplitter(Qt.Vertical)
+        self.rows.addWidget(self.splitter)
+        self.rows.addWidget(self.compare_splitter)
+        self.rows.setChildrenCollapsible(False)
         self.body = QWidget()
         body_layout = QVBoxLayout(self.body)
         body_layout.setContentsMargins(0, 0, 0, 0)
-        body_layout.addWidget(self.splitter)
+        body_layout.addWidget(self.rows)
         self.lines = _MatchLines(self.panes, self.body)
         self.lines.hide()
-        self.info = QLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
+        self.info = ClampedLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
         self.info.setObjectName("pairInfo")
         self.info.setWordWrap(True)  # a long read-out must not widen the window
         self.rule_label = QLabel("")
         self.rule_label.setObjectName("ruleLabel")
         self.rule_label.setWordWrap(True)
         self.rule_label.setAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        # The read-out line keeps one height whatever it says ("preparing…", the similarity's
+        # terms, a progress note), so the panes above never jump while the pair is prepared or
+        # a map computes: room for three lines, the whole text also in the tooltip.
+        lines = self.info.fontMetrics().lineSpacing() * INFO_LINES + 4
+        for label in (self.info, self.rule_label):
+            label.setFixedHeight(lines)
+            label.setAlignment((Qt.AlignRight if label is self.rule_label else Qt.AlignLeft) | Qt.AlignTop)
         info_row = QHBoxLayout()
         info_row.setContentsMargins(0, 0, 0, 0)
         info_row.addWidget(self.info, 4)
@@ -218,6 +301,8 @@ class PairView(QWidget):
         layout.addLayout(info_row)
 
         self.link = HoverLink(self.panes, self._render_partial, self._show_overall, parent=self)
+        self.compare_row = self.link.add_row(self.compare_panes, self._render_compare)
+        self.link.set_row_shown(self.compare_row, False)
         self.link.point_changed.connect(self._on_point)
         self.link.point_cleared.connect(lambda: self.status_message.emit(""))
         self.escape = QShortcut(QKeySequence(Qt.Key_Escape), self, context=Qt.WindowShortcut)
@@ -229,13 +314,31 @@ class PairView(QWidget):
         self.overall_runner = LatestRunner(self)
         self.overall_runner.result_ready.connect(self._on_overall)
         self.overall_runner.request_failed.connect(self._on_overall_failed)
+        self.compare_runner = LatestRunner(self)
+        self.compare_runner.result_ready.connect(self._on_compare_prepared)
+        self.compare_runner.request_failed.connect(self._on_compare_failed)
         self._occlusion_progress.connect(self._on_occlusion_progress)
 
         self.panes[QUERY].region_selected.connect(self.region_query)
         for pane in self.panes:
             pane.view.sigRangeChanged.connect(self._update_lines)
         self.splitter.splitterMoved.connect(self._update_lines)
+        self.rows.splitterMoved.connect(self._update_lines)
         self._apply_colors()
+
+    @staticmethod
+    def _row_splitter(panes: tuple[ImagePane, ImagePane]) -> QSplitter:
+        splitter = QSplitter(Qt.Horizontal)
+        for pane in panes:
+            splitter.addWidget(pane)
+            splitter.setStretchFactor(splitter.count() - 1, 1)
+        splitter.setChildrenCollapsible(False)
+        return splitter
+
+    @property
+    def all_panes(self) -> tuple[ImagePane, ...]:
+        """Every pane: model A's two, then model B's two."""
+        return self.panes + self.compare_panes
 
     # -- toolbar
     def _build_toolbar(self) -> None:
@@ -250,9 +353,10 @@ class PairView(QWidget):
         self.scale_combo = QComboBox()
         for key, label in SCALES:
             self.scale_combo.addItem(label, key)
-        self.scale_combo.setToolTip("Partial maps: one scale for the whole pair (a point's colour says how much of the "
-                                    "similarity it explains; the strongest 2 % of the points saturate), or each map "
-                                    "stretched to its own maximum")
+        self.scale_combo.setToolTip("Partial maps: each map stretched to its own maximum (the point's share of the "
+                                    "similarity is printed beside the colour bar), or one scale for the whole pair "
+                                    "(a point's colour says how much of the similarity it explains; the strongest "
+                                    "2 % of the points saturate)")
         self.cmap_combo = QComboBox()
         for name in SEQUENTIAL:
             self.cmap_combo.addItem(name, name)
@@ -271,6 +375,8 @@ class PairView(QWidget):
         self.region_button = QToolButton()
         self.region_button.setText("Region")
         self.region_button.setCheckable(True)
+        self.region_button.setObjectName("regionButton")
+        self.region_button.setStyleSheet(REGION_ARMED_STYLE)
         self.region_button.setToolTip("Drag a rectangle on the query to retrieve by that region "
                                       "(Shift+drag works at any time)")
         self.swap_button = QToolButton()
@@ -283,7 +389,18 @@ class PairView(QWidget):
         self.size_combo.setToolTip("Network input size for this pair: larger inputs give a finer grid of cells "
                                    "(the pair is explained again)")
 
-        for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo, self.size_combo):
+        self.compare_view_combo = QComboBox()
+        for key, label in COMPARE_VIEWS:
+            self.compare_view_combo.addItem(label, key)
+        self.compare_view_combo.setToolTip("The second row: model B's own maps, or model A's minus model B's on one "
+                                           "symmetric scale (diverging colours: red where A's map is stronger, "
+                                           "blue where B's is)")
+        self.shared_scale_box = QCheckBox("Shared scale")
+        self.shared_scale_box.setToolTip("One colour scale for both models' maps (off: each row, and each map, "
+                                         "has its own)")
+
+        for combo in (self.method_combo, self.sign_combo, self.scale_combo, self.cmap_combo, self.size_combo,
+                      self.compare_view_combo):
             combo.setSizeAdjustPolicy(QComboBox.AdjustToContents)  # full names, never "Decomposit"
         self.opacity.setFixedWidth(80)
 
@@ -296,6 +413,9 @@ class PairView(QWidget):
                               ("Opacity", self.opacity), ("Resolution", self.size_combo)):
             bar.addWidget(_labelled(label, widget))
         bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
+        self.compare_controls = _labelled("Row B", self.compare_view_combo, self.shared_scale_box)
+        self.compare_controls.hide()  # shown while a compare model is open
+        bar.addWidget(self.compare_controls)
         bar.add_right(_labelled(None, self.swap_button, self.fit_button))
         self.toolbar_widget = QWidget()
         self.toolbar_widget.setLayout(bar)
@@ -303,14 +423,15 @@ class PairView(QWidget):
 
         self.method_combo.currentIndexChanged.connect(self._on_method)
         self.size_combo.currentIndexChanged.connect(self._on_size)
-        for combo in (self.sign_combo, self.scale_combo, self.cmap_combo):
+        for combo in (self.sign_combo, self.scale_combo, self.cmap_combo, self.compare_view_combo):
             combo.currentIndexChanged.connect(self._apply_colors)
-        self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.panes])
+        self.shared_scale_box.toggled.connect(self._apply_colors)
+        self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.all_panes])
         self.matches_box.toggled.connect(self._update_matches)
         self.matches_n.valueChanged.connect(self._update_matches)
         self.region_button.toggled.connect(self._on_region_mode)
         self.swap_button.clicked.connect(self.swap)
-        self.fit_button.clicked.connect(lambda: [p.fit() for p in self.panes])
+        self.fit_button.clicked.connect(lambda: [p.fit() for p in self.all_panes])
 
     # -- public API
     @property
@@ -390,16 +511,139 @@ class PairView(QWidget):
         self.region_button.setChecked(False)
         self._fill_sizes(keep=True)  # the "image" entry follows the photographs
         if images is None:
-            for pane in self.panes:
+            for pane in self.all_panes:
                 pane.set_image(None)
                 pane.show_message(None)
             self._set_state("empty")
+            self._set_compare_state("empty")
             return
-        self.panes[QUERY].set_image(images.query)
-        self.panes[REFERENCE].set_image(images.reference)
-        self.panes[QUERY].set_title(images.query_title)
-        self.panes[REFERENCE].set_title(images.reference_title)
+        for row in (self.panes, self.compare_panes):
+            row[QUERY].set_image(images.query)
+            row[REFERENCE].set_image(images.reference)
+        self._update_titles()
         self._prepare()
+
+    # -- the compare model (B)
+    @property
+    def comparing(self) -> bool:
+        """Is a compare model (B) open?"""
+        return self.compare_model is not None
+
+    @property
+    def difference(self) -> bool:
+        """Does the second row show A minus B (instead of B's own maps)?"""
+        return self.comparing and self.compare_view_combo.currentData() == "difference"
+
+    @property
+    def shared_scale(self) -> bool:
+        return self.comparing and self.shared_scale_box.isChecked()
+
+    @property
+    def compare_similarity(self) -> float | None:
+        """Model B's cosine similarity of the pair (None: no B, or not prepared yet)."""
+        e = self.compare_explanation
+        return None if e is None or self.compare_state != "ready" else float(e.similarity)
+
+    def set_compare_model(self, model, device: str = "cpu", name: str = "B") -> None:
+        """Show ``model`` (any dmlviewer model) as model B under the open one (A), named
+        ``name`` in the titles; None stops comparing (one row again)."""
+        self.compare_model = model
+        self.compare_name = name
+        self.compare_device = str(device)
+        on = model is not None
+        self.compare_splitter.setVisible(on)
+        self.compare_controls.setVisible(on)
+        self.link.set_row_shown(self.compare_row, on)
+        self.toolbar.invalidate()
+        if on:  # the two rows share the height
+            half = max(1, self.rows.height() // 2)
+            self.rows.setSizes([half, half])
+        self._update_titles()
+        self._prepare_compare()
+        if self.state == "ready":
+            self._show_similarity_info()
+            self.link.refresh()
+
+    def _update_titles(self) -> None:
+        images = self.images
+        if images is None:
+            return
+        a = "<b>A</b> · " if self.comparing else ""
+        b = "<b>A − B</b> · " if self.difference else f"<b>B</b> {html.escape(self.compare_name)} · "
+        for pane, title in zip(self.panes, (images.query_title, images.reference_title)):
+            pane.set_title(a + title)
+        for pane, title in zip(self.compare_panes, (images.query_title, images.reference_title)):
+            pane.set_title(b + title)
+
+    def _set_compare_state(self, state: str, message: str | None = None) -> None:
+        self.compare_state = state
+        for pane in self.compare_panes:
+            pane.show_message(message if message else ("preparing model B…" if state == "preparing" else None))
+
+    def _compare_size(self) -> int | None:
+        """Model B's input size: its own when A runs at A's own size, else the size chosen for A."""
+        size = self.input_size
+        if size is None or self.model is None or size == int(self.model.preprocess.size):
+            return None
+        return size
+
+    def _prepare_compare(self) -> None:
+        """Explain the pair with model B in the background (its own runner and token)."""
+        self.compare_explanation = None
+        self._compare_overall = {}
+        self._compare_renderers = {}
+        self._difference_renderers = {}
+        self._compare_token += 1
+        for pane in self.compare_panes:
+            pane.clear_overlay()
+        if self.compare_model is None or self.images is None:
+            self.compare_runner.cancel()
+            self._set_compare_state("empty")
+            return
+        self._set_compare_state("preparing")
+        self._submit_compare(self.method)
+
+    def _submit_compare(self, method: str) -> None:
+        """One job for model B: its pair explanation (when not there yet) and the overall maps
+        of ``method`` when those need backward passes (the Grad-CAM family)."""
+        model, device, lock, imgs = self.compare_model, self.compare_device, self.model_lock, self.images
+        token, size, expl = self._compare_token, self._compare_size(), self.compare_explanation
+
+        def job(cancel):
+            from dmlviewer.core.explain.pair import explain_pair
+
+            with lock:
+                cancel.raise_if_cancelled()
+                out = expl or explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
+                if method in COMPARE_METHODS:
+                    cancel.raise_if_cancelled()
+                    _overall_maps(out, method)
+                return token, method, out
+
+        self.compare_runner.submit(job, cancel_aware=True)
+
+    def _on_compare_prepared(self, _request: int, value: object) -> None:
+        token, method, expl = value
+        if token != self._compare_token:
+            return
+        self.compare_explanation = expl
+        self._compare_overall.setdefault("decomposition", True)
+        self._compare_overall.setdefault("decomposition_bias", True)
+        if method in COMPARE_METHODS:
+            self._compare_overall[method] = True
+        self._set_compare_state("ready")
+        self._ensure_compare_method()  # the method chosen while B was prepared
+        if self.state == "ready":
+            self.similarity_changed.emit(float(self.explanation.similarity))
+            self._show_similarity_info()
+            self._build_renderers()
+            self._show_overall()
+            self.link.refresh()
+
+    def _on_compare_failed(self, _request: int, text: str) -> None:
+        first, details = errors.split_failure(text)
+        self._set_compare_state("failed", "model B could not explain this pair")
+        errors.show_error(self, "Explanation failed (model B)", first, details)
 
     def swap(self) -> None:
         """Exchange the roles: the reference becomes the query (the explanation, captions and
@@ -462,6 +706,7 @@ class PairView(QWidget):
         self.lines.matches = []
         self.lines.update()
         self.pair_cleared.emit()
+        self._prepare_compare()
         if self.model is None:
             self.prepare_runner.cancel()
             self._set_state("empty", "no model loaded")
@@ -507,21 +752,47 @@ class PairView(QWidget):
         e = self.explanation
         p2p_sum = float(np.asarray(e.point_to_point).sum())
         (hq, wq), (hr, wr) = e.grid_query, e.grid_reference
+        both = ""
+        if self.comparing:
+            b = self.compare_similarity
+            both = (f"Similarity A {e.similarity:+.4f} · B " + ("preparing…" if b is None else
+                    f"{b:+.4f} (A − B {e.similarity - b:+.4f})") + "   ·   A: ")
         self.info.setText(
-            f"Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
+            f"{both}Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
             f"+ query cells · reference bias {e.bias_query:+.4f} "
             f"+ reference cells · query bias {e.bias_reference:+.4f} + bias · bias {e.bias_both:+.4f}"
             f"   ·   grids {hq}×{wq} and {hr}×{wr}   ·   hover a point, click to pin, Esc to release")
         self.info.setToolTip(
+            self.info.text() + "\n\n"  # the whole line, should a narrow window clip it
             "Seed 000 Eq. 3: with E = Σ C_ij + B for each image (C: the contributions of the grid cells, "
             "B: the head's bias), E_q·E_r/(|E_q||E_r|) = Σ C_q·C_r (point-to-point) + Σ C_q·B_r "
             "+ Σ C_r·B_q + B_q·B_r, each divided by |E_q||E_r|.")
         short, detail = rule_text(e.rule, e.rule_detail)
+        b = self.compare_explanation if self.comparing else None
+        if b is not None:
+            short_b, detail_b = rule_text(b.rule, b.rule_detail)
+            short = f"A: {short.split(':')[0]}\nB: {short_b.split(':')[0]}"
+            detail = f"Model A: {detail}\n\nModel B: {detail_b}"
         self.rule_label.setText(short)
         self.rule_label.setToolTip(detail)
 
     # -- overall maps
+    def _ensure_compare_method(self) -> None:
+        """Model B's overall maps of the chosen method, computed in the background when missing
+        (or a note on its row that the method is shown for A only)."""
+        if self.compare_state == "ready" and self.method not in COMPARE_METHODS:
+            for pane in self.compare_panes:
+                pane.clear_overlay()
+                pane.show_message(f"{self.method_combo.currentText()} is shown for model A only")
+        elif (self.compare_state == "ready" and self.method in COMPARE_METHODS
+                and self.method not in self._compare_overall):
+            for pane in self.compare_panes:
+                pane.clear_overlay()
+                pane.show_message(f"computing {self.method_combo.currentText()} of model B…")
+            self._submit_compare(self.method)
+
     def _on_method(self) -> None:
+        self._ensure_compare_method()
         if self.state != "ready":
             return
         method = self.method
@@ -595,15 +866,76 @@ class PairView(QWidget):
             return
         unit = ("similarity share per cell" if self.method.startswith("decomposition")
                 else "similarity lost when hidden" if self.method == OCCLUSION else "map value")
+        maps_b = self._compare_maps()
         for pane, side in zip(self.panes, SIDE_NAMES):
             pane.show_message(None)
             pane.show_readout(None)
             shown = self.explanation.overall(self.method, side, self.sign)
             levels = display_levels(shown, self.sign)
+            if isinstance(maps_b, dict) and self.shared_scale and not self.difference:  # one scale for A and B
+                levels = display_levels(np.stack([shown, maps_b[side]]), self.sign)
             pane.set_map(shown, levels)
             if not np.any(shown):
                 pane.show_message(f"this map has no {self.sign} part")
             pane.set_colorbar(self.cmap_combo.currentData(), self.sign == "signed", levels, unit)
+        self._show_compare_overall(maps_b, unit)
+
+    def _compare_maps(self) -> dict[str, np.ndarray] | str | None:
+        """Model B's overall maps of the current method and sign (``side -> H x W``), a line
+        saying why there are none, or None while B is not ready."""
+        if not self.comparing or self.compare_state != "ready":
+            return None
+        method = self.method
+        if method not in COMPARE_METHODS:
+            return f"{self.method_combo.currentText()} is shown for model A only"
+        done = self._compare_overall.get(method)
+        if done is None:
+            return None  # computing
+        if isinstance(done, str):
+            return done
+        return {side: self.compare_explanation.overall(method, side, self.sign) for side in SIDE_NAMES}
+
+    def difference_maps(self) -> dict[str, np.ndarray] | None:
+        """A's overall maps minus B's (current method and sign, at image size), or None."""
+        maps_b = self._compare_maps()
+        if self.state != "ready" or not isinstance(maps_b, dict):
+            return None
+        return {side: self.explanation.overall(self.method, side, self.sign) - maps_b[side] for side in SIDE_NAMES}
+
+    def _show_compare_overall(self, maps_b, unit: str) -> None:
+        """The second row's overall maps: B's (its own scale, or A's and B's shared), or A − B
+        on one symmetric scale for both images."""
+        if not self.comparing:
+            return
+        for pane in self.compare_panes:
+            pane.show_readout(None)
+        if maps_b is None:
+            return
+        if isinstance(maps_b, str):
+            for pane in self.compare_panes:
+                pane.clear_overlay()
+                pane.show_message(maps_b)
+            return
+        name = self.cmap_combo.currentData()
+        if self.difference:
+            diff = self.difference_maps()
+            levels = display_levels(np.concatenate([d.ravel() for d in diff.values()]), "signed")
+            for pane, side in zip(self.compare_panes, SIDE_NAMES):
+                pane.show_message(None)
+                pane.set_map(diff[side], levels)
+                pane.set_colorbar(name, True, levels, f"A − B {unit.replace('similarity ', '')}")
+            return
+        for pane, side in zip(self.compare_panes, SIDE_NAMES):
+            pane.show_message(None)
+            shown = maps_b[side]
+            levels = display_levels(shown, self.sign)
+            if self.shared_scale:
+                levels = display_levels(np.stack([shown, self.explanation.overall(self.method, side, self.sign)]),
+                                        self.sign)
+            pane.set_map(shown, levels)
+            if not np.any(shown):
+                pane.show_message(f"this map has no {self.sign} part")
+            pane.set_colorbar(name, self.sign == "signed", levels, unit)
 
     # -- hover
     def _build_renderers(self) -> None:
@@ -613,7 +945,7 @@ class PairView(QWidget):
         e = self.explanation
         if e is None:
             return
-        from dmlviewer.core.explain.hover import HoverRenderer, pair_scale
+        from dmlviewer.core.explain.hover import DifferenceRenderer, HoverRenderer, pair_scale
 
         sign, scale_mode = self.sign, self.scale_combo.currentData()
         tensor = self._hover_tensor()
@@ -621,12 +953,31 @@ class PairView(QWidget):
         lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))
+        b = self.compare_explanation if self.comparing and self.compare_state == "ready" else None
+        tensor_b = None if b is None else b.point_to_point
+        scale_b = pair_scale(tensor_b) if scale_mode == "pair" and b is not None else None
+        if scale_b is not None and (self.shared_scale or self.difference):  # one scale for A, B and A − B
+            scale = scale_b = max(scale, scale_b)
+        self._compare_renderers, self._difference_renderers = {}, {}
         for side in (QUERY, REFERENCE):
             rows = tensor if side == QUERY else tensor.T
             if sign == "negative":  # the renderer colours [0, s]: the opposing part is -P's positive part
                 rows = -rows
             self._renderers[side] = HoverRenderer(rows, shapes[side], grids[side], overlay_shape(shapes[1 - side]),
                                                   grids[1 - side], lut=lut, signed=sign == "signed", scale=scale)
+            if b is None:
+                continue
+            rows_b = tensor_b if side == QUERY else tensor_b.T
+            if sign == "negative":
+                rows_b = -rows_b
+            grids_b = (tuple(b.grid_query), tuple(b.grid_reference))
+            self._compare_renderers[side] = HoverRenderer(
+                rows_b, shapes[side], grids_b[side], overlay_shape(shapes[1 - side]), grids_b[1 - side], lut=lut,
+                signed=sign == "signed", scale=scale_b)
+            if self.difference:
+                self._difference_renderers[side] = DifferenceRenderer(
+                    self._renderers[side], self._compare_renderers[side], lut=overlay_lut(self.cmap_combo.currentData(),
+                                                                                         True), scale=scale_b)
         self._partial_scale = scale
 
     def _hover_tensor(self) -> np.ndarray:
@@ -642,21 +993,49 @@ class PairView(QWidget):
         if renderer is None or self.state != "ready":
             return None
         try:
-            return renderer.render(x, y)
+            return renderer.render(x, y, self._shared_peak(side, x, y))
         except ValueError:  # a point on the very border, outside the core's image extent
             return None
 
+    def _render_compare(self, side: int, x: float, y: float) -> np.ndarray | None:
+        """The second row's partial map at the point: B's, or A's minus B's."""
+        renderer = (self._difference_renderers if self.difference else self._compare_renderers).get(side)
+        if (renderer is None or self.state != "ready" or self.compare_state != "ready"
+                or self.method not in COMPARE_METHODS):  # B's row says the map is A's only
+            return None
+        try:
+            if self.difference:
+                return renderer.render(x, y)
+            return renderer.render(x, y, self._shared_peak(side, x, y))
+        except ValueError:
+            return None
+
+    def _shared_peak(self, side: int, x: float, y: float) -> float | None:
+        """With "Shared scale" on "Each map": the larger of A's and B's maxima at the point (one
+        colour scale for both partial maps); None otherwise (each renderer's own scale)."""
+        if not self.shared_scale or self.difference or self._partial_scale is not None:
+            return None
+        a, b = self._renderers.get(side), self._compare_renderers.get(side)
+        if a is None or b is None:
+            return None
+        return max(a.peak(x, y), b.peak(x, y))
+
     def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
+        if self.explanation is None:
+            return
         other = self.panes[1 - side]
         signed = self.sign == "signed"
-        scale = getattr(self, "_partial_scale", None)
+        scale = self._partial_scale
         if scale is None:
             levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of this map's maximum"
+            if self.shared_scale:
+                label = "fraction of A's and B's larger maximum"
         else:
             levels, label = ((-scale, scale) if signed else (0.0, scale)), "contribution to the cosine"
         if self.sign == "negative":
             label = "− " + label
         other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
+        self._compare_point(side, x, y, signed, levels, label)
         share = None
         occluded = self._hover_tensor() is not self.explanation.point_to_point
         try:
@@ -668,16 +1047,52 @@ class PairView(QWidget):
             text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
         if share is not None:
             text += f": this position explains {100.0 * share:+.2f}% of the similarity"
-            other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity")
+            readout = f"<b>{100.0 * share:+.1f}%</b> of {'A’s' if self.comparing else 'the'} similarity"
+            peak = getattr(self._renderers.get(side), "last_scale", None)
+            if scale is None and peak is not None:  # each map: the magnitude its 1.0 stands for
+                readout += f"<br>peak {peak:.2g}"
+            other.show_readout(readout)
         if pinned:
             text += "   [pinned, Esc to release]"
         self.status_message.emit(text)
+
+    def _compare_point(self, side: int, x: float, y: float, signed: bool, levels: tuple, label: str) -> None:
+        """The second row's colour bar and read-out for the point on screen."""
+        e = self.compare_explanation
+        if not self.comparing or e is None or self.compare_state != "ready":
+            return
+        other = self.compare_panes[1 - side]
+        name = self.cmap_combo.currentData()
+        if self.difference:
+            renderer = self._difference_renderers.get(side)
+            if self._partial_scale is None:
+                other.set_colorbar(name, True, (-1.0, 1.0), "A − B ÷ max |A − B|")
+            else:
+                other.set_colorbar(name, True, (-self._partial_scale, self._partial_scale),
+                                   "A − B, cosine contribution")
+            peak = getattr(renderer, "last_scale", None)
+            other.show_readout(None if peak is None else f"largest |A − B| {peak:.2g}")
+            return
+        other.set_colorbar(name, signed, levels, label)
+        try:
+            share = float(e.share(SIDE_NAMES[side], x, y))
+        except Exception:  # noqa: BLE001 - a read-out must never break hovering
+            return
+        readout = f"<b>{100.0 * share:+.1f}%</b> of B’s similarity"
+        peak = getattr(self._compare_renderers.get(side), "last_scale", None)
+        if self._partial_scale is None and peak is not None:
+            readout += f"<br>peak {peak:.2g}"
+        other.show_readout(readout)
 
     # -- display options
     def _apply_colors(self) -> None:
         lut = overlay_lut(self.cmap_combo.currentData(), self.sign == "signed")
         for pane in self.panes:
             pane.set_lut(lut)
+        lut_b = overlay_lut(self.cmap_combo.currentData(), True) if self.difference else lut
+        for pane in self.compare_panes:
+            pane.set_lut(lut_b)
+        self._update_titles()
         if self.state == "ready":
             self._build_renderers()
             self._show_overall()
@@ -686,6 +1101,15 @@ class PairView(QWidget):
     def _on_region_mode(self, on: bool) -> None:
         self.panes[QUERY].view.region_mode = on
         self.panes[QUERY].graphics.setCursor(Qt.CrossCursor if on else Qt.ArrowCursor)
+        # Armed or not must be plain to see: the style's checked state is too faint on some themes.
+        self.region_button.setText("Region: drag on the query" if on else "Region")
+        self.region_button.updateGeometry()  # the toolbar makes room for the longer text
+        self.toolbar.invalidate()
+
+    def clear_region(self) -> None:
+        """Retrieval is back to the whole image: the query's region rectangle goes, region mode ends."""
+        self.panes[QUERY].clear_region()
+        self.region_button.setChecked(False)
 
     # -- matches
     def _update_matches(self) -> None:
@@ -714,6 +1138,7 @@ class PairView(QWidget):
     def shutdown(self) -> None:
         self.prepare_runner.stop(1.0)
         self.overall_runner.stop(1.0)
+        self.compare_runner.stop(1.0)
 
 
 def _occlusion_maps(expl, model, images: PairImages, device: str, baseline: str, size: int | None, cancel, report):

@@ -159,6 +159,13 @@ def build_cases() -> list[Case]:
         "gui_dataset_missing": (["gui", "--dataset", "/nonexistent/dataset"], "dataset folder not found"),
         "gui_checkpoint_folder": (["gui", "--checkpoint", "{demo}"], "must be a file"),
         "unknown_command": (["no-such-command"], "invalid choice"),
+        "compare_pairs_0": (["compare", "--checkpoint", "{ckpt}", "--checkpoint", "{ckpt}", "--dataset", "{demo}",
+                             "--pairs", "0"], "--pairs"),
+        "compare_one_model": (["compare", "--checkpoint", "{ckpt}", "--dataset", "{demo}"], "--randomize"),
+        "compare_b_and_randomize": (["compare", "--checkpoint", "{ckpt}", "--checkpoint", "{ckpt}", "--randomize",
+                                     "--dataset", "{demo}"], "--randomize"),
+        "compare_model_args_bad_json": (["compare", "--checkpoint", "{ckpt}", "--model", "{tmp}/m.py:build",
+                                         "--model-args", "[1, 2", "--dataset", "{demo}"], "--model-args"),
     }
     for name, (argv, has) in bad_args.items():
         add(Case("args", name, argv=argv, has=has))

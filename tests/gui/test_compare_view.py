@@ -1,0 +1,358 @@
+"""Two models in the pair view (issue 24 item 3): File > Compare With Model, both rows' partial
+maps driven by real mouse events, the difference view, Stop Comparing, and jobs of two models.
+
+Expected maps are computed from each model's own explanation (``PairExplanation.partial_map``
+and ``overall``), colour-mapped by a plain reference implementation, independently of the
+renderers the view uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF
+from PySide6.QtTest import QTest
+
+from dmlviewer.gui.colormaps import overlay_lut
+from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair_view import overlay_shape
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def other_ckpt(tmp_path_factory):
+    """A second small_cnn checkpoint: small_ckpt's architecture (conftest) with other random
+    weights (seed 1)."""
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(1)
+    path = tmp_path_factory.mktemp("ckpt-b") / "other.pt"
+    save_checkpoint(path, build_model(default_config(backbone="small_cnn", dim=32, image_size=64)))
+    return path
+
+
+def wait_compare(qtbot, view, timeout: int = 30000) -> None:
+    qtbot.waitUntil(lambda: view.state in ("ready", "failed") and view.compare_state in ("ready", "failed"),
+                    timeout=timeout)
+    assert view.state == "ready" and view.compare_state == "ready"
+
+
+@pytest.fixture
+def compared(window, demo_root, small_ckpt, other_ckpt, wait_ready, qtbot):
+    """A window with small_ckpt as model A and other_ckpt as model B on the demo data."""
+    assert window.open_checkpoint(small_ckpt)
+    assert window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    window.open_compare(other_ckpt)  # in the background, as the menu does
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    wait_compare(qtbot, window.pair_view)
+    return window
+
+
+def viewport_pos(pane, x: float, y: float) -> QPoint:
+    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+    return pane.graphics.mapFromScene(scene)
+
+
+def hover(pane, link, x: float, y: float):
+    QTest.mouseMove(pane.graphics.viewport(), viewport_pos(pane, x, y))
+    link.flush()
+    return link.hover
+
+
+def colour(values: np.ndarray, scale: float, lut: np.ndarray, signed: bool = False) -> np.ndarray:
+    """Reference colour mapping: ``[0, s]`` (or ``[-s, s]``) onto the 256-entry table."""
+    index = (values * (127.5 / scale) + 127.5) if signed else values * (255.0 / scale)
+    return lut[np.clip(index, 0, 255).astype(np.uint8)]
+
+
+def expected_partial(expl, side: str, x: float, y: float, lut: np.ndarray) -> np.ndarray:
+    """The "each map" overlay of ``expl``'s partial map at (x, y) (positive sign)."""
+    other = expl.image_shape_reference if side == "query" else expl.image_shape_query
+    values = expl.partial_map_image(side, x, y, overlay_shape(other))
+    peak = float(expl.partial_map(side, x, y).max())
+    return colour(values, peak if peak > 0 else 1.0, lut)
+
+
+def agree(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of pixels of the same colour (a pixel on a bin edge may round to the next one)."""
+    return float(np.mean(np.all(a == b, axis=-1)))
+
+
+def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
+    window, view = compared, compared.pair_view
+    assert view.compare_splitter.isVisible() and view.compare_controls.isVisible()
+    assert window.compare_label.isVisible()
+    assert window.model_label.text().startswith("A: small.pt") and window.compare_label.text().startswith("B: other.pt")
+    assert "decomposition" in window.compare_label.text()  # its rule
+    assert "A: small.pt vs B: other.pt" in window.windowTitle()
+    a, b = view.explanation.similarity, view.compare_explanation.similarity
+    assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()
+    assert window.similarity_label.text() == f"A {a:+.4f} · B {b:+.4f}"
+    # The second row shows model B's overall maps (positive sign, each pane its own scale).
+    for pane, side in zip(view.compare_panes, ("query", "reference")):
+        np.testing.assert_allclose(pane.overlay_image(), view.compare_explanation.overall("decomposition", side,
+                                                                                          "positive"), atol=1e-6)
+    assert window.stop_comparing_action.isEnabled()
+
+
+def test_hover_on_either_query_drives_both_models_partial_maps(compared):
+    view = compared.pair_view
+    (qa, ra), (qb, rb) = view.panes, view.compare_panes
+    ea, eb = view.explanation, view.compare_explanation
+    lut = overlay_lut(view.cmap_combo.currentData())
+
+    side, x, y = hover(qa, view.link, 20.0, 41.0)  # a real mouse move on model A's query
+    assert side == QUERY
+    first_a, first_b = ra.overlay_image().copy(), rb.overlay_image().copy()
+    assert agree(first_a, expected_partial(ea, "query", x, y, lut)) > 0.98
+    assert agree(first_b, expected_partial(eb, "query", x, y, lut)) > 0.98
+    assert not np.array_equal(first_a, first_b)  # two models, two maps
+    assert qa.vline.isVisible() and qb.vline.isVisible()  # the crosshair on both queries
+
+    side, x2, y2 = hover(qb, view.link, 50.0, 10.0)  # now on model B's query: A's row follows
+    assert side == QUERY
+    second_a, second_b = ra.overlay_image().copy(), rb.overlay_image().copy()
+    assert not np.array_equal(first_a, second_a) and not np.array_equal(first_b, second_b)
+    assert agree(second_a, expected_partial(ea, "query", x2, y2, lut)) > 0.98
+    assert agree(second_b, expected_partial(eb, "query", x2, y2, lut)) > 0.98
+    assert "B’s similarity" in rb.readout.text()
+
+    side, x3, y3 = hover(rb, view.link, 30.0, 30.0)  # the reference side drives both queries
+    assert side == REFERENCE
+    assert agree(qa.overlay_image(), expected_partial(ea, "reference", x3, y3, lut)) > 0.98
+    assert agree(qb.overlay_image(), expected_partial(eb, "reference", x3, y3, lut)) > 0.98
+
+
+def test_shared_scale_colours_both_rows_by_the_larger_maximum(compared):
+    view = compared.pair_view
+    view.shared_scale_box.setChecked(True)
+    ea, eb = view.explanation, view.compare_explanation
+    lut = overlay_lut(view.cmap_combo.currentData())
+    _, x, y = hover(view.panes[QUERY], view.link, 33.0, 20.0)
+    peak = max(float(ea.partial_map("query", x, y).max()), float(eb.partial_map("query", x, y).max()))
+    for pane, expl in ((view.panes[REFERENCE], ea), (view.compare_panes[REFERENCE], eb)):
+        values = expl.partial_map_image("query", x, y, overlay_shape(expl.image_shape_reference))
+        assert agree(pane.overlay_image(), colour(values, peak, lut)) > 0.98
+    # Overall maps: one level range for A's and B's map of the same image.
+    view.link._left(QUERY)
+    levels = [p.overlay_item.levels for p in (view.panes[QUERY], view.compare_panes[QUERY])]
+    np.testing.assert_allclose(levels[0], levels[1])
+
+
+def test_difference_view_is_a_minus_b(compared):
+    view = compared.pair_view
+    view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
+    assert view.difference
+    ea, eb = view.explanation, view.compare_explanation
+    for pane, side in zip(view.compare_panes, ("query", "reference")):
+        want = ea.overall("decomposition", side, "positive") - eb.overall("decomposition", side, "positive")
+        np.testing.assert_allclose(pane.overlay_image(), want, atol=1e-6)
+        low, high = pane.overlay_item.levels
+        assert low == pytest.approx(-high) and high > 0  # one symmetric scale
+    assert "A − B" in view.compare_panes[QUERY].title.text()
+
+    _, x, y = hover(view.panes[QUERY], view.link, 40.0, 25.0)
+    diff = ea.partial_map("query", x, y) - eb.partial_map("query", x, y)
+    renderer = view._difference_renderers[QUERY]
+    np.testing.assert_allclose(renderer.grid_map(x, y), diff, atol=1e-6)
+    values = eb.partial_map_image("query", x, y, overlay_shape(eb.image_shape_reference))
+    values = ea.partial_map_image("query", x, y, overlay_shape(ea.image_shape_reference)) - values
+    want = colour(values, float(np.abs(diff).max()), overlay_lut(view.cmap_combo.currentData(), True), signed=True)
+    assert agree(view.compare_panes[REFERENCE].overlay_image(), want) > 0.98
+
+
+def test_a_model_compared_with_itself_gives_a_zero_difference(window, demo_root, small_ckpt, wait_ready, qtbot):
+    assert window.open_checkpoint(small_ckpt)
+    assert window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    window.open_compare(small_ckpt)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    view = window.pair_view
+    wait_compare(qtbot, view)
+    view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
+    for diff in view.difference_maps().values():
+        assert np.all(diff == 0)
+    _, x, y = hover(view.panes[QUERY], view.link, 20.0, 20.0)
+    assert np.all(view._difference_renderers[QUERY].grid_map(x, y) == 0)
+    assert view.compare_similarity == pytest.approx(view.explanation.similarity, abs=1e-6)
+    # Two slots with the same file: their jobs still read differently.
+    assert window._model_name("primary") != window._model_name("compare")
+
+
+def test_stop_comparing_returns_to_one_row(compared):
+    window, view = compared, compared.pair_view
+    window.stop_comparing_action.trigger()
+    assert window.session.slot("compare") is None
+    assert not view.compare_splitter.isVisible() and not view.compare_controls.isVisible()
+    assert not window.compare_label.isVisible() and not window.stop_comparing_action.isEnabled()
+    assert "vs B" not in window.windowTitle() and not window.model_label.text().startswith("A:")
+    assert window.similarity_label.text().startswith("similarity +") or window.similarity_label.text().startswith(
+        "similarity -")
+    before = view.compare_panes[REFERENCE].overlay_image()
+    hover(view.panes[QUERY], view.link, 20.0, 41.0)
+    assert view.panes[REFERENCE].overlay_image().ndim == 3  # A's partial map as before
+    assert view.compare_panes[REFERENCE].overlay_image() is before or not view.compare_panes[REFERENCE].isVisible()
+
+
+def test_a_compare_model_that_cannot_be_opened_is_a_dialog(compared, tmp_path, qtbot):
+    window = compared
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"not a checkpoint")
+    window.open_compare(bad)
+    qtbot.waitUntil(lambda: bool(window.dialogs), timeout=30000)
+    title, message, _ = window.dialogs[-1]
+    assert title.startswith("Cannot compare with") and "\n" not in message
+    assert window.session.slot("compare") is not None  # model B as it was
+
+
+def test_compare_models_window_lists_pairs_and_opens_one(compared, qtbot):
+    window = compared
+    tool = window.show_compare_window()
+    assert tool.run_button.isEnabled()
+    tool.pairs_spin.setValue(4)
+    tool.start()
+    assert "A (small.pt)" in tool.job.name and "B (other.pt)" in tool.job.name
+    qtbot.waitUntil(lambda: tool.job.ended, timeout=120000)
+    qtbot.waitUntil(lambda: tool.result is not None, timeout=5000)
+    rows = tool.result["pairs"]
+    assert tool.table.rowCount() == len(rows) > 0
+    disagreement = [row["disagreement"] for row in rows]
+    assert disagreement == sorted(disagreement, reverse=True)  # most disagreeing first
+    pick = rows[-1]
+    tool.table.cellClicked.emit(len(rows) - 1, 1)
+    assert (window.query_index, window.reference_index) == (pick["query"], pick["reference"])
+    # The similarities listed are each model's own for that pair.
+    view = window.pair_view
+    wait_compare(qtbot, view)
+    assert pick["similarity"][0] == pytest.approx(view.explanation.similarity, abs=1e-4)
+    assert pick["similarity"][1] == pytest.approx(view.compare_similarity, abs=1e-4)
+
+
+def test_a_comparison_of_a_replaced_compare_model_is_dropped(compared, small_ckpt, qtbot):
+    window = compared
+    tool = window.show_compare_window()
+    tool.pairs_spin.setValue(2)
+    tool.start()
+    job = tool.job
+    window.open_compare(small_ckpt)  # model B replaced while the job runs
+    qtbot.waitUntil(lambda: window.session.slot("compare").source.display() == "small.pt", timeout=30000)
+    qtbot.waitUntil(lambda: job.ended, timeout=120000)
+    qtbot.waitUntil(lambda: "dropped" in tool.status.text() or tool.result is not None, timeout=5000)
+    assert tool.result is None and tool.table.rowCount() == 0
+    assert "dropped" in tool.status.text()
+
+
+def test_model_b_gets_the_grad_cam_maps_and_says_which_maps_are_a_only(compared, qtbot):
+    view = compared.pair_view
+    view.set_method("gradcam")
+    qtbot.waitUntil(lambda: view._compare_overall.get("gradcam") is True and view._overall.get("gradcam") is True,
+                    timeout=30000)
+    for pane, side in zip(view.compare_panes, ("query", "reference")):
+        np.testing.assert_allclose(pane.overlay_image(),
+                                   view.compare_explanation.overall("gradcam", side, "positive"), atol=1e-6)
+    view.set_method("grad_transfer")  # needs A's Grad-CAM weights bank: shown for A only
+    message = view.compare_panes[QUERY].message
+    assert not message.isHidden() and "model A only" in message.text()
+    assert view.compare_panes[QUERY].overlay_image() is None
+    hover(view.panes[QUERY], view.link, 20.0, 20.0)
+    assert view.compare_panes[REFERENCE].overlay_image() is None  # no B map under a note saying A only
+
+
+def test_two_rows_fit_1366x768(compared, qtbot):
+    window, view = compared, compared.pair_view
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() == 1366, timeout=5000)
+    qtbot.wait(200)  # the docks give way (gui/dock_priority.py), then the splitters settle
+    assert window.frameGeometry().height() <= 768 + 40 and window.width() <= 1366
+    for pane in view.all_panes:  # each photograph's area stays usable (about 310 x 250 px measured)
+        width, height = pane.view.width(), pane.view.height()
+        assert width >= 200 and height >= 200, (pane.title.text(), width, height)
+
+
+def test_difference_renderer_brings_two_grids_onto_one():
+    """Models with other feature grids (another backbone or stride): A − B on the larger grid,
+    each map resized as ``agreement.common_grid`` does, then coloured on [-s, s]."""
+    import cv2
+
+    from dmlviewer.core.explain.agreement import common_grid
+    from dmlviewer.core.explain.hover import DifferenceRenderer, HoverRenderer, colormap_lut
+
+    rng = np.random.default_rng(0)
+    shape, out = (60, 80), (30, 40)
+    a = HoverRenderer(rng.normal(size=(16, 12)).astype(np.float32), shape, (4, 4), out, (3, 4), signed=True)
+    b = HoverRenderer(rng.normal(size=(4, 30)).astype(np.float32), shape, (2, 2), out, (5, 6), signed=True)
+    lut = colormap_lut("jet")
+    diff = DifferenceRenderer(a, b, lut=lut)
+    for x, y in ((10.0, 5.0), (70.5, 44.0)):
+        ga, gb = common_grid(a.grid_map(x, y).copy(), b.grid_map(x, y).copy())
+        want = ga - gb
+        got = diff.grid_map(x, y)
+        assert got.shape == (5, 6)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        rgba = diff.render(x, y)
+        s = float(np.abs(want).max())
+        assert diff.last_scale == pytest.approx(s, rel=1e-5)
+        up = cv2.resize(want * (127.5 / s) + 127.5, (out[1], out[0]), interpolation=cv2.INTER_LINEAR)
+        assert agree(rgba, lut[np.clip(up, 0, 255).astype(np.uint8)]) > 0.98
+    with pytest.raises(ValueError):
+        DifferenceRenderer(a, HoverRenderer(np.zeros((4, 4), np.float32), (10, 10), (2, 2), out, (2, 2)))
+
+
+def test_hover_benchmark_with_two_models_draws_both_rows(qapp):
+    from dmlviewer.bench.hover import measure
+
+    result = measure(events=40, image_size=64, warmup=5, compare=True)
+    assert result["models"] == 2 and result["sent"] == 40 and result["events"] >= 35
+    assert 0 < result["p50_ms"] <= result["p95_ms"]
+
+
+def test_only_the_latest_model_b_asked_for_is_shown(compared, small_ckpt, other_ckpt, qtbot, caplog):
+    """Two File > Compare With Model requests in a row: the first one's model, whenever it is
+    read, never replaces the second; Stop Comparing drops a model B still loading."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="dmlviewer.gui.main_window")
+    window = compared
+
+    def dropped() -> int:
+        return sum("dropped model B other.pt" in r.getMessage() for r in caplog.records)
+
+    window.open_compare(other_ckpt)
+    window.open_compare(small_ckpt)
+    qtbot.waitUntil(lambda: dropped() == 1 and window.session.slot("compare").source.display() == "small.pt",
+                    timeout=30000)
+    window.open_compare(other_ckpt)
+    window.stop_comparing()
+    qtbot.waitUntil(lambda: dropped() == 2, timeout=30000)
+    assert window.session.slot("compare") is None
+
+
+def test_a_model_b_with_another_grid_compares_on_the_common_grid(window, demo_root, small_ckpt, tmp_path,
+                                                                  wait_ready, qtbot):
+    """Model B at another input size (a finer feature grid): both rows hover, and the
+    difference is taken on the larger grid."""
+    import torch
+
+    from dmlviewer.core.explain.agreement import common_grid
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+
+    torch.manual_seed(2)
+    finer = tmp_path / "finer.pt"
+    save_checkpoint(finer, build_model(default_config(backbone="small_cnn", dim=32, image_size=128)))
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    window.open_compare(finer)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    view = window.pair_view
+    wait_compare(qtbot, view)
+    ea, eb = view.explanation, view.compare_explanation
+    assert tuple(eb.grid_reference) != tuple(ea.grid_reference)
+    view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
+    _, x, y = hover(view.panes[QUERY], view.link, 30.0, 12.0)
+    a, b = common_grid(ea.partial_map("query", x, y), eb.partial_map("query", x, y))
+    np.testing.assert_allclose(view._difference_renderers[QUERY].grid_map(x, y), a - b, atol=1e-5)
+    assert view.compare_panes[REFERENCE].overlay_image().shape == (*overlay_shape(ea.image_shape_reference), 4)
