@@ -21,7 +21,8 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit,
                                QVBoxLayout, QWidget)
 
-from dmlviewer.gui.training_dialog import PathEdit
+from dmlviewer.gui import settings
+from dmlviewer.gui.widgets import PathEdit
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def code_source(module: str, name: str, args_text: str = "", weights: str = "", 
     if not module:
         raise ValueError("choose the Python file (file.py) or type the module (package.module) that builds the model")
     if module.endswith(".py"):
-        file = Path(module).expanduser()
+        file = settings.expand_user(module)
         if not file.is_file():
             raise ValueError(f"the Python file {file} does not exist")
         module = str(file.resolve())
@@ -79,7 +80,7 @@ def code_source(module: str, name: str, args_text: str = "", weights: str = "", 
             raise ValueError('the keyword arguments must be a JSON object, e.g. {"num_classes": 0}')
     weights = weights.strip()
     if weights:
-        path = Path(weights).expanduser()
+        path = settings.expand_user(weights)
         if not path.is_file():
             raise ValueError(f"the weights file {path} does not exist")
         weights = str(path.resolve())

@@ -407,9 +407,9 @@ class EvaluationView(QWidget):
         if job is not self.job:
             return
         if event.total:
-            self.progress.setValue(int(round(1000 * event.fraction)))
+            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
         text = event.message or f"{event.kind} {event.current}/{event.total}"
-        self.status.setText(f"{text}  (ETA {format_eta(event.eta_s)})" if event.eta_s is not None else text)
+        self.status.setText(f"{text}  (ETA {format_eta(job.eta_s)})" if job.eta_s is not None else text)
 
     def _on_finished(self, job: Job, result: Any) -> None:
         column = self._pending.pop(job.id, None)

@@ -300,8 +300,8 @@ class PairFaithfulnessWindow(QWidget):
 
     def _on_progress(self, job: Job, event: Progress) -> None:
         if self._mine(job) and event.total:
-            self.progress.setValue(int(round(1000 * event.fraction)))
-            eta = f"  (ETA {format_eta(event.eta_s)})" if event.eta_s is not None else ""
+            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
+            eta = f"  (ETA {format_eta(job.eta_s)})" if job.eta_s is not None else ""  # none once cancelling
             self.status.setText(f"{event.message} {event.current}/{event.total}{eta}")
 
     def _on_finished(self, job: Job, result: Any) -> None:

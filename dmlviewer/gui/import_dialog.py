@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from dmlviewer.gui import errors
+from dmlviewer.gui import errors, settings
 from dmlviewer.gui.widgets import PathEdit
 from dmlviewer.gui.worker import LatestRunner
 
@@ -338,7 +338,7 @@ class ImportDialog(QDialog):
         """Write the checkpoint in the worker; on success open it and close the dialog."""
         if self.plan is None or not self.out.text():
             return
-        out = Path(self.out.text()).expanduser()
+        out = settings.expand_user(self.out.text())
         if out.suffix == "":
             out = out.with_suffix(".pt")
         if out.is_dir() or any(Path(f).resolve() == out.resolve() for f in self.file_list() if out.exists()):

@@ -448,10 +448,10 @@ class LocalizationView(QWidget):
         if job.id not in self._job_kind:
             return
         if event.total:
-            self.progress.setValue(int(round(1000 * event.fraction)))
+            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
         text = f"{event.message or event.kind} {event.current}/{event.total}" if event.total else event.message
-        if event.eta_s is not None:
-            text += f"  (ETA {format_eta(event.eta_s)})"
+        if job.eta_s is not None:  # none once cancelling
+            text += f"  (ETA {format_eta(job.eta_s)})"
         self.status.setText(text)
 
     def _on_finished(self, job: Job, result: Any) -> None:

@@ -80,17 +80,26 @@ def is_private(path: str | os.PathLike) -> bool:
     resources or the app's cache: no place for the user's outputs or to start browsing."""
     from dmlviewer.resources import resource_path
 
-    target = Path(path).expanduser().resolve()
+    target = expand_user(path).resolve()
     roots = {package_dir(), resource_path("").resolve(), Path(QStandardPaths.writableLocation(
         QStandardPaths.CacheLocation) or (Path.home() / ".cache" / APPLICATION)).resolve()}
     return any(target == root or root in target.parents for root in roots)
+
+
+def expand_user(path: str | os.PathLike) -> Path:
+    """``~`` expanded where it names a home folder; ``~nobody/x`` (no such user) stays as typed
+    (``Path.expanduser`` raises there, and a typed field must never raise)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)
 
 
 def output_path_for(preferred: str | os.PathLike, kind: str, settings: QSettings | None = None) -> Path:
     """``preferred`` when the user may write there, else the same file name in
     ``<output folder>/<kind>/`` (an output next to the shipped demo checkpoint, or in a
     read-only folder, moves to the output folder)."""
-    preferred = Path(preferred).expanduser()
+    preferred = expand_user(preferred)
     folder = preferred.parent
     if not is_private(folder) and folder.is_dir() and os.access(folder, os.W_OK):
         return preferred
@@ -105,7 +114,7 @@ def start_dir(*candidates: str | os.PathLike | None, settings: QSettings | None 
     for candidate in candidates:
         if not candidate:
             continue
-        path = Path(candidate).expanduser()
+        path = expand_user(candidate)
         folder = path if path.is_dir() else path.parent
         if folder.is_dir() and not is_private(folder):
             return str(folder)

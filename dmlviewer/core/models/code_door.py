@@ -330,6 +330,7 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     if weights:
         notes += load_weights(module, weights, entry)
     sha = code_sha256(entry, source_file, args, str(weights) if weights else None, module)
+    module.eval()  # a freshly built module is in training mode as every nn.Module is: nothing to say
     model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size)
     notes = notes + list(info.get("notes", []))
     info = {**info, "source": "code", "path": str(weights) if weights else None, "entry": str(entry), "args": args,
