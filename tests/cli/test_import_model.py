@@ -148,3 +148,41 @@ def test_bad_options_exit_2(imported, argv, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert message in err[-1]
     assert not (tmp_path / "x.pt").exists()
+
+
+class _GeM(nn.Module):
+    """OML's GEM pooling: p is a plain float, not in the state dict."""
+
+    def forward(self, x):
+        return nn.functional.adaptive_avg_pool2d(x.clamp(min=1e-6).pow(3.0), 1).pow(1.0 / 3.0).flatten(1)
+
+
+def test_check_against_refuses_a_different_pooling_and_force_writes_loudly(tmp_path, capsys):
+    """An OML-style ResNet with GeM p=3: the file cannot tell its pooling; the user's embeddings can."""
+    source = _resnet18(7, nn.Identity())
+    source.avgpool = _GeM()
+    torch.save({f"model.{k}": v for k, v in source.state_dict().items()}, tmp_path / "oml.pth")
+    images = torch.randn(3, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.save({"images": images, "embeddings": source(images)}, tmp_path / "reference.pt")
+    base = ["import-model", str(tmp_path / "oml.pth"), "--image-size", str(SIZE),
+            "--check-against", str(tmp_path / "reference.pt")]
+    assert main([*base, "--out", str(tmp_path / "gap.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DIFFER" in err[0] and "not written" in err[0]
+    assert not (tmp_path / "gap.pt").exists()
+    assert main([*base, "--force", "--out", str(tmp_path / "forced.pt")]) == 0
+    captured = capsys.readouterr()
+    assert "WARNING: embeddings vs. reference.pt" in captured.err and "--force" in captured.err
+    assert "ASSUMED (the weights cannot tell" in captured.out and "pooling gap" in captured.out
+    assert main([*base, "--pooling", "gem", "--gem-p", "3", "--out", str(tmp_path / "gem.pt")]) == 0
+    out = capsys.readouterr().out
+    assert "they match within 0.0001" in out and "NOT compared" not in out
+    assert "folding check" in out and "not the model against yours" in out
+
+
+def test_without_a_reference_the_report_says_nothing_was_compared(imported, tmp_path, capsys):
+    files, _ = _sources(tmp_path)["torchvision"]
+    assert main(["import-model", *map(str, files), "--out", str(tmp_path / "m.pt")]) == 0
+    out = capsys.readouterr().out
+    assert "embeddings NOT compared with your model" in out and "max relative difference" not in out

@@ -7,21 +7,29 @@
    and strip the ``module.`` (DDP/DataParallel) and ``_orig_mod.`` (torch.compile) prefixes a
    whole file carries. Several files (pytorch-metric-learning's ``trunk_*.pth`` and
    ``embedder_*.pth``) are merged: the file holding the backbone comes first, the others follow
-   in the order given, as the forward pass does.
+   in the order given, as the forward pass does. NaN/Inf weights are refused (checkpoint.py's
+   ``check_finite``).
+   A timm Hugging Face folder gives its weights file and, from ``config.json``, the architecture,
+   pooling and preprocessing (``read_hf_folder``); torchvision ViT keys are renamed to timm's
+   layout, which computes the same function (``convert_torchvision_vit``).
 2. **Recognize** the backbone from key names and shapes: every architecture in ``BACKBONES`` and,
    when timm is installed, ``TIMM_SHORTLIST`` plus any ``timm:NAME`` given as ``arch``. Candidates
    are built on the meta device (no memory, no initialization); a candidate matches under a key
    prefix when every backbone key is present with its shape (BatchNorm's
    ``num_batches_tracked`` may be absent). Several full matches with the same keys are compared
    on a random input with the file's weights: if they compute the same features the built-in one
-   is taken, otherwise the file is ambiguous and ``arch`` must say which.
+   is taken, otherwise the file is ambiguous and ``arch`` must say which. timm vision transformers
+   (``TIMM_VIT_SHORTLIST``, tried first when the file holds ``pos_embed``) match with position
+   embeddings of any square grid, which gives the checkpoint's ``token_grid``.
 3. **Propose the head** from the keys left over: Linear (2-D weight, or a 1x1 convolution on the
    pooled vector), eval-mode BatchNorm (running statistics) and GeM (a scalar ``p``) layers in
    the files' key order. Parameterless layers are not in a weights file: where the original
    architecture defines them (torchvision's and timm's own classifier modules) their types are
    taken from it; where a gap in a ``Sequential``'s indices implies one, or two linear layers
    meet in different named modules, a ReLU is assumed and the notes say so. A ``head`` spec
-   overrides the proposal (``HEAD_SPEC_HELP``).
+   overrides the proposal (``HEAD_SPEC_HELP``). A classifier after the embedding layer (softmax-
+   family DML code: ``embed`` -> [BN] -> ``classifier``) is left out (``split_classifier``); a
+   given head that skips a non-trivial layer of the architecture's head is refused unless forced.
 4. **Fold** the layers exactly into dmlviewer's head ``[BN] -> [Linear(hidden) -> ReLU] ->
    Linear(dim)`` (projection.py): consecutive affine layers (Linear, eval BatchNorm) compose into
    one; a ReLU right after the pooling is dropped when the backbone's last map is the output of a
@@ -29,8 +37,13 @@
    so that it stays exact. Heads with two ReLU layers, a trailing ReLU or other nonlinearities are
    refused with one line.
 5. **Write** the checkpoint (``save_checkpoint``; ``extra["import"]`` records the sources, their
-   SHA-256, the mapping, the notes and the measured difference between the folded head and the
-   layer sequence it replaces).
+   SHA-256, the mapping, the notes, the assumptions and the measured difference between the folded
+   head and the layer sequence it replaces). With a reference file of the user's own embeddings
+   (``check_against``) the written model must reproduce them within ``CHECK_TOLERANCE``.
+
+Never a silent difference: whatever the files cannot tell (pooling, attention head count, input
+size and normalization, a layer left out) is an assumption, printed on one ``ASSUMED`` line and
+recorded in the checkpoint.
 
 Nothing here runs code from a file: only tensors and plain values are read.
 """
@@ -51,6 +64,7 @@ from torch import nn
 from dmlviewer.core.progress import CancelToken, Progress
 
 from .backbones import BACKBONES, CHECKPOINT_FORMAT, format_keys, read_weights_file
+from .checkpoint import check_finite  # the one NaN/Inf check of every door that reads weights
 from .errors import CheckpointError
 from .model import EmbeddingModel, build_model, default_config
 
@@ -65,6 +79,19 @@ TIMM_SHORTLIST = (
     "densenet121", "inception_resnet_v2", "efficientnet_b0", "efficientnet_b1", "efficientnet_b2",
     "efficientnet_b3", "efficientnetv2_rw_s", "mobilenetv2_100", "mobilenetv3_large_100",
     "regnety_016", "convnext_tiny", "convnext_small",
+)
+
+#: timm vision transformers tried when no ``arch`` is given: one name per key layout (patch size,
+#: width, depth, class/register/distillation tokens, layer scale). The number of attention heads
+#: is not in a weights file; these names use the standard one of their width (3 for 192, 6 for
+#: 384, 12 for 768, 16 for 1024 and 1280), and the report states it as an assumption.
+TIMM_VIT_SHORTLIST = (
+    "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224", "vit_large_patch16_224",
+    "vit_small_patch32_224", "vit_base_patch32_224", "vit_large_patch32_224", "vit_small_patch8_224",
+    "vit_base_patch8_224", "vit_huge_patch14_224",
+    "vit_small_patch14_dinov2", "vit_base_patch14_dinov2", "vit_large_patch14_dinov2",
+    "vit_small_patch14_reg4_dinov2", "vit_base_patch14_reg4_dinov2", "vit_large_patch14_reg4_dinov2",
+    "deit_tiny_distilled_patch16_224", "deit_small_distilled_patch16_224", "deit_base_distilled_patch16_224",
 )
 
 HEAD_SPEC_HELP = (
@@ -159,6 +186,7 @@ def read_sources(paths: Sequence[str | os.PathLike]) -> Sources:
             raise CheckpointError(f"{path} is already a dmlviewer checkpoint: open it directly")
         label = Path(path).name
         tensors = _unwrap(data, label, sources.notes, sources.ignored)
+        check_finite(tensors, path)
         for prefix in _STRIP:
             while tensors and all(k.startswith(prefix) for k in tensors):
                 tensors = {k[len(prefix):]: v for k, v in tensors.items()}
@@ -170,6 +198,225 @@ def read_sources(paths: Sequence[str | os.PathLike]) -> Sources:
         sources.tensors.update(tensors)
         sources.origin.update(dict.fromkeys(tensors, index))
     return sources
+
+
+_TV_VIT_BLOCK = (("ln_1.", "norm1."), ("self_attention.in_proj_weight", "attn.qkv.weight"),
+                 ("self_attention.in_proj_bias", "attn.qkv.bias"), ("self_attention.out_proj.", "attn.proj."),
+                 ("ln_2.", "norm2."), ("mlp.0.", "mlp.fc1."), ("mlp.3.", "mlp.fc2."),
+                 ("mlp.linear_1.", "mlp.fc1."), ("mlp.linear_2.", "mlp.fc2."))
+_TV_VIT_TOP = (("class_token", "cls_token"), ("conv_proj.", "patch_embed.proj."),
+               ("encoder.pos_embedding", "pos_embed"), ("encoder.ln.", "norm."), ("heads.head.", "head."))
+
+
+#: cnnimageretrieval-pytorch's ``features`` (``list(resnet.children())[:-2]``) indices -> names
+_CIRTORCH_RESNET = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
+
+
+def convert_cirtorch_resnet(sources: Sources) -> str | None:
+    """Rename cnnimageretrieval-pytorch's ResNet layout (``features.N`` for the resnet's children,
+    ``pool.p`` its GeM, optional ``whiten``) to torchvision's; returns the key prefix when it
+    did (None otherwise)."""
+    marker = "features.4.0.conv1.weight"
+    prefix = next((k[: -len(marker)] for k in sources.tensors if k.endswith(marker)), None)
+    if prefix is None or prefix + "features.1.running_mean" not in sources.tensors:
+        return None
+    head = prefix + "features."
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    for key, t in sources.tensors.items():
+        new = key
+        if key.startswith(head):
+            index, _, rest = key[len(head):].partition(".")
+            if index in _CIRTORCH_RESNET:
+                new = f"{prefix}{_CIRTORCH_RESNET[index]}.{rest}"
+        renamed[new] = t
+        origin[new] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("cnnimageretrieval layout (features.N of a ResNet) renamed to torchvision's")
+    return prefix
+
+
+def _cirtorch_whitening(prefix: str, layers: list[Layer], force: bool) -> list[str]:
+    """cnnimageretrieval L2-normalizes the pooled vector *before* ``whiten``: with a bias, that
+    is not the whitening of the pooled vector dmlviewer's head would compute. Refused unless
+    ``force`` (then an assumption line); a bias-free whitening is exact (the final normalization
+    removes the scale)."""
+    whiten = next((la for la in layers if la.module == prefix + "whiten"), None)
+    if whiten is None or "bias" not in whiten.params or not bool(whiten.params["bias"].abs().max() > 0):
+        return []
+    if not force:
+        raise LayoutError(f"cnnimageretrieval's {whiten.module} (with a bias) runs on the L2-normalized pooled "
+                          "vector, which dmlviewer's head cannot hold; give --head with the layers before it "
+                          f"(e.g. --head {layers[0].token}), or --force to apply it to the unnormalized vector")
+    return [f"LEFT OUT the L2 normalization before {whiten.module} (--force): the embedding differs from "
+            "the source model's"]
+
+
+def convert_dinov2_hub(sources: Sources) -> bool:
+    """Convert the DINOv2 repository's layout (torch.hub ``dinov2_vits14``..., OML's DINOv2
+    extractors under ``model.``) to timm's, as timm's own loader does: the training-only
+    ``mask_token`` is dropped; with registers, ``register_tokens`` become ``reg_token`` and the
+    class token's position embedding moves into the class token (timm's no_embed_class models add
+    position embeddings to the patch tokens only). True when it did."""
+    marker = "blocks.0.ls1.gamma"
+    prefix = next((k[: -len("mask_token")] for k in sources.tensors if k.endswith("mask_token")
+                   and k[: -len("mask_token")] + marker in sources.tensors), None)
+    if prefix is None:
+        return False
+    t = sources.tensors
+    mask = prefix + "mask_token"
+    sources.ignored[mask] = "DINOv2's mask token (used in training only)"
+    renamed = {k: v for k, v in t.items() if k != mask}
+    if prefix + "register_tokens" in t and prefix + "pos_embed" in t and prefix + "cls_token" in t:
+        pos = t[prefix + "pos_embed"]
+        fixed = {prefix + "reg_token": t[prefix + "register_tokens"],
+                 prefix + "cls_token": t[prefix + "cls_token"] + pos[:, :1], prefix + "pos_embed": pos[:, 1:]}
+        renamed = {(prefix + "reg_token" if k == prefix + "register_tokens" else k): v for k, v in renamed.items()}
+        renamed.update(fixed)
+    origin = {k: sources.origin.get(k, sources.origin.get(prefix + "register_tokens", 0)) for k in renamed}
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("DINOv2 repository layout converted to timm's (mask_token dropped"
+                         + (", register tokens and the class token's position embedding moved)"
+                            if prefix + "reg_token" in renamed else ")"))
+    return True
+
+
+#: timm RegNets that torchvision's ``regnet_x_*``/``regnet_y_*`` equal once renamed (the shapes
+#: decide which; the group width and SE ratio are in them), tried after a rename
+TIMM_REGNETS = ("regnetx_004_tv", "regnety_008_tv", "regnety_080_tv", "regnetx_002", "regnetx_004",
+                "regnetx_008", "regnetx_016", "regnetx_032", "regnetx_080", "regnetx_160", "regnetx_320",
+                "regnety_002", "regnety_004", "regnety_008", "regnety_016", "regnety_032", "regnety_080",
+                "regnety_160", "regnety_320")
+_TV_REGNET_BLOCK = (("proj.0.", "downsample.conv."), ("proj.1.", "downsample.bn."), ("f.a.0.", "conv1.conv."),
+                    ("f.a.1.", "conv1.bn."), ("f.b.0.", "conv2.conv."), ("f.b.1.", "conv2.bn."), ("f.se.", "se."),
+                    ("f.c.0.", "conv3.conv."), ("f.c.1.", "conv3.bn."))
+
+
+def convert_torchvision_regnet(sources: Sources) -> bool:
+    """Rename torchvision's RegNet keys (``stem.0``, ``trunk_output.blockI.blockI-J.f.a``, ``fc``)
+    to timm's (``stem.conv``, ``sI.bJ+1.conv1``, ``head.fc``), which compute the same function
+    (same convolutions, BatchNorm, ReLU, SE and padding); True when it did."""
+    import re
+
+    marker = "trunk_output.block1.block1-0.f.a.0.weight"
+    prefix = next((k[: -len(marker)] for k in sources.tensors if k.endswith(marker)), None)
+    if prefix is None:
+        return False
+    block = re.compile(re.escape(prefix) + r"trunk_output\.block(\d+)\.block\d+-(\d+)\.(.*)")
+    top = ((prefix + "stem.0.", prefix + "stem.conv."), (prefix + "stem.1.", prefix + "stem.bn."),
+           (prefix + "fc.", prefix + "head.fc."))
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    for key, t in sources.tensors.items():
+        new = key
+        found = block.fullmatch(key)
+        if found:
+            rest = found.group(3)
+            for old, repl in _TV_REGNET_BLOCK:
+                if rest.startswith(old):
+                    rest = repl + rest[len(old):]
+                    break
+            new = f"{prefix}s{found.group(1)}.b{int(found.group(2)) + 1}.{rest}"
+        else:
+            for old, repl in top:
+                if key.startswith(old):
+                    new = repl + key[len(old):]
+                    break
+        renamed[new] = t
+        origin[new] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("torchvision RegNet layout (trunk_output.blockI) renamed to timm's, which computes the same "
+                         "function")
+    return True
+
+
+def convert_torchvision_vit(sources: Sources) -> bool:
+    """Rename a torchvision ``VisionTransformer``'s keys (``conv_proj``, ``class_token``,
+    ``encoder.layers.encoder_layer_N``) to timm's layout, which computes the same function (same
+    q/k/v order in one projection, LayerNorm eps 1e-6, exact GELU); True when it did."""
+    marker = "encoder.layers.encoder_layer_0.ln_1.weight"
+    prefix = next((k[: -len(marker)] for k in sources.tensors if k.endswith(marker)), None)
+    if prefix is None:
+        return False
+    if prefix + "heads.pre_logits.weight" in sources.tensors:
+        raise LayoutError("torchvision ViT with a representation layer (heads.pre_logits + Tanh): dmlviewer's "
+                          "head cannot hold a Tanh")
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    layers = prefix + "encoder.layers.encoder_layer_"
+    for key, t in sources.tensors.items():
+        new = key
+        if key.startswith(layers):
+            index, _, rest = key[len(layers):].partition(".")
+            for old, repl in _TV_VIT_BLOCK:
+                if rest.startswith(old):
+                    rest = repl + rest[len(old):]
+                    break
+            new = f"{prefix}blocks.{index}.{rest}"
+        elif key.startswith(prefix):
+            rest = key[len(prefix):]
+            for old, repl in _TV_VIT_TOP:
+                if rest.startswith(old):
+                    new = prefix + repl + rest[len(old):]
+                    break
+        renamed[new] = t
+        origin[new] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("torchvision ViT layout (conv_proj, encoder.layers) renamed to timm's, which computes "
+                         "the same function")
+    return True
+
+
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+#: ``model_args`` of a timm ``config.json`` that do not change the key layout or the function
+_HF_HARMLESS_ARGS = {"img_size", "num_classes", "in_chans", "global_pool"}
+
+
+def _triple(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == 3 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+
+
+def read_hf_folder(folder: str | os.PathLike) -> tuple[str, dict]:
+    """A timm Hugging Face folder (``config.json`` + ``model.safetensors`` or
+    ``pytorch_model.bin``, as ``timm``'s ``save_for_hf``/``push_to_hub`` write it): ``(weights
+    file, {"arch", "pooling", "image_size", "mean", "std"})`` read from the config (values it
+    does not hold are None). ``LayoutError`` (one line) for a folder that is not one, or whose
+    ``model_args`` change the architecture beyond what its name builds."""
+    import json
+
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    weights = next((folder / n for n in HF_WEIGHTS if (folder / n).is_file()), None)
+    if not config_file.is_file() or weights is None:
+        raise LayoutError(f"{folder} is a folder but not a timm Hugging Face folder (config.json with "
+                          f"{' or '.join(HF_WEIGHTS)}): give the weights file itself")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise LayoutError(f"{config_file}: not a readable JSON file ({exc})") from None
+    arch = config.get("architecture") if isinstance(config, dict) else None
+    if not isinstance(arch, str) or not arch:
+        raise LayoutError(f"{config_file} names no timm architecture (\"architecture\"): give --arch")
+    args = config.get("model_args") or {}
+    if not isinstance(args, dict):
+        args = {}
+    changed = sorted(set(args) - _HF_HARMLESS_ARGS)
+    if changed or args.get("in_chans", 3) != 3:
+        raise LayoutError(f"{config_file}: model_args {', '.join(changed) or 'in_chans'} change {arch} beyond what "
+                          "its name builds; dmlviewer builds timm models by name only")
+    pool = args.get("global_pool", config.get("global_pool"))
+    pooling = {"avg": "gap", "max": "gmp", "token": "token", None: None}.get(pool, "unsupported")
+    if pooling == "unsupported":
+        raise LayoutError(f"{config_file}: global_pool {pool!r} is not one dmlviewer decomposes "
+                          "(avg, max, or token for transformers)")
+    cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+    size = cfg.get("input_size")
+    info = {"arch": f"timm:{arch.split('.')[0]}", "pooling": pooling,
+            "image_size": int(size[-1]) if _triple(size) else None,
+            "mean": [float(v) for v in cfg["mean"]] if _triple(cfg.get("mean")) else None,
+            "std": [float(v) for v in cfg["std"]] if _triple(cfg.get("std")) else None}
+    return str(weights), info
 
 
 # --------------------------------------------------------------------------- candidates
@@ -189,16 +436,59 @@ class Candidate:
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     image_size: int = 224
+    vit: "ViTLayout | None" = None         # vision transformers: what the keys cannot show
+
+
+@dataclass(frozen=True)
+class ViTLayout:
+    """A timm vision transformer as the importer sees it: ``pos_embed`` is matched for any grid."""
+
+    patch: int
+    prefix_tokens: int        # class + register + distillation tokens
+    embed_class: bool         # position embeddings cover the prefix tokens (not timm's no_embed_class)
+    heads: int
+    distilled: bool
+
+    def grid(self, pos_embed: torch.Tensor) -> int | None:
+        """The side of the square grid ``pos_embed`` (1 x T x C) was made for, or None."""
+        if pos_embed.dim() != 3:
+            return None
+        n = pos_embed.shape[1] - (self.prefix_tokens if self.embed_class else 0)
+        side = int(round(max(n, 0) ** 0.5))
+        return side if side > 0 and side * side == n else None
 
 
 def _is_leaf(module: nn.Module) -> bool:
     return next(module.children(), None) is None
 
 
+def _vit_candidate(name: str) -> Candidate:
+    """A ``timm:NAME`` vision transformer built on the meta device without classifier."""
+    from .timm_backbones import import_timm
+
+    timm = import_timm()
+    with torch.device("meta"):
+        net = timm.create_model(name[5:], pretrained=False, num_classes=0)
+    cfg = dict(getattr(net, "pretrained_cfg", {}) or {})
+    keys = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    size = net.patch_embed.patch_size
+    layout = ViTLayout(int(size[0] if isinstance(size, (tuple, list)) else size), int(net.num_prefix_tokens),
+                       not getattr(net, "no_embed_class", False), int(net.blocks[0].attn.num_heads),
+                       getattr(net, "dist_token", None) is not None)
+    mean = tuple(float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406)))
+    std = tuple(float(v) for v in cfg.get("std", (0.229, 0.224, 0.225)))
+    return Candidate(name, keys, ("head_dist.",) if layout.distilled else (), (), {}, "token", False,
+                     int(net.embed_dim), mean, std, int(cfg.get("input_size", (3, 224, 224))[-1]), layout)
+
+
 @lru_cache(maxsize=None)
 def candidate(name: str) -> Candidate:
     """Build ``name`` on the meta device and read its keys, head and pooling (``ValueError``
     for a name that is neither in ``BACKBONES`` nor a resolvable ``timm:NAME``)."""
+    from .vit import timm_vit_name
+
+    if timm_vit_name(name):
+        return _vit_candidate(name)
     try:
         spec = BACKBONES[name]  # ValueError for a timm:NAME that is not a CNN, or without timm
     except KeyError:
@@ -249,17 +539,25 @@ def candidate(name: str) -> Candidate:
                      pool, nonnegative, spec.channels_of["last"], mean, std, size)
 
 
-def candidate_names(arch: str | None = None) -> list[list[str]]:
+def candidate_names(arch: str | None = None, keys: Sequence[str] = ()) -> list[list[str]]:
     """The candidates in the order they are tried: ``[[arch]]``, or the built-in backbones and
-    then, when timm is installed, the timm shortlist. The shortlist is tried only when no built-in
-    one fits: no shortlist model holds every key of a built-in one (test_importer.py checks it)."""
+    then, when timm is installed, the timm shortlists. The shortlist is tried only when no built-in
+    one fits: no shortlist model holds every key of a built-in one (test_importer.py checks it).
+    Files whose ``keys`` hold position embeddings try the vision transformers first."""
     if arch:
         return [[arch]]
     from .timm_backbones import timm_available
 
     stages = [list(BACKBONES)]
     if timm_available():
+        vits = [f"timm:{n}" for n in TIMM_VIT_SHORTLIST]
         stages.append([f"timm:{n}" for n in TIMM_SHORTLIST])
+        if any(k == "pos_embed" or k.endswith(".pos_embed") for k in keys):
+            stages.insert(0, vits)
+        elif any(k.endswith("s1.b1.conv1.conv.weight") for k in keys):  # a RegNet (torchvision's, renamed)
+            stages.insert(0, [f"timm:{n}" for n in TIMM_REGNETS])
+        else:
+            stages[-1] += vits
     return stages
 
 
@@ -311,6 +609,11 @@ def matches(cand: Candidate, tensors: dict[str, torch.Tensor], prefix: str | Non
             if t is None:
                 if not k.endswith("num_batches_tracked"):
                     missing.append(k)
+            elif k == "pos_embed" and cand.vit is not None:  # any input size: a square grid
+                if t.dim() == 3 and t.shape[2] == cand.keys[k][2] and cand.vit.grid(t):
+                    matched.append(k)
+                else:
+                    mismatched.append(k)
             elif tuple(t.shape) == cand.keys[k]:
                 matched.append(k)
             else:
@@ -516,6 +819,103 @@ def parse_head_spec(spec: str, sources: Sources, available: Sequence[str]) -> li
     return layers
 
 
+#: module-name words of a classifier trained beside an embedding (softmax-family DML losses:
+#: ArcFace, CosFace, NormFace, proxy losses); matched against whole ``.``/``_`` separated words
+CLASSIFIER_WORDS = ("classifier", "cls", "logits", "logit", "arcface", "cosface", "sphereface", "normface",
+                    "proxies", "proxy", "softmax")
+
+
+def _words(path: str) -> set[str]:
+    return {w for w in path.lower().replace("_", ".").split(".") if w}
+
+
+def split_classifier(layers: list[Layer]) -> tuple[list[Layer], str | None]:
+    """Leave out a classifier that follows the embedding layer (issue 26: ``embed`` Linear ->
+    [BN] -> ``classifier`` Linear to the classes). The last Linear is the classifier when an
+    earlier Linear feeds it (through BatchNorm, no-ops or an assumed ReLU only) and either its
+    module's name says so (``CLASSIFIER_WORDS``, not shared with the earlier layer's name: VGG's
+    ``classifier.0 ... classifier.6`` is one head) or it has no bias and no known ReLU precedes it
+    and nothing but a ReLU assumed between two named modules precedes it (a class-proxy matrix:
+    a gap in a ``Sequential`` is real evidence of a ReLU, two named modules are not). Returns
+    the layers up to the embedding and a line saying what was left out (None: nothing)."""
+    if len(layers) < 2 or layers[-1].kind != "linear" or layers[-1].module is None:
+        return layers, None
+    last = layers[-1]
+    i = len(layers) - 2
+    while i >= 0 and layers[i].kind in ("bn", "identity", "relu"):
+        if layers[i].kind == "relu" and not layers[i].note.startswith("assumed"):
+            break
+        i -= 1
+    if i < 0 or layers[i].kind != "linear" or layers[i].module is None:
+        return layers, None
+    embed = layers[i]
+    named = (_words(last.module) & set(CLASSIFIER_WORDS)) - _words(embed.module)
+    proxy = "bias" not in last.params and all(la.note.startswith("assumed between")  # not a Sequential's gap
+                                              for la in layers[i + 1:-1] if la.kind == "relu")
+    if not named and not proxy:
+        return layers, None
+    keep = list(layers[:-1])
+    while keep and keep[-1].kind in ("relu", "identity"):  # a ReLU assumed before the classifier
+        keep.pop()
+    w = last.params["weight"]
+    why = f"named {sorted(named)[0]!r}" if named else "no bias: a class-proxy matrix"
+    after = keep[-1].module
+    return keep, (f"classifier {last.module} (Linear {w.shape[1]}->{w.shape[0]}, {why}) left out: the embedding "
+                  f"is the output of {after}; give --head to include it")
+
+
+def _skipped_layers(cand: Candidate, m: Match, layers: list[Layer], force: bool) -> list[str]:
+    """A head that names modules of the architecture's own head but skips one of its layers that
+    is neither a no-op nor a ReLU (timm convnext's ``head.norm`` before ``head.fc``) would compute
+    something else than the source: ``LayoutError``, or with ``force`` an assumption line."""
+    given = {la.module for la in layers if la.module}
+    previous: str | None = None
+    lines = []
+    for layer in layers:
+        if layer.module is None or not layer.module.startswith(m.prefix):
+            continue
+        rel = layer.module[len(m.prefix):]
+        known = _known_between(cand, previous, rel) or []
+        previous = rel if rel in dict(cand.head) else previous
+        for kpath, ktype in known:
+            module = cand.head_modules[kpath]
+            if isinstance(module, (*_NOOP, nn.ReLU)) or m.prefix + kpath in given:
+                continue
+            what = f"{cand.name} runs {kpath} ({ktype}) between the pooling and {rel}"
+            if not force:
+                raise LayoutError(f"{what}: leaving it out changes the embedding and dmlviewer's head cannot hold "
+                                  "it; give --head none (the pooled feature), or --force to leave it out anyway")
+            lines.append(f"LEFT OUT {kpath} ({ktype}; --force): the embedding differs from the source model's")
+    return lines
+
+
+def _apply_pooling(layers: list[Layer], pooling: str | None, gem_p: float | None) -> list[Layer]:
+    """The layers with the pooling the user stated (``--pooling``/``--gem-p``) first."""
+    pools = ("gap", "gmp", "gem")
+    if pooling is None:
+        if gem_p is not None:
+            raise LayoutError("--gem-p needs --pooling gem")
+        return layers
+    pooling = pooling.lower()
+    if pooling not in pools:
+        raise LayoutError(f"--pooling must be one of {', '.join(pools)}, got {pooling!r}")
+    if layers and layers[0].kind in pools and layers[0].note == "given":
+        raise LayoutError("the pooling is given twice (--pooling and first in --head): give it once")
+    found = layers[0] if layers and layers[0].kind == "gem" else None  # a GeM p in the files
+    rest = layers[1:] if layers and layers[0].kind in pools else list(layers)
+    if pooling != "gem":
+        if gem_p is not None:
+            raise LayoutError("--gem-p needs --pooling gem")
+        return [Layer(pooling, note="given")] + rest
+    if gem_p is None:
+        if found is None:
+            raise LayoutError("--pooling gem needs --gem-p P: the files hold no GeM exponent")
+        return [found] + rest
+    if not (0 < gem_p <= 100):
+        raise LayoutError(f"--gem-p must be in (0, 100], got {gem_p:g}")
+    return [Layer("gem", None, {"p": torch.tensor(float(gem_p))}, note="given")] + rest
+
+
 # --------------------------------------------------------------------------- folding
 
 @dataclass
@@ -675,6 +1075,8 @@ class ImportPlan:
     unmatched: dict[str, str]                  # source key -> why it is not used
     ranking: list[Match]
     equivalents: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)  # what the files cannot tell (ASSUMED line)
+    reference_check: dict | None = None        # set by write_checkpoint when given a reference
 
     @property
     def backbone_mapping(self) -> dict[str, str]:
@@ -740,7 +1142,15 @@ class ImportPlan:
         if self.notes:
             lines.append("notes:")
             lines += [f"  {n}" for n in self.notes]
+        lines.append(self.assumption_line())
         return "\n".join(lines)
+
+    def assumption_line(self) -> str:
+        """One line: what the weights files cannot tell and the import assumed."""
+        if not self.assumptions:
+            return "ASSUMED: nothing (every choice was given or read from the files)"
+        return ("ASSUMED (the weights cannot tell; check these or state them with options): "
+                + "; ".join(self.assumptions))
 
 
 def _fmt(values) -> str:
@@ -751,6 +1161,8 @@ def _features_close(a: str, b: str, m: Match, sources: Sources) -> bool:
     """Whether architectures ``a`` and ``b`` compute the same last map with the files' weights."""
     from .backbones import Backbone
 
+    if candidate(a).vit is not None or candidate(b).vit is not None:
+        return False  # same keys, another head count: the file cannot tell (--arch)
     x = torch.randn(1, 3, 128, 128, generator=torch.Generator().manual_seed(0))
     outs = []
     for name in (a, b):
@@ -809,7 +1221,7 @@ def _layout_error(what: str, sources: Sources, ranking: list[Match]) -> LayoutEr
 def _recognize(sources: Sources, arch: str | None, prefix: str | None,
                cancel: CancelToken | None) -> Iterator[Progress | tuple[Match, list[Match], list[str]]]:
     """Step 2 of the module docstring; the last item is ``(match, ranking, equivalents)``."""
-    stages = candidate_names(arch)
+    stages = candidate_names(arch, list(sources.tensors))
     total = sum(len(stage) for stage in stages)
     found: list[Match] = []
     for stage in stages:
@@ -870,15 +1282,34 @@ def _recognize(sources: Sources, arch: str | None, prefix: str | None,
 def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: str = "auto",
             prefix: str | None = None, image_size: int | None = None,
             mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-            cancel: CancelToken | None = None) -> Iterator[Progress]:
+            cancel: CancelToken | None = None, pooling: str | None = None, gem_p: float | None = None,
+            force: bool = False) -> Iterator[Progress]:
     """Generator: read, recognize, propose and fold (module docstring, steps 1-4); the ``done``
-    event's result is an :class:`ImportPlan`. ``LayoutError`` (one line) when the layout is not
-    recognized or the head cannot be represented; ``CheckpointError``/``FileNotFoundError`` for
-    unreadable files."""
+    event's result is an :class:`ImportPlan`. ``pooling`` (gap, gmp, gem) and ``gem_p`` state the
+    pooling a weights file cannot tell; ``force`` leaves out a layer of the architecture that the
+    head skips (else refused). ``LayoutError`` (one line) when the layout is not recognized or the
+    head cannot be represented; ``CheckpointError``/``FileNotFoundError`` for unreadable files."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    hf_notes = []
+    if any(Path(p).is_dir() for p in paths):
+        if len(paths) > 1:
+            raise LayoutError("give a Hugging Face folder alone, not with other weights files")
+        weights, hf = read_hf_folder(paths[0])
+        paths = [weights]
+        head_pools = head.strip().lower().split(",")[0].split("=")[0] in ("gap", "gmp", "gem")
+        arch = arch or hf["arch"]
+        pooling = pooling or (None if head_pools else hf["pooling"])
+        image_size, mean, std = image_size or hf["image_size"], mean or hf["mean"], std or hf["std"]
+        hf_notes.append(f"config.json: architecture {hf['arch']}, pooling {hf['pooling'] or 'not given'}, input "
+                        f"{hf['image_size'] or 'not given'} px, mean/std {'given' if hf['mean'] else 'not given'}")
     yield Progress("log", message=f"reading {len(paths)} file(s)")
     sources = read_sources(paths)
+    sources.notes += hf_notes
+    tv_vit = convert_torchvision_vit(sources)
+    tv_regnet = convert_torchvision_regnet(sources)
+    cirtorch = convert_cirtorch_resnet(sources)
+    convert_dinov2_hub(sources)
     recognized = None
     for event in _recognize(sources, arch, prefix, cancel):
         if isinstance(event, Progress):
@@ -893,6 +1324,10 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
     aux = tuple(m.prefix + p for p in cand.ignored_prefixes)
     for k in [k for k in rest if aux and k.startswith(aux)]:
         unmatched[k] = f"auxiliary classifier of {cand.name} (not part of the embedding)"
+    distilled_heads = cand.vit is not None and cand.vit.distilled and any(k.startswith(aux) for k in unmatched)
+    if distilled_heads:  # two classifiers averaged: their logits are not one Linear of the pooled tokens
+        for k in [k for k in rest if k.startswith(m.prefix + "head.")]:
+            unmatched[k] = "classifier of the class token (DeiT-distilled: averaged with head_dist)"
     for copy in matches(cand, sources.tensors):
         if copy.full and copy.prefix != m.prefix:  # e.g. a teacher beside the student chosen by --prefix
             for k in copy.matched:
@@ -913,29 +1348,57 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
         home = Counter(sources.origin[k] for k in used if k in sources.origin).most_common(1)[0][0]
         rest.sort(key=lambda k: (sources.origin[k] != home, sources.origin[k]))
     notes = list(sources.notes)
+    assumptions: list[str] = []
     if head.strip().lower() == "auto":
         layers = propose_head(cand, m, sources, rest)
-        used_head = {f"{la.module}.{n}" for la in layers if la.module for n in la.params}
+        layers, classifier = split_classifier(layers)
+        if classifier:
+            assumptions.append(classifier)
         head_auto = True
     else:
         layers = parse_head_spec(head, sources, rest)
-        used_head = {f"{la.module}.{n}" for la in layers if la.module for n in la.params}
         head_auto = False
+    if distilled_heads and head_auto:
+        assumptions.append("classifiers head and head_dist left out: the embedding is timm's pre_logits "
+                           "(the mean of the class and distillation tokens)")
+    assumptions += _skipped_layers(cand, m, layers, force)
+    if cirtorch is not None:
+        assumptions += _cirtorch_whitening(cirtorch, layers, force)
+    if cand.vit is None:
+        layers = _apply_pooling(layers, pooling, gem_p)
+    elif layers and layers[0].kind == "gap" and not pooling:  # --head gap,...: the mean of the patch tokens
+        layers, pooling = layers[1:], "gap"
+    elif gem_p is not None or (pooling or "token").lower() not in ("token", "gap"):
+        raise LayoutError(f"{cand.name} is a vision transformer: --pooling token (the class token) or gap "
+                          "(the mean of the patch tokens after the final norm)")
+    used_head = {f"{la.module}.{n}" for la in layers if la.module for n in la.params}
     for k in rest:
         if k not in used_head:
             unmatched[k] = "not part of the given head" if not head_auto else "not used"
     for layer in layers:
         if layer.note.startswith("assumed"):
             notes.append(f"a ReLU was {layer.note} (give --head to say otherwise)")
+            assumptions.append(f"a ReLU {layer.note.split(',')[0].split(';')[0]}")
     for key, why in sources.ignored.items():
         unmatched[key] = why
-    pooling = cand.pool
-    explicit_pool = layers and layers[0].kind in ("gap", "gmp", "gem")
-    if pooling not in ("gap", "gmp") and not explicit_pool:
-        raise LayoutError(f"{cand.name} pools with {pooling}, which dmlviewer does not decompose; "
-                          "give the pooling first in --head (gap, gmp or gem=...) if yours differs")
-    folded = fold_head(layers, cand.channels, pooling, cand.nonnegative)
+    pool = cand.pool if cand.vit is None or not pooling else pooling.lower()
+    explicit_pool = bool(layers and layers[0].kind in ("gap", "gmp", "gem")) or (cand.vit is not None
+                                                                                 and bool(pooling))
+    if cand.vit is not None and any(la.kind in ("gap", "gmp", "gem") for la in layers):
+        raise LayoutError(f"{cand.name} is a vision transformer: give its pooling with --pooling token|gap")
+    if cand.vit is not None and not explicit_pool:
+        assumptions.insert(0, "pooling token (the class token, timm's default; a weights file does not store "
+                              "it: --pooling gap for the mean of the patch tokens)")
+    elif pool not in ("gap", "gmp") and not explicit_pool:
+        raise LayoutError(f"{cand.name} pools with {pool}, which dmlviewer does not decompose; "
+                          "give --pooling (gap, gmp or gem with --gem-p) if yours differs")
+    elif not explicit_pool:
+        assumptions.insert(0, f"pooling {pool} ({cand.name}'s own; a weights file does not store its pooling: "
+                              "OML and retrieval models often use GeM, give --pooling gem --gem-p P)")
+    folded = fold_head(layers, cand.channels, pool, cand.nonnegative)
     notes += folded.notes
+    if folded.bn is not None or any(la.kind == "bn" for la in layers):
+        assumptions.append(f"BatchNorm eps {BN_EPS:g}")
     spec_tokens = [la.token for la in layers]
     head_spec = ",".join(spec_tokens) if spec_tokens else "none"
     if cand.name in ("googlenet", "inception_v3"):
@@ -946,14 +1409,33 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
         notes.append(f"{last.module} widens {last.params['weight'].shape[1]} -> {last.params['weight'].shape[0]}: "
                      "if it is a classifier rather than part of the embedding, leave it out with --head")
     size = int(image_size or cand.image_size)
+    extra_config = {}
+    default_mean, default_std = cand.mean, cand.std
+    which = "timm's for this model" if cand.name.startswith("timm:") else "ImageNet's"
+    if cand.vit is not None:
+        grid = cand.vit.grid(sources.tensors[m.prefix + "pos_embed"])
+        extra_config["token_grid"] = grid
+        size = int(image_size or grid * cand.vit.patch)
+        assumptions.append(f"{cand.vit.heads} attention heads ({cand.name[5:]}'s; a weights file does not store "
+                           "them: give --arch timm:NAME if yours differ)")
+        notes.append(f"position embeddings for a {grid}x{grid} grid ({grid * cand.vit.patch} px); other input "
+                     "sizes interpolate them as timm's dynamic_img_size does")
+    if tv_vit or tv_regnet:
+        default_mean, default_std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+        which = "ImageNet's (torchvision's)"
+    if not image_size:
+        assumptions.append(f"input {size} px" + (" (the position embeddings' grid)" if cand.vit else ""))
+    if not mean or not std:
+        assumptions.append(f"input normalization {which}")
     config = default_config(
         backbone=cand.name, pretrained=None, pooling=folded.pooling,
         gem_p=folded.gem_p if folded.gem_p is not None else 3.0, gem_learnable=True,
         bn=folded.bn is not None, hidden=int(folded.hidden[0].shape[0]) if folded.hidden is not None else 0,
         dim=int(folded.out[0].shape[0]) if folded.out is not None else 0,
-        image_size=size, mean=[float(v) for v in (mean or cand.mean)], std=[float(v) for v in (std or cand.std)])
+        image_size=size, mean=[float(v) for v in (mean or default_mean)],
+        std=[float(v) for v in (std or default_std)], **extra_config)
     plan = ImportPlan(sources, cand.name, m, layers, folded, config, head_spec, head_auto, notes,
-                      unmatched, ranking, equivalents)
+                      unmatched, ranking, equivalents, assumptions)
     yield Progress("done", data={"result": plan})
 
 
@@ -1004,9 +1486,75 @@ def check_head(plan: ImportPlan, model: EmbeddingModel, samples: int = 64) -> fl
     return float((ours - ref).abs().max() / ref.abs().max().clamp(min=1e-12))
 
 
-def write_checkpoint(plan: ImportPlan, out: str | os.PathLike) -> tuple[Path, float]:
-    """Build, check and save the imported model atomically; returns ``(path, relative head
-    difference)``. ``LayoutError`` (nothing written) when the check fails."""
+def read_reference(path: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images N x 3 x H x W, embeddings N x D)`` float32 from a reference file (``.npz``, or a
+    ``.pt`` dict read with ``weights_only=True``) holding ``images`` (already preprocessed) and
+    ``embeddings`` (the user's model's outputs on them); ``CheckpointError`` (one line) otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(2, "not found", str(path))
+    try:
+        if path.suffix.lower() == ".npz":
+            import numpy as np
+
+            with np.load(path, allow_pickle=False) as data:
+                values = {k: torch.from_numpy(np.asarray(data[k])) for k in ("images", "embeddings") if k in data}
+        else:
+            values = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
+        raise CheckpointError(f"--check-against {path}: cannot read it ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(values, dict) or not all(isinstance(values.get(k), torch.Tensor)
+                                               for k in ("images", "embeddings")):
+        raise CheckpointError(f"--check-against {path}: give a .npz or .pt holding the tensors 'images' "
+                              "(N x 3 x H x W, preprocessed) and 'embeddings' (N x D, your model's outputs)")
+    images, embeddings = values["images"].float(), values["embeddings"].float()
+    if images.dim() != 4 or images.shape[1] != 3 or embeddings.dim() != 2 or images.shape[0] != embeddings.shape[0] \
+            or images.shape[0] == 0:
+        raise CheckpointError(f"--check-against {path}: images must be N x 3 x H x W and embeddings N x D with the "
+                              f"same N, got {list(images.shape)} and {list(embeddings.shape)}")
+    check_finite({"images": images, "embeddings": embeddings}, f"--check-against {path}")
+    return images, embeddings
+
+
+def compare_with_reference(model: EmbeddingModel, path: str | os.PathLike, tolerance: float = CHECK_TOLERANCE,
+                           batch: int = 16) -> dict:
+    """The imported model's embeddings on the reference's images against the reference's
+    embeddings: ``relative_diff`` (max |ours - theirs| / max |theirs|, raw outputs),
+    ``normalized_diff`` (the same after L2 normalization of both, for a model that normalizes),
+    ``passed`` (either within ``tolerance``), ``compared`` (which one passed, or raw)."""
+    images, theirs = read_reference(path)
+    model.eval()
+    with torch.no_grad():
+        ours = torch.cat([model(images[i:i + batch]).embedding_raw.float() for i in range(0, len(images), batch)])
+    if ours.shape != theirs.shape:
+        raise CheckpointError(f"--check-against {path}: the reference's embeddings have {theirs.shape[1]} dimensions, "
+                              f"the imported model's {ours.shape[1]} (check --head)")
+    raw = float((ours - theirs).abs().max() / theirs.abs().max().clamp(min=1e-12))
+    norm = float((nn.functional.normalize(ours, dim=1) - nn.functional.normalize(theirs, dim=1)).abs().max())
+    compared = "raw" if raw <= tolerance else "normalized" if norm <= tolerance else "raw"
+    return {"file": str(Path(path).resolve()), "images": int(len(images)), "relative_diff": raw,
+            "normalized_diff": norm, "passed": raw <= tolerance or norm <= tolerance, "compared": compared,
+            "tolerance": tolerance}
+
+
+def describe_reference_check(check: dict) -> str:
+    """One line for a ``compare_with_reference`` result."""
+    where = f"embeddings vs. {Path(check['file']).name} ({check['images']} images)"
+    numbers = (f"max relative difference {check['relative_diff']:.3g}, "
+               f"{check['normalized_diff']:.3g} after L2 normalization")
+    if check["passed"]:
+        how = " (your model normalizes its outputs)" if check["compared"] == "normalized" else ""
+        return f"{where}: {numbers}: they match within {check['tolerance']:g}{how}"
+    return f"{where}: {numbers}: they DIFFER (above {check['tolerance']:g})"
+
+
+def write_checkpoint(plan: ImportPlan, out: str | os.PathLike, check_against: str | os.PathLike | None = None,
+                     force: bool = False) -> tuple[Path, float]:
+    """Build, check and save the imported model atomically; returns ``(path, relative difference
+    of the folded head from its own source layers)`` (a check of the folding, not of the model
+    against the user's). ``check_against``: a reference file (``read_reference``) whose embeddings
+    the written model must reproduce within ``CHECK_TOLERANCE``, else ``LayoutError`` (nothing
+    written) unless ``force``; the result is ``plan.reference_check`` and in the checkpoint."""
     from .checkpoint import file_sha256, save_checkpoint
 
     model = build_imported(plan)
@@ -1014,13 +1562,23 @@ def write_checkpoint(plan: ImportPlan, out: str | os.PathLike) -> tuple[Path, fl
     if not diff <= CHECK_TOLERANCE:
         raise LayoutError(f"the folded head differs from the source layers by {diff:.3g} (relative): "
                           "not written")
+    plan.reference_check = None
+    if check_against is not None:
+        check = compare_with_reference(model, check_against)
+        if not check["passed"] and not force:
+            raise LayoutError(f"{describe_reference_check(check)}: not written; check the pooling (--pooling, "
+                              "--gem-p), the head (--head) and the input, or give --force to write it anyway")
+        check["forced"] = not check["passed"]
+        plan.reference_check = check
     extra = {"import": {
         "sources": [{"path": str(Path(p).resolve()), "sha256": file_sha256(p)} for p in plan.sources.files],
         "arch": plan.arch, "prefix": plan.match.prefix, "head": plan.head_spec,
-        "head_auto": plan.head_auto, "notes": list(plan.notes),
+        "head_auto": plan.head_auto, "notes": list(plan.notes), "assumptions": list(plan.assumptions),
         "unmatched": dict(plan.unmatched), "head_check_relative_diff": diff,
+        "reference_check": dict(plan.reference_check) if plan.reference_check else None,
     }}
     path = save_checkpoint(out, model, epoch=0, extra=extra)
     log.info("imported %s as %s (%s)", ", ".join(plan.sources.files), plan.arch, plan.summary())
+    if plan.reference_check and plan.reference_check["forced"]:
+        log.warning("written with --force although %s", describe_reference_check(plan.reference_check))
     return path, diff
-
