@@ -55,11 +55,29 @@ def _path(n: int, shape: tuple[int, int]) -> np.ndarray:
     return np.stack([(0.5 + 0.45 * np.sin(3 * t)) * (w - 1), (0.5 + 0.45 * np.sin(2 * t + 0.5)) * (h - 1)], 1)
 
 
+def timm_vit(name: str, image_size: int):
+    """A timm vision transformer with random weights (no download) opened through the Python door,
+    or None without timm: the token-grid rows of ``bench hover`` (16x16 for ViT-S/16 at 256 px,
+    37x37 for DINOv2 with registers at 518 px)."""
+    try:
+        import timm
+    except ImportError:
+        return None
+    import torch
+
+    from dmlviewer.core.models import open_model
+
+    torch.manual_seed(0)
+    net = timm.create_model(name, pretrained=False, num_classes=0, img_size=image_size)
+    model, _ = open_model(net, size=image_size)
+    return model
+
+
 def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
-            compare: bool = False) -> dict[str, Any]:
+            compare: bool = False, model: Any = None) -> dict[str, Any]:
     """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair_view.PairView` (``largest``:
     at its largest Resolution choice instead of the model's size; ``compare``: with a second
-    model compared, both rows drawn per event)."""
+    model compared, both rows drawn per event; ``model``: this model instead of a small CNN)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import torch
@@ -73,7 +91,8 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
 
     app = create_app()
     torch.manual_seed(0)
-    model = build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval()
+    if model is None:
+        model = build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval()
     images = PairImages(_photo(1), _photo(2), "query", "reference")
     view = PairView()
     view.resize(1400, 800)
@@ -165,6 +184,13 @@ def run(args) -> dict[str, Any]:
     two = measure(events=200 if quick else 1000, compare=True)
     result["two_models"] = two
     result["two_models_p50_ms"], result["two_models_p95_ms"] = two["p50_ms"], two["p95_ms"]
+    for key, name, size in (("vit_s16_256", "vit_small_patch16_224", 256),
+                            ("dinov2_reg4_518", "vit_small_patch14_reg4_dinov2", 518)):
+        vit = timm_vit(name, size)
+        if vit is not None:  # the token grids of issue 22: 16x16 and 37x37
+            row = measure(events=200 if quick else 1000, image_size=size, model=vit)
+            result[key] = row
+            result[f"{key}_p95_ms"] = row["p95_ms"]
     result["core"] = run_core(events=300 if quick else 2000)
     result["machine"] = describe()
     return result
