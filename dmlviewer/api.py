@@ -19,6 +19,7 @@ order otherwise; ``Explanation.rule`` and the app say which.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 def open_model(model: Any, *, feature_layer: str | None = None, output: Any = None, transform: Any = None,
                size: int | None = None, device: str = "cpu"):
     """``(model, info)`` with dmlviewer's model interface (see
-    :func:`dmlviewer.core.models.open_model`)."""
+    :func:`dmlviewer.core.models.open_model`; ``info["notes"]`` says how the model is run
+    differently from how it was given, e.g. eval mode for a module in training mode)."""
     from dmlviewer.core.models import open_model as _open
 
     return _open(model, device, feature_layer=feature_layer, output=output, transform=transform, size=size)
@@ -44,15 +46,83 @@ def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = 
     under ``model``: an :class:`~dmlviewer.core.explain.Explanation` with ``similarity``,
     ``point_to_point``, ``bias_query``, ``bias_reference``, ``bias_both``, ``overall_query``,
     ``overall_reference``, ``grid_query``, ``grid_reference`` and ``rule`` (the fields of the
-    ``explain`` npz; ``.save(path)`` writes one)."""
+    ``explain`` npz; ``.save(path)`` writes one).
+
+    ``model`` may be a ``(query_model, reference_model)`` tuple: a two-branch (cross-view)
+    model, each image through its own branch; ``feature_layer``, ``output``, ``transform`` and
+    ``size`` may then be pairs too, a size a side or ``(height, width)``
+    (:func:`dmlviewer.core.models.two_branch.open_two_branch`).
+
+    A live module is explained in eval mode and handed back as it came: every submodule's
+    ``training`` flag, every tensor's device and dtype, and no hook of dmlviewer's left on it,
+    also when an error is raised. A module passed in training mode is said so (a log warning and
+    ``rule_detail``): BatchNorm then uses its running statistics and Dropout is off."""
+    import dataclasses
+
     from dmlviewer.core.explain import METHODS, Explanation, explain_pair
 
     if method not in METHODS or method == "grad_transfer":
         raise ValueError(f"method must be one of {', '.join(m for m in METHODS if m != 'grad_transfer')}, got {method!r}")
-    m, _ = open_model(model, feature_layer=feature_layer, output=output, transform=transform, size=size,
-                      device=device)
-    pair = explain_pair(m, _image(query), _image(reference), device)
-    return Explanation.from_pair(pair, method)
+    with _module_restored(model):
+        m, info = open_model(model, feature_layer=feature_layer, output=output, transform=transform, size=size,
+                             device=device)
+        try:  # the overall maps may re-run the module: computed before its hooks go
+            explanation = Explanation.from_pair(explain_pair(m, _image(query), _image(reference), device), method)
+        finally:
+            _release(m)
+    notes = list(info.get("notes") or [])
+    if notes:  # how the module was run differently from how it was given (already logged as warnings)
+        explanation = dataclasses.replace(explanation, rule_detail="; ".join([explanation.rule_detail, *notes]))
+    return explanation
+
+
+@contextlib.contextmanager
+def _module_restored(model: Any):
+    """On exit, ``model`` (an ``nn.Module``) is as it was on entry, whatever happened inside:
+    every submodule's ``training`` flag, every parameter's and buffer's device and dtype, and
+    the hooks each submodule had (hooks added inside are removed)."""
+    from torch import nn
+
+    if isinstance(model, tuple):  # (query, reference) modules of a two-branch model: each restored
+        with contextlib.ExitStack() as stack:
+            for branch in model:
+                stack.enter_context(_module_restored(branch))
+            yield
+        return
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    modules = list(model.modules())
+    flags = [m.training for m in modules]
+    tensors = [(m, kind, name, t.device, t.dtype) for m in modules for kind in ("_parameters", "_buffers")
+               for name, t in getattr(m, kind).items() if t is not None]
+    hook_dicts = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                  "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks_with_kwargs",
+                  "_state_dict_hooks", "_load_state_dict_pre_hooks")
+    hooks = [(m, name, dict(getattr(m, name))) for m in modules for name in hook_dicts if hasattr(m, name)]
+    try:
+        yield
+    finally:
+        for m, flag in zip(modules, flags):
+            m.training = flag
+        for m, kind, name, dev, dtype in tensors:
+            t = getattr(m, kind).get(name)
+            if t is not None and (t.device != dev or t.dtype != dtype):
+                if kind == "_parameters":
+                    t.data = t.data.to(device=dev, dtype=dtype)
+                else:
+                    m._buffers[name] = t.to(device=dev, dtype=dtype)
+        for m, name, before in hooks:
+            current = getattr(m, name)
+            for key in [k for k in current if k not in before]:
+                del current[key]
+
+
+def _release(model: Any) -> None:
+    """Remove the hooks a dmlviewer model put on the user's module (``ModuleModel.release``)."""
+    release = getattr(model, "release", None)
+    if callable(release):
+        release()
 
 
 def view(model: Any = None, dataset: Any = None, feature_layer: str | None = None, *, output: Any = None,
@@ -62,9 +132,16 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
 
     ``dataset``: a dataset folder (any supported format), or a list of image paths or uint8 RGB
     arrays (with optional ``labels``; they are copied into a temporary folder dataset).
-    ``block``: run the Qt event loop until the window closes (``None``: block unless a notebook
-    already runs Qt's loop, e.g. after ``%gui qt``). Returns the window when not blocking, else
-    the app's exit status."""
+    ``block``: run the Qt event loop until the window closes. ``None``: block in a script; in
+    IPython or a notebook never block the kernel: Qt's event loop is started there as ``%gui qt``
+    does when it is not running yet, and when it cannot be started ``view`` returns ``None`` at
+    once with one line saying what to run. Returns the window when not blocking, else the app's
+    exit status."""
+    if block is None:
+        shell = _ipython_shell()
+        block = shell is None
+        if shell is not None and not _qt_loop_running(shell) and not _start_qt_loop(shell):
+            return None
     from dmlviewer.gui.app import create_app, setup_logging
     from dmlviewer.gui.main_window import MainWindow
 
@@ -80,8 +157,6 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
         window.open_dataset(_dataset_folder(dataset, labels))
     if features:
         window.open_features(features)
-    if block is None:
-        block = not _notebook_event_loop()
     if not block:
         return window
     status = app.exec()
@@ -94,13 +169,32 @@ def _image(image: Any):
     return Path(image) if isinstance(image, str) else image
 
 
-def _notebook_event_loop() -> bool:
+def _ipython_shell() -> Any:
+    """The running IPython shell (a notebook's kernel or the terminal), or ``None``."""
     try:
         from IPython import get_ipython
     except ImportError:
+        return None
+    return get_ipython()
+
+
+def _qt_loop_running(shell: Any) -> bool:
+    """Whether ``shell`` already runs Qt's event loop (``%gui qt``, ``%matplotlib qt``)."""
+    return str(getattr(shell, "active_eventloop", "") or "").startswith("qt")
+
+
+def _start_qt_loop(shell: Any) -> bool:
+    """Start Qt's event loop in ``shell`` as ``%gui qt`` does; ``False`` (and one line saying what
+    to run) when it cannot be started, so that the caller returns instead of blocking the kernel."""
+    try:
+        shell.enable_gui("qt")
+    except Exception as exc:  # noqa: BLE001 - any failure means: do not block, say what to run
+        log.warning("view() needs Qt's event loop in this notebook and could not start it (%s): run %%gui qt "
+                    "in a cell, then call view() again", str(exc).strip().splitlines()[0] if str(exc).strip()
+                    else type(exc).__name__)
         return False
-    shell = get_ipython()
-    return bool(shell is not None and str(getattr(shell, "active_eventloop", "") or "").startswith("qt"))
+    log.info("started Qt's event loop in IPython (as %%gui qt): the window runs beside the kernel")
+    return True
 
 
 def _dataset_folder(dataset: Any, labels: Sequence[Any] | None) -> str:

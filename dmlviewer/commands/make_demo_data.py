@@ -1,4 +1,5 @@
-"""``dmlviewer make-demo-data``: write the synthetic parts dataset."""
+"""``dmlviewer make-demo-data``: write the synthetic parts dataset (``--cross-view``: the synthetic
+street/aerial pairs in CVUSA's layout, :mod:`dmlviewer.core.data.cross_view`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--per-class", type=int_range(1, 10_000), default=40, metavar="M", help="images per class")
     p.add_argument("--size", type=int_range(32, 1024), default=128, metavar="S", help="image size in pixels")
     p.add_argument("--seed", type=seed_type, default=0, metavar="K", help="random seed")
+    p.add_argument("--cross-view", action="store_true",
+                   help="write synthetic street panoramas and aerial images in CVUSA's layout instead (issue 25)")
+    p.add_argument("--pairs", type=int_range(2, 100_000), default=200, metavar="N",
+                   help="street/aerial pairs with --cross-view (a quarter are the test split)")
     p.set_defaults(func=run)
 
 
@@ -33,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
     if args.classes * args.per_class > 1_000_000:
         raise UsageError(f"--classes x --per-class is {args.classes * args.per_class:,} images; the most is 1,000,000")
     try:  # make_demo_data logs where it wrote
-        make_demo_data(args.out, classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
+        if args.cross_view:
+            from dmlviewer.core.data.cross_view import make_cross_view_data
+
+            make_cross_view_data(args.out, pairs=args.pairs, seed=args.seed)
+        else:
+            make_demo_data(args.out, classes=args.classes, per_class=args.per_class, size=args.size, seed=args.seed)
     except FileExistsError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # a full or read-only disk: name the dataset folder, not the temporary one

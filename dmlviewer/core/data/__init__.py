@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .cross_view import cross_view_pairs, make_cross_view_data
 from .demo import make_demo_data
 from .errors import DatasetError, ImageError, ImageProblem
 from .formats import FORMATS, detect_format, open_dataset
@@ -29,7 +30,7 @@ _TORCH_NAMES = {
 
 __all__ = [
     "Dataset", "DatasetError", "FORMATS", "ImageError", "ImageProblem", "PROTOCOLS",
-    "check_images", "detect_format", "load_dataset_image", "load_image", "load_part_masks", "make_demo_data",
+    "check_images", "cross_view_pairs", "detect_format", "load_dataset_image", "load_image", "load_part_masks", "make_cross_view_data", "make_demo_data",
     "open_dataset", "probe_image", *_TORCH_NAMES,
 ]
 

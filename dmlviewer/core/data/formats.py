@@ -2,7 +2,8 @@
 
 Detection looks for each format's index file, in this order: ``cub`` (``images.txt``),
 ``cars196`` (``cars_annos.mat``), ``sop`` (``Ebay_train.txt`` or ``Ebay_test.txt``),
-``inshop`` (``list_eval_partition.txt`` at the root or in ``Eval/``), then ``folder`` (a
+``inshop`` (``list_eval_partition.txt`` at the root or in ``Eval/``), ``cvusa`` (``splits/train-19zl.csv`` or
+``splits/val-19zl.csv``, :mod:`.cross_view`), then ``folder`` (a
 sub-folder holding images). One marker is enough to decide, so a folder with ``images.txt``
 but no ``image_class_labels.txt`` is reported as a CUB folder missing that file rather than
 mistaken for another format. CUB is also recognised by its other index files
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .cars196 import read_cars196
+from .cross_view import SPLIT_FILES, read_cvusa
 from .cub import read_cub
 from .errors import DatasetError
 from .folder import looks_like_folder_dataset, read_folder
@@ -32,18 +34,20 @@ READERS: dict[str, Callable[[Path, str], Dataset]] = {
     "cars196": read_cars196,
     "sop": read_sop,
     "inshop": read_inshop,
+    "cvusa": read_cvusa,  # cross-view street/aerial pairs (issue 25)
     "folder": read_folder,
 }
 FORMATS = tuple(READERS)
 #: the file that lists each format's image paths (for messages)
 INDEX_FILES = {"cub": "images.txt", "cars196": "cars_annos.mat", "sop": "Ebay_train.txt, Ebay_test.txt",
-               "inshop": "list_eval_partition.txt"}
+               "inshop": "list_eval_partition.txt", "cvusa": SPLIT_FILES["train"]}
 
 _MARKERS = (
     ("cub", ("images.txt", "image_class_labels.txt", "train_test_split.txt", "bounding_boxes.txt")),
     ("cars196", ("cars_annos.mat",)),
     ("sop", ("Ebay_train.txt", "Ebay_test.txt")),
     ("inshop", ("list_eval_partition.txt", "Eval/list_eval_partition.txt")),
+    ("cvusa", tuple(SPLIT_FILES.values())),
 )
 
 
@@ -55,7 +59,7 @@ def _check_root(root: Path) -> None:
 
 
 def detect_format(root: str | Path) -> str:
-    """One of ``cub cars196 sop inshop folder``; :class:`DatasetError` when none fits."""
+    """One of ``cub cars196 sop inshop cvusa folder``; :class:`DatasetError` when none fits."""
     root = Path(root)
     _check_root(root)
     for name, markers in _MARKERS:

@@ -26,13 +26,16 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def resize(image: np.ndarray, size: int) -> np.ndarray:
-    """``image`` resized to ``size x size`` (area averaging when shrinking, bilinear when growing)."""
+def resize(image: np.ndarray, size: int | tuple[int, int]) -> np.ndarray:
+    """``image`` resized to ``size x size``, or to ``height x width`` for a ``(height, width)``
+    pair (a two-branch model's panorama branch); area averaging when shrinking, bilinear when
+    growing."""
     h, w = image.shape[:2]
-    if (h, w) == (size, size):
+    th, tw = (size, size) if isinstance(size, (int, np.integer)) else (int(size[0]), int(size[1]))
+    if (h, w) == (th, tw):
         return image
-    interpolation = cv2.INTER_AREA if size < min(h, w) else cv2.INTER_LINEAR
-    return cv2.resize(image, (size, size), interpolation=interpolation)
+    interpolation = cv2.INTER_AREA if th < h and tw < w else cv2.INTER_LINEAR
+    return cv2.resize(image, (tw, th), interpolation=interpolation)
 
 
 @lru_cache(maxsize=8)
@@ -61,10 +64,10 @@ def normalize(image: np.ndarray, mean: tuple[float, ...] = IMAGENET_MEAN,
     return torch.from_numpy(out)
 
 
-def to_tensor(image: np.ndarray, size: int | None, mean: tuple[float, ...] = IMAGENET_MEAN,
+def to_tensor(image: np.ndarray, size: int | tuple[int, int] | None, mean: tuple[float, ...] = IMAGENET_MEAN,
               std: tuple[float, ...] = IMAGENET_STD) -> torch.Tensor:
-    """The evaluation input: ``image`` (uint8 RGB) resized to ``size x size`` (``None``: kept)
-    and normalized with ``mean``/``std`` (default :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`)."""
+    """The evaluation input: ``image`` (uint8 RGB) resized to ``size x size`` or to a
+    ``(height, width)`` pair (``None``: kept) and normalized with ``mean``/``std`` (default :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`)."""
     return normalize(image if size is None else resize(image, size), mean, std)
 
 
@@ -75,15 +78,22 @@ class Preprocess:
 
     Part of every model (``model.preprocess``): the checkpoint's ``image_size``/``mean``/``std``,
     or what a user passes for a module of their own. ``size`` may be overridden per call (the
-    pair view's input-resolution choice)."""
+    pair view's input-resolution choice).
+
+    ``shape``: a ``(height, width)`` input of another aspect ratio (a two-branch model's
+    branch, e.g. a 1:4 street panorama); ``None`` is the square ``size x size``. A per-call
+    ``size`` (an int, or a ``(height, width)`` pair) overrides either."""
 
     size: int
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    shape: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.size, int) or isinstance(self.size, bool) or not 8 <= self.size <= 4096:
             raise ValueError(f"input size must be an integer from 8 to 4096, got {self.size!r}")
+        if self.shape is not None:
+            object.__setattr__(self, "shape", input_shape(self.shape))
         for name in ("mean", "std"):
             value = getattr(self, name)
             if (not isinstance(value, (tuple, list)) or len(value) != 3
@@ -93,14 +103,35 @@ class Preprocess:
         if min(self.std) <= 0:
             raise ValueError(f"preprocessing std must be positive, got {self.std!r}")
 
-    def __call__(self, image: np.ndarray, size: int | None = None) -> torch.Tensor:
-        """uint8 H x W x 3 RGB -> float32 3 x s x s with ``s = size or self.size``."""
+    @property
+    def input_shape(self) -> tuple[int, int]:
+        """``(height, width)`` of the network input."""
+        return self.shape if self.shape is not None else (self.size, self.size)
+
+    def __call__(self, image: np.ndarray, size: int | tuple[int, int] | None = None) -> torch.Tensor:
+        """uint8 H x W x 3 RGB -> float32 3 x s x s with ``s = size or self.size`` (3 x h x w for
+        a ``(height, width)`` ``size`` or, without ``size``, for ``shape``)."""
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"expected a uint8 H x W x 3 RGB image, got {image.dtype} {tuple(image.shape)}")
+        if isinstance(size, (tuple, list)):
+            return to_tensor(image, input_shape(size), self.mean, self.std)
+        if not size and self.shape is not None:
+            return to_tensor(image, self.shape, self.mean, self.std)
         return to_tensor(image, int(size or self.size), self.mean, self.std)
 
     def with_size(self, size: int) -> "Preprocess":
         return Preprocess(int(size), self.mean, self.std)
+
+
+def input_shape(value) -> tuple[int, int]:
+    """``(height, width)`` from an int side or a pair, each from 8 to 4096 (``ValueError`` naming
+    the value otherwise)."""
+    pair = (value, value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 8 <= v <= 4096 for v in pair)):
+        raise ValueError(f"input shape must be a side or a (height, width) pair of integers from 8 to 4096, "
+                         f"got {value!r}"[:200])
+    return int(pair[0]), int(pair[1])
 
 
 def denormalize(tensor: torch.Tensor, mean: tuple[float, ...] = IMAGENET_MEAN,

@@ -10,8 +10,9 @@ grad-transfer maps, group tensors and attention maps are computed on request and
 Coordinates: ``side`` is ``"query"`` or ``"reference"``; points are ``(x, y)`` pixels of that
 side's original image with the alignment convention of :mod:`.grid` (cell centres; a point
 outside the image raises ``ValueError``). Each image is resized to the network input
-(``size x size``, a stretch, as :func:`dmlviewer.core.data.to_tensor` does), so the feature grid
-is laid over the whole original image.
+(``size x size``, a stretch, as :func:`dmlviewer.core.data.to_tensor` does; a two-branch model's
+branch may take a ``height x width`` input), so the feature grid is laid over the whole
+original image.
 
 Maps are signed float32 (positive: supports the similarity; negative: counts against it);
 ``overall(..., sign="positive" | "negative")`` gives either part. Returned cached arrays are
@@ -35,6 +36,7 @@ from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mod
 from dmlviewer.core.explain.matches import MATCH_RADIUS, top_matches
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
 from dmlviewer.core.models import FIRST_ORDER, Linearization, ModelOutput
+from dmlviewer.core.models.two_branch import TwoBranchModel
 
 SIDES = ("query", "reference")
 METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
@@ -49,6 +51,7 @@ class _Side:
     out: ModelOutput  # the batch this image was in
     index: int  # its position in that batch
     linearization: Linearization  # the batch's decomposition (its rule and what it freezes)
+    model: torch.nn.Module | None = None  # the branch that embedded it (None: the pair's model)
 
     @property
     def embedding_raw(self) -> torch.Tensor:
@@ -108,6 +111,10 @@ class PairExplanation:
     def _other(side: str) -> str:
         return "reference" if side == "query" else "query"
 
+    def _model_of(self, side: str) -> torch.nn.Module:
+        """The model (a two-branch model's branch) that embedded ``side``."""
+        return self._sides[side].model or self._model
+
     # ------------------------------------------------------------------ overall maps
     def add_overall(self, method: str, query_grid: np.ndarray, reference_grid: np.ndarray) -> None:
         """Serve grid maps computed elsewhere (e.g. :mod:`.occlusion`) as overall maps of
@@ -130,8 +137,8 @@ class PairExplanation:
         if key not in self._grid_maps:
             if method in GRADCAM_METHODS:
                 other = self._sides[self._other(side)]
-                with eval_mode(self._model):
-                    maps = gradcam_maps(head_function(self._model, s.out, s.index),
+                with eval_mode(self._model_of(side)):
+                    maps = gradcam_maps(head_function(self._model_of(side), s.out, s.index),
                                         s.out.feature_map[s.index : s.index + 1], other.embedding_raw)
                 for name in GRADCAM_METHODS:
                     self._grid_maps[(name, side)] = _frozen(maps[name].cpu().numpy())
@@ -220,7 +227,7 @@ class PairExplanation:
         """``name -> P x H x W`` attention maps of ``side`` (see :mod:`.attention`)."""
         s = self._side(side)
         if side not in self._attention:
-            self._attention[side] = attention_maps(self._model, s.out, s.image_shape, s.index)
+            self._attention[side] = attention_maps(self._model_of(side), s.out, s.image_shape, s.index)
         return self._attention[side]
 
     def point_to_point_4d(self) -> np.ndarray:
@@ -265,8 +272,15 @@ def explain_pair(
     ``(query, reference)`` pair for cross-view inputs of different sizes. The model runs in eval
     mode (its mode is restored afterwards); ``device`` is where it runs (the model is expected
     to be there already).
+
+    A :class:`~dmlviewer.core.models.two_branch.TwoBranchModel` embeds the query with its query
+    branch and the reference with its reference branch, each at its own input shape (``size``:
+    ``None``, or a ``(query, reference)`` pair whose items are sides or ``(height, width)``
+    pairs); the point-to-point tensor is then between the two branches' grids.
     """
     rgb_q, rgb_r = as_rgb(image_q), as_rgb(image_r)
+    if isinstance(model, TwoBranchModel):
+        return _explain_two_branch(model, rgb_q, rgb_r, as_device(device), size, grad_bank)
     size_q, size_r = _input_sizes(model, size)
     dev = as_device(device)
     preprocess = model.preprocess
@@ -292,4 +306,24 @@ def explain_pair(
             index=index,
             linearization=lin,
         ))
+    return PairExplanation(model, sides[0], sides[1], grad_bank)
+
+
+def _explain_two_branch(model: TwoBranchModel, rgb_q: np.ndarray, rgb_r: np.ndarray, dev: torch.device,
+                        size, grad_bank: GradWeightBank | None) -> PairExplanation:
+    """:func:`explain_pair` for a two-branch model: each image through its own branch at its own
+    input shape (two forward passes, two decompositions on two grids)."""
+    if size is not None and not (isinstance(size, (tuple, list)) and len(size) == 2):
+        raise ValueError(f"size for a two-branch model must be None or a (query, reference) pair, got {size!r}")
+    sizes = (None, None) if size is None else tuple(size)
+    sides = []
+    with eval_mode(model):
+        for side, rgb, s in zip(SIDES, (rgb_q, rgb_r), sizes):
+            branch = model.branch(side)
+            x = model.preprocess_of(side)(rgb, s).to(dev)
+            out, lin = forward_decomposed(branch, x[None])
+            sides.append(_Side(image_shape=rgb.shape[:2], grid=tuple(lin.grid),
+                               contributions=lin.contributions[0].detach().float(),
+                               bias=lin.bias[0].detach().float(), out=out, index=0, linearization=lin,
+                               model=branch))
     return PairExplanation(model, sides[0], sides[1], grad_bank)

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from .backbones import CHECKPOINT_FORMAT, format_keys, read_weights_file
 from .device import resolve_device
 from .errors import CheckpointError
 from .model import EmbeddingModel, build_model
+from .two_branch import build_two_branch, is_two_branch_config
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,20 @@ def _check_plain(value, where: str) -> None:
             _check_plain(item, f"{where}[{key!r}]")
         return
     raise TypeError(f"checkpoint {where} holds a {type(value).__name__}: only tensors and plain values are allowed")
+
+
+def check_finite(tensors: Mapping[str, torch.Tensor], where: str) -> None:
+    """``CheckpointError`` naming the first floating-point tensor that holds NaN or infinity: a
+    model with such weights computes NaN embeddings (a diverged training), never a usable one.
+    The one check of every door that reads weights (checkpoints, the code door, import-model)."""
+    for key, tensor in tensors.items():
+        if isinstance(tensor, torch.Tensor) and (tensor.is_floating_point() or tensor.is_complex()):
+            finite = torch.isfinite(tensor)
+            if not bool(finite.all()):
+                bad = int((~finite).sum())
+                raise CheckpointError(f"{where}: the weights are not finite: {key} holds {bad} NaN or infinite "
+                                      f"value(s) of {tensor.numel()}; the model cannot be used (did its "
+                                      "training diverge?)")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -102,8 +118,10 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
     data = read_weights_file(path)  # torch.load(weights_only=True) on CPU
     if data.get("format") != CHECKPOINT_FORMAT:
         if data and all(isinstance(v, torch.Tensor) for v in data.values()):
-            raise CheckpointError(f"{path} is a bare state dict, not a dmlviewer checkpoint: "
-                                  "use it as backbone weights (pretrained FILE)")
+            error = CheckpointError(f"{path} is a bare state dict, not a dmlviewer checkpoint: "
+                                    "use it as backbone weights (pretrained FILE)")
+            error.bare_state_dict = True  # the app offers File > Import Model on it (issue 23 item 9)
+            raise error
         raise CheckpointError(f"{path} is not a dmlviewer checkpoint (no format {CHECKPOINT_FORMAT!r})")
     if data.get("version") != CHECKPOINT_VERSION:
         raise CheckpointError(f"{path} is checkpoint version {data.get('version')!r}; "
@@ -112,7 +130,8 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
         if not isinstance(data.get(key), kind):
             raise CheckpointError(f"{path} has no valid {key!r}")
     try:
-        model = build_model(data["config"], "cpu", load_pretrained=False)
+        model = (build_two_branch if is_two_branch_config(data["config"]) else build_model)(  # issue 25
+            data["config"], "cpu", load_pretrained=False)
     except (ValueError, ImportError) as exc:
         raise CheckpointError(f"{path}: cannot build its model: {exc}") from None
     state = data["state_dict"]
@@ -133,10 +152,7 @@ def load_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu"
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise CheckpointError(f"{path} does not match its architecture: {' '.join(str(exc).split())[:500]}") from None
-    nonfinite = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if nonfinite:
-        raise CheckpointError(f"{path}: the checkpoint's weights are not finite (NaN or infinity in "
-                              f"{format_keys(nonfinite)}); the model cannot be used (did its training diverge?)")
+    check_finite(state, str(path))
     model = model.to(resolve_device(device)).eval()
     info = {k: v for k, v in data.items() if k != "state_dict"}
     info.setdefault("metrics", {})

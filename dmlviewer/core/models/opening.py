@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ModelError
+from .errors import CheckpointError, ModelError
 from .model import EmbeddingModel
 from .projection import Projection
 from .vit import TokenHead, ViTBackbone
@@ -99,16 +99,21 @@ def as_preprocess(transform: Any = None, size: int | None = None, default_size: 
 def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer: str | None = None,
                output: Any = None, transform: Any = None, size: int | None = None) -> tuple[nn.Module, dict]:
     """``(model in eval mode on device, info)`` from a checkpoint path, ``imagenet:BACKBONE``, a
-    dmlviewer model or any ``nn.Module`` (see the module docstring). ``info``: ``source``
-    (``checkpoint``, ``pretrained`` or ``python``), ``sha256``, ``path``, ``epoch``,
-    ``metrics``, ``rule`` (the decomposition rule, one line)."""
+    dmlviewer model or any ``nn.Module`` (see the module docstring; a
+    :class:`~.source.ModelSource` opens itself: ``source.open(device)``). ``info``: ``source``
+    (``checkpoint``, ``pretrained``, ``python`` or ``code``), ``sha256``, ``path``, ``epoch``,
+    ``metrics``, ``rule`` (the decomposition rule, one line), ``notes`` (one line for each way
+    dmlviewer runs the model differently from how it was given: training mode, precision; logged
+    at warning level)."""
     from .checkpoint import load_checkpoint
     from .device import resolve_device
     from .model import build_model
     from .module_model import ModuleModel
+    from .two_branch import TwoBranchModel
     from .vit import is_vit
 
     dev = resolve_device(device)
+    notes: list[str] = []
     if isinstance(source, (str, os.PathLike)):
         text = str(source)
         if text.startswith(PRETRAINED_PREFIX):
@@ -121,12 +126,18 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
         else:
             model, info = load_checkpoint(Path(text).expanduser(), dev)
             info = {**info, "source": "checkpoint"}
-            if size:
+            if size and "image_size" in model.config:  # a two-branch checkpoint has one per branch
                 model.config["image_size"] = int(size)
-    elif isinstance(source, (EmbeddingModel, ModuleModel)):
+    elif isinstance(source, tuple):  # (query, reference): a two-branch model (issue 25)
+        from .two_branch import open_two_branch
+
+        model, info = open_two_branch(source, dev, open_model, feature_layer=feature_layer, output=output,
+                                      transform=transform, size=size)
+    elif isinstance(source, (EmbeddingModel, ModuleModel, TwoBranchModel)):
         model = source.to(dev).eval()
         info = {"source": "python", "path": None, "epoch": None, "metrics": {}, "config": model.config}
     elif isinstance(source, nn.Module):
+        source = _prepared_module(source, notes)
         source = source.to(dev).eval()
         default_size = _module_size(source)
         preprocess = as_preprocess(transform, size, default_size)
@@ -142,7 +153,37 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
     if not info["sha256"]:
         info["sha256"] = model_fingerprint(model)
     info["rule"] = describe_rule(model)
+    info["notes"] = notes + list(info.get("notes") or [])
+    for note in notes:  # logged where they arise, at warning level: the command line shows them
+        log.warning("%s", note)
     return model, info
+
+
+def _prepared_module(module: nn.Module, notes: list[str]) -> nn.Module:
+    """A user's module as dmlviewer runs it, every difference said in ``notes`` (issue 22 item 3):
+    NaN or infinite weights are refused (``ModelError`` naming the first tensor); a module in
+    training mode is run in eval mode (BatchNorm's running statistics, no dropout); a module whose
+    weights are not float32 (half, bfloat16, float64) is run as a float32 copy, the caller's module
+    left as it is (its embeddings may differ from the original's at that precision)."""
+    from .checkpoint import check_finite
+
+    state = module.state_dict()
+    try:
+        check_finite(state, type(module).__name__)
+    except CheckpointError as exc:
+        raise ModelError(str(exc)) from None
+    if any(m.training for m in module.modules()):
+        notes.append(f"the {type(module).__name__} was in training mode: dmlviewer runs it in eval mode "
+                     "(BatchNorm's running statistics, no dropout)")
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in state.values()
+                     if t.is_floating_point() and t.dtype != torch.float32})
+    if dtypes:
+        import copy
+
+        notes.append(f"the {type(module).__name__}'s weights are {', '.join(dtypes)}: dmlviewer runs a float32 copy "
+                     "of it (its embeddings may differ from the original's at that precision)")
+        module = copy.deepcopy(module).float()
+    return module
 
 
 def vit_from_module(vit: nn.Module, preprocess, pool: str | None = None, name: str | None = None):
@@ -181,12 +222,19 @@ def _module_size(module: nn.Module) -> int:
 def describe_rule(model: nn.Module) -> str:
     """The decomposition rule of ``model`` in one line, without running it: what the UI shows
     next to the maps (the exact rule per pair comes with each ``Linearization``)."""
+    from .two_branch import BRANCHES, TwoBranchModel
+
+    if isinstance(model, TwoBranchModel):  # each branch's rule (issue 25)
+        rules = [describe_rule(model.branch(side)) for side in BRANCHES]
+        return rules[0] if rules[0] == rules[1] else f"query branch: {rules[0]}; reference branch: {rules[1]}"
     describe = getattr(model, "describe_rule", None)
     if callable(describe):
         return describe()
-    from .model import frozen_quantities
+    from .model import frozen_quantities, stack_rule
 
     head = getattr(model, "head", None)
+    if getattr(model, "config", None) is not None and stack_rule(model.config):  # head_layers (imported)
+        return stack_rule(model.config)
     if isinstance(head, TokenHead):
         if head.pool == "token":
             return ("exact (last block's attention weights, LayerNorm scales and activation gates frozen at "
