@@ -8,11 +8,18 @@ as one matrix product against the seed's four nested loops.
   prepare / bare (target at most 1.3). ``ratio_with_preprocessing`` compares against resizing
   and normalizing the two images (``core.data.to_tensor``) plus the forward passes, which any
   viewer pays too. small_cnn on 500x375 and 224x224 images, A-grouping, resnet50 (random
-  weights), a live torchvision resnet50 module through the Python door (the Jacobian rule; its
-  bare forward is the module itself), and ViT-S/16 with the class-token head (linearized with
-  frozen attention, LayerNorm and GELU gates; target at most 1.5); the three timings of a row
-  are interleaved so that load from other processes hits all alike, on one torch thread (on a
-  shared machine, multi-threaded kernels stall on busy cores).
+  weights); the three timings of a row are interleaved so that load from other processes hits
+  all alike, on one torch thread (on a shared machine, multi-threaded kernels stall on busy
+  cores).
+- the doors (issue 22 item 5): a torchvision resnet50 (``fc`` a 512-d embedding layer) and a
+  timm ViT-S/16 (``vit_small_patch16_224``, a 512-d Linear head, class token; linearized with
+  frozen attention, LayerNorm and GELU gates), random weights, each opened through every door:
+  ``checkpoint`` (imported by ``import-model``'s analysis and loaded), ``python``
+  (``open_model(module)``) and ``code`` (``--model ENTRY --weights FILE``). One row per door,
+  the bare forward being the user's module itself; the bare, preprocessing and three doors'
+  timings interleaved in one loop (each round starting one later), so ``ratio_to_checkpoint``
+  (the door's prepare time over the checkpoint door's, target at most 1.2) is measured in one
+  run.
 - ``tensor``: the 14x14 x 14x14 tensor from the contributions by one matrix product against
   four nested Python loops of dot products (the seed's demo code): ``loop_ms``, ``matmul_ms``,
   ``speedup``.
@@ -41,29 +48,117 @@ def _median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
     return float(np.median(times) * 1e3)
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Run the functions in turn ``repeat`` times; milliseconds per function."""
+def _interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 2,
+                 rotate: bool = False) -> dict[str, list[float]]:
+    """Run the functions in turn ``repeat`` times; milliseconds per function. ``rotate``: each
+    round starts one function later, so that none always follows the same one."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
+    names = list(fns)
+    for round_ in range(repeat):
+        shift = round_ % len(names) if rotate else 0
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             t0 = time.perf_counter()
             fn()
             times[name].append((time.perf_counter() - t0) * 1e3)
     return times
 
 
-def live_resnet50() -> torch.nn.Module:
-    """A user's own module through the Python door: torchvision resnet50 with ``fc`` replaced by
-    a 512-d embedding layer, decomposed by the Jacobian rule (exact here: GAP + Linear)."""
-    import torchvision
+#: the networks measured through every door: (label, builder entry for the code door, its arguments)
+DOOR_NETWORKS = (
+    ("torchvision resnet50", "torchvision.models:resnet50", {"num_classes": 512}),
+    ("timm vit_small_patch16_224", "timm:create_model",
+     {"model_name": "vit_small_patch16_224", "pretrained": False, "num_classes": 512}),
+)
+DOORS = ("checkpoint", "python", "code")
+
+
+def door_models(entry: str, args: dict, folder: str, device: str = "cpu") -> tuple[torch.nn.Module, dict]:
+    """``(module, door -> model)``: one network with random weights (``entry(**args)``, seed 0)
+    opened through each door: ``checkpoint`` (its state dict saved, imported by ``import-model``'s
+    analysis, written and loaded as a dmlviewer checkpoint), ``python`` (``open_model(module)``)
+    and ``code`` (the code-and-weights door: ``entry`` with ``args`` and the saved weights)."""
+    import os
 
     from dmlviewer.core.models import open_model
+    from dmlviewer.core.models.code_door import build_module, open_code_model
+    from dmlviewer.core.models.importer import analyze, write_checkpoint
+    from dmlviewer.core.progress import run_to_end
 
-    net = torchvision.models.resnet50(num_classes=512).eval()
-    return open_model(net, feature_layer="layer4")[0]
+    torch.manual_seed(0)
+    module = build_module(entry, args)[0].eval()
+    weights = os.path.join(folder, "weights.pth")
+    torch.save(module.state_dict(), weights)
+    checkpoint = os.path.join(folder, "imported.pt")
+    write_checkpoint(run_to_end(analyze([weights])), checkpoint)
+    models = {
+        "checkpoint": open_model(checkpoint, device)[0],
+        "python": open_model(module, device)[0],
+        "code": open_code_model(entry, args, weights=weights, device=device)[0],
+    }
+    return module.to(device), models
+
+
+def measure_doors(label: str, module: torch.nn.Module, models: dict, image_shape: tuple[int, int],
+                  device: str = "cpu", repeat: int = 15) -> list[dict]:
+    """One row per door: explain_pair through that door's model against the bare forward of the
+    user's module (the same network), all interleaved in one loop; ``ratio_to_checkpoint`` is the
+    door's prepare time over the checkpoint door's, measured in the same run."""
+    from dmlviewer.core.explain import explain_pair
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (*image_shape, 3), dtype=np.uint8) for _ in range(2)]
+    dev = torch.device(device)
+    preprocess = models["python"].preprocess
+    size = int(preprocess.size)
+    batch = torch.stack([preprocess(im, size) for im in images]).to(dev)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def bare() -> None:
+        with torch.no_grad():
+            module(batch)
+        sync()
+
+    def with_preprocessing() -> None:
+        x = torch.stack([preprocess(im, size) for im in images]).to(dev)
+        with torch.no_grad():
+            module(x)
+        sync()
+
+    def prepare(model) -> Callable[[], None]:
+        def run() -> None:
+            explain_pair(model, images[0], images[1], device, size=size)
+            sync()
+        return run
+
+    fns = {"bare": bare, "pre": with_preprocessing, **{door: prepare(m) for door, m in models.items()}}
+    times = _interleaved(fns, repeat, rotate=True)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    low = {k: min(v) for k, v in times.items()}
+    rows = []
+    for door, model in models.items():
+        pair = explain_pair(model, images[0], images[1], device, size=size)
+        rows.append({
+            "model": f"{label} ({door} door)",
+            "door": door,
+            "rule": pair.rule,
+            "input": size,
+            "image": f"{image_shape[1]}x{image_shape[0]}",
+            "grid": f"{pair.grid_query[0]}x{pair.grid_query[1]}",
+            "bare_forward_ms": round(med["bare"], 3),
+            "forward_with_preprocessing_ms": round(med["pre"], 3),
+            "prepare_ms": round(med[door], 3),
+            "ratio": round(med[door] / med["bare"], 3),
+            "ratio_with_preprocessing": round(med[door] / med["pre"], 3),
+            "ratio_of_minimums": round(low[door] / low["bare"], 3),
+            "ratio_with_preprocessing_of_minimums": round(low[door] / low["pre"], 3),
+            "ratio_to_checkpoint": round(med[door] / med["checkpoint"], 3),
+            "ratio_to_checkpoint_of_minimums": round(low[door] / low["checkpoint"], 3),
+        })
+    return rows
 
 
 def measure_prepare(spec: dict | tuple[str, Callable[[], torch.nn.Module]], image_shape: tuple[int, int],
@@ -175,21 +270,23 @@ def _has_timm() -> bool:
 
 
 def run(args=None) -> dict:
-    """Both measurements; ``ratio`` is the worst prepare / bare-forward ratio over the models."""
+    """Both measurements; ``ratio`` is the worst prepare / bare-forward ratio over the models;
+    ``python_door_to_checkpoint_door``: per network, the Python door's prepare time over the
+    checkpoint door's (issue 22 item 5: at most 1.2)."""
+    import tempfile
+
     quick = bool(getattr(args, "quick", False))
     device = getattr(args, "device", "cpu") or "cpu"
     small = dict(backbone="small_cnn", pooling="gap", dim=128, image_size=224)
     cases = [(small, (375, 500))]
+    networks = []
     if not quick:
         cases += [
             (small, (224, 224)),
             (dict(backbone="small_cnn", pooling="gmp", grouping="a", groups=4, dim=128, image_size=224), (375, 500)),
             (dict(backbone="resnet50", pooling="gmp", dim=512, image_size=224), (375, 500)),
-            (("module:resnet50/layer4 (Jacobian rule)", live_resnet50), (375, 500)),
         ]
-        if _has_timm():
-            cases.append((dict(backbone="timm:vit_small_patch16_224", pooling="token", dim=0, image_size=224),
-                          (375, 500)))
+        networks = [n for n in DOOR_NETWORKS if n[1].startswith("torchvision") or _has_timm()]
     threads, cv_threads = torch.get_num_threads(), cv2.getNumThreads()
     torch.set_num_threads(1)  # one thread: stable ratios on a shared machine (no OpenMP waits)
     cv2.setNumThreads(1)
@@ -199,12 +296,18 @@ def run(args=None) -> dict:
                                                                       c["backbone"] == "small_cnn" else 10))
             for c, shape in cases
         ]
+        for label, entry, net_args in networks:
+            with tempfile.TemporaryDirectory() as folder:
+                module, models = door_models(entry, net_args, folder, device)
+                prepare += measure_doors(label, module, models, (375, 500), device)
         tensor = measure_tensor(14, 512, repeat=1 if quick else 3)
     finally:
         torch.set_num_threads(threads)
         cv2.setNumThreads(cv_threads)
     return {
         "ratio": max(p["ratio"] for p in prepare),
+        "python_door_to_checkpoint_door": {p["model"].rsplit(" (", 1)[0]: p["ratio_to_checkpoint"]
+                                           for p in prepare if p.get("door") == "python"},
         "prepare": prepare,
         "tensor": tensor,
         "machine": describe(),

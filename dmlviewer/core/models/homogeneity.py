@@ -91,12 +91,21 @@ def _is_zero(value) -> bool:
 
 class DegreeTracker(TorchFunctionMode):
     """Follows the degree of homogeneity of every tensor derived from ``leaf`` (module
-    docstring); ``degree(tensor)`` is a number, or None where homogeneity ended."""
+    docstring); ``degree(tensor)`` is a number, or None where homogeneity ended. ``leaf`` may be
+    given later by :meth:`start` (the feature layer's output in the middle of a forward pass, so
+    that the probe needs no pass of its own: :class:`~.module_model.ModuleModel`)."""
 
-    def __init__(self, leaf: torch.Tensor) -> None:
+    def __init__(self, leaf: torch.Tensor | None = None) -> None:
         super().__init__()
-        self._degree: dict[int, float | None] = {id(leaf): 1.0}
-        self._keep: list[torch.Tensor] = [leaf]  # keeps ids unique while tracking
+        self._degree: dict[int, float | None] = {}
+        self._keep: list[torch.Tensor] = []  # keeps ids unique while tracking
+        if leaf is not None:
+            self.start(leaf)
+
+    def start(self, leaf: torch.Tensor) -> None:
+        """Follow the tensors derived from ``leaf`` (degree 1) from now on."""
+        self._degree[id(leaf)] = 1.0
+        self._keep.append(leaf)
 
     def degree(self, tensor: torch.Tensor) -> float | None:
         return self._degree.get(id(tensor), 0.0) if isinstance(tensor, torch.Tensor) else None
@@ -117,7 +126,10 @@ class DegreeTracker(TorchFunctionMode):
         inputs = tensors_in(args, []) + tensors_in(kwargs, [])
         if not any(id(t) in self._degree for t in inputs):
             return result
-        degree = self._rule(name, args, kwargs, inputs)
+        try:
+            degree = self._rule(name, args, kwargs, inputs)
+        except Exception:  # noqa: BLE001 - arguments of an unforeseen kind: not known to be homogeneous
+            degree = None
         if name == "__setitem__" and args and isinstance(args[0], torch.Tensor):
             self._degree[id(args[0])] = None  # written into: no longer follows one rule
             self._keep.append(args[0])
@@ -197,11 +209,16 @@ def head_degree(run_head: Callable[[torch.Tensor], torch.Tensor], feature_map: t
     return tracker.degree(raw)
 
 
+def is_degree_one(degree: float | None) -> bool:
+    """True for a head of degree 1 (:func:`head_degree`, :meth:`DegreeTracker.degree`): then
+    gradient x activation is its exact decomposition (Euler's theorem, module docstring)."""
+    return degree is not None and abs(degree - 1.0) < DEGREE_TOLERANCE
+
+
 def is_homogeneous_head(run_head: Callable[[torch.Tensor], torch.Tensor], feature_map: torch.Tensor) -> bool:
     """True when the head is positively homogeneous of degree 1, so that gradient x activation
     is its exact decomposition (Euler's theorem, module docstring)."""
-    degree = head_degree(run_head, feature_map)
-    return degree is not None and abs(degree - 1.0) < DEGREE_TOLERANCE
+    return is_degree_one(head_degree(run_head, feature_map))
 
 
 @dataclass

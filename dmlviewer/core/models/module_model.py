@@ -20,6 +20,13 @@ and correspondence work on it unchanged.
   linear (pooling, Linear, eval BatchNorm, ReLU/LeakyReLU, max, Dropout in eval, Flatten,
   Identity) the decomposition is *exact* with the masks frozen (``rule`` :data:`~.output.EXACT`);
   otherwise it is *first order* (:data:`~.output.FIRST_ORDER`) and the report names the ops.
+  A head that starts by pooling each channel on its own (GAP, GMP, GeM, then anything) is
+  differentiated at the pooled vector, not at the map (:meth:`.tail.TailRecorder.pooled`,
+  :func:`.jacobian.pooled_gradient_x_activation`: the same numbers; for GAP + Linear the closed
+  form ``C_ij = W A_ij / hw``), so a pair costs about what the same network as a dmlviewer
+  checkpoint costs (issue 22 item 5).
+- The probe pass at construction also follows the head's degree of homogeneity
+  (:class:`~.homogeneity.DegreeTracker`), so opening needs no second pass for it.
 - A final L2 normalization of the output is recognized and stripped: ``embedding_raw`` is the
   vector before it (seed 000 Eq. 3 decomposes the unnormalized embedding; the cosine is the same).
 - Replacing the hooked layer's output (``head_function``) re-runs the module with that map in
@@ -28,6 +35,7 @@ and correspondence work on it unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -39,8 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .errors import ModelError
-from .jacobian import gradient_x_activation
-from .homogeneity import euler_report, is_homogeneous_head
+from .jacobian import gradient_x_activation, pooled_gradient_x_activation
+from .homogeneity import DegreeTracker, euler_report, is_degree_one
 from .output import EXACT, Linearization, ModelOutput
 from .tail import TailRecorder, TailReport
 
@@ -214,6 +222,7 @@ class _Run:
     raw: torch.Tensor
     report: TailReport
     layout: str
+    pooled: torch.Tensor | None = None  # the head's first, channel-wise pooling (TailRecorder.pooled)
 
 
 class _Capture:
@@ -222,9 +231,10 @@ class _Capture:
     channels-last layer's output goes on into the module as it came (permuted back)."""
 
     def __init__(self, layer_name: str, layer: nn.Module, layout: str | None, replace: torch.Tensor | None,
-                 recorder: TailRecorder, grad_tail: bool) -> None:
+                 recorder: TailRecorder, grad_tail: bool, degrees: DegreeTracker | None = None) -> None:
         self.layer_name, self.layer, self.layout = layer_name, layer, layout
         self.replace, self.recorder, self.grad_tail = replace, recorder, grad_tail
+        self.degrees = degrees  # also follow the head's degree of homogeneity (the probe pass)
         self.feature_map: torch.Tensor | None = None
         self.calls = 0
         self.recording = False
@@ -262,6 +272,9 @@ class _Capture:
         self.recorder.start(out)
         self.recorder.__enter__()
         self.recording = True
+        if self.degrees is not None:
+            self.degrees.start(out)
+            self.degrees.__enter__()
         self.feature_map = amap
         return out
 
@@ -299,11 +312,11 @@ class ModuleModel(nn.Module):
                 raise ModelError(f"the model has no layer {feature_layer!r}; layers with spatial maps: "
                                  f"{', '.join(_outer_names(spatial_layers(module, probe))[-8:]) or 'none'}") from None
             self.feature_layer = feature_layer
-            with torch.no_grad():
-                run = self._run(probe)
+            with torch.no_grad():  # one pass: the head's ops classified and its degree followed
+                degrees = DegreeTracker()
+                run = self._run(probe, degrees=degrees)
                 # a head that is not piecewise linear may still be exact: degree-1 homogeneous (GeM), Euler
-                self.homogeneous = run.report.rule != EXACT and is_homogeneous_head(
-                    lambda fm: self._run(probe, replace=fm).raw, run.feature_map)
+                self.homogeneous = run.report.rule != EXACT and is_degree_one(degrees.degree(run.raw))
         except BaseException:
             self.release()
             raise
@@ -376,8 +389,15 @@ class ModuleModel(nn.Module):
 
     def _decompose(self, run: _Run) -> Linearization:
         leaf = run.feature_map
+        contributions = None
         with torch.enable_grad():
-            contributions = gradient_x_activation(run.raw, leaf)
+            if run.pooled is not None and run.pooled.requires_grad:  # the rows at the pooled vector
+                try:
+                    contributions = pooled_gradient_x_activation(run.raw, run.pooled, leaf)
+                except RuntimeError as exc:  # e.g. the head detaches after the pooling
+                    log.debug("pooled Jacobian rows failed (%s): rows at the feature map", exc)
+            if contributions is None:
+                contributions = gradient_x_activation(run.raw, leaf)
         raw = run.raw.detach()
         bias = raw.float() - contributions.sum(1)
         report = euler_report(run.report) if self.homogeneous else run.report
@@ -415,9 +435,10 @@ class ModuleModel(nn.Module):
         capture = getattr(self._local, "capture", None)
         return None if capture is None else capture(out)
 
-    def _run(self, x: torch.Tensor, replace: torch.Tensor | None = None, grad_tail: bool = False) -> _Run:
+    def _run(self, x: torch.Tensor, replace: torch.Tensor | None = None, grad_tail: bool = False,
+             degrees: DegreeTracker | None = None) -> _Run:
         recorder = TailRecorder()
-        hook = _Capture(self.feature_layer, self.layer, self.layout, replace, recorder, grad_tail)
+        hook = _Capture(self.feature_layer, self.layer, self.layout, replace, recorder, grad_tail, degrees)
         if getattr(self._local, "capture", None) is not None:
             raise ModelError("the model's forward pass was re-entered from inside itself")
         self._local.capture = hook
@@ -436,11 +457,16 @@ class ModuleModel(nn.Module):
                                  "preprocessing size: check size= or transform=)") from None
         finally:
             if hook.recording:
+                if degrees is not None:  # entered after the recorder: leaves first
+                    degrees.__exit__(None, None, None)
                 recorder.__exit__(None, None, None)
             self._local.capture = None
             torch.set_grad_enabled(previous)
         if hook.feature_map is None:
             raise ModelError(f"feature layer {self.feature_layer!r} did not run in the forward pass")
-        output = select_output(result, self.output_selector)
+        with degrees if degrees is not None else contextlib.nullcontext():  # the output's selection too
+            output = select_output(result, self.output_selector)
+            raw = recorder.raw_for(output)
         check_batch(output, x.shape[0])
-        return _Run(hook.feature_map, output, recorder.raw_for(output), recorder.report(output), hook.layout)
+        pooled = recorder.pooled() if hook.layout == NCHW else None  # channels of a channels-first map
+        return _Run(hook.feature_map, output, raw, recorder.report(output), hook.layout, pooled)

@@ -63,6 +63,27 @@ _PIECEWISE = {
     "adaptive_max_pool2d": "max positions", "max_pool1d_with_indices": "max positions",
     "max_pool2d_with_indices": "max positions", "adaptive_max_pool2d_with_indices": "max positions",
 }
+#: Elementwise: each output element depends on the same element of the derived operands only (a
+#: constant operand may broadcast), so a chain of them keeps every channel of the map to itself.
+_ELEMENTWISE = {
+    "relu", "relu_", "relu6", "leaky_relu", "leaky_relu_", "elu", "selu", "celu", "gelu", "silu", "mish",
+    "sigmoid", "tanh", "hardtanh", "hardtanh_", "hardswish", "hardsigmoid", "softplus", "threshold", "clamp",
+    "clamp_", "clamp_min", "clamp_min_", "clamp_max", "clip", "clip_", "pow", "pow_", "__pow__", "sqrt", "rsqrt",
+    "square", "exp", "log", "abs", "abs_", "neg", "__neg__", "mul", "__mul__", "__rmul__", "__imul__", "mul_",
+    "multiply", "div", "__truediv__", "__itruediv__", "div_", "true_divide", "divide", "add", "__add__",
+    "__radd__", "__iadd__", "add_", "sub", "__sub__", "__rsub__", "__isub__", "sub_", "float", "double", "to",
+    "contiguous", "clone", "type_as", "dropout", "dropout2d", "alpha_dropout", "feature_alpha_dropout",
+    "identity", "batch_norm",
+}
+#: Spatial reductions that pool each channel on its own (the last axes: the map's grid).
+_CHANNEL_POOLS = {
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_max_pool1d",
+    "adaptive_max_pool2d", "adaptive_max_pool1d_with_indices", "adaptive_max_pool2d_with_indices",
+    "max_pool1d", "max_pool2d", "max_pool1d_with_indices", "max_pool2d_with_indices", "lp_pool1d", "lp_pool2d",
+}
+#: Reductions over the axes their ``dim`` names (channel-wise when those are all grid axes).
+_DIM_REDUCTIONS = {"mean", "sum", "nansum", "amax", "amin", "max", "min", "logsumexp", "norm", "vector_norm",
+                   "linalg_vector_norm"}
 _NORMS = {"norm", "vector_norm", "linalg_vector_norm"}
 #: Harmless on a norm before the division of an explicit normalization.
 _NORM_SHAPING = {"clamp", "clamp_min", "clip", "add", "__add__", "__radd__", "expand_as", "expand",
@@ -132,10 +153,54 @@ class TailRecorder(TorchFunctionMode):
         self._keep: list[torch.Tensor] = []  # keeps ids unique while recording
         self._normalized: dict[int, torch.Tensor] = {}  # id(output of a normalization) -> its input
         self._ops: list[tuple[str, int, dict]] = []  # (op, output id, info)
+        self._grid_wise: set[int] = set()  # ids of channel-wise functions of the map, before the pooling
+        self._pooled: torch.Tensor | None = None  # the one channel-wise pooling of the map
+        self._separable = True  # every path from the map to the output passes through _pooled
 
     def start(self, tensor: torch.Tensor) -> None:
         self._derived[id(tensor)] = ("feature_map", ())
         self._keep.append(tensor)
+        self._grid_wise = {id(tensor)}
+
+    def pooled(self) -> torch.Tensor | None:
+        """The tensor ``p`` (B x C, or B x C x 1 x 1) through which the whole head passes, when the
+        head starts with a channel-wise pooling of a channels-first map: elementwise ops (ReLU,
+        clamps, powers, eval BatchNorm, ...) and reshapes that keep the batch and channel axes,
+        then one reduction over the grid (GAP, GMP, GeM's average of powers, ``mean((2, 3))``),
+        and nothing else reads the map or those tensors. Then ``p_c`` depends on channel ``c`` of
+        the map only, so ``dE/dA_c,ij = dE/dp_c * dp_c/dA_c,ij`` (:mod:`.jacobian`). ``None``
+        otherwise."""
+        return self._pooled if self._separable else None
+
+    def _follow_channels(self, name: str, args: tuple, kwargs: dict, derived: list[torch.Tensor],
+                         outputs: list[torch.Tensor], info: dict) -> None:
+        """Keep :meth:`pooled`'s bookkeeping for one op that read a derived tensor."""
+        if not self._separable or not any(id(t) in self._grid_wise for t in derived):
+            return  # an op after the pooling (or the head is already known not to pool first)
+        first = next(t for t in derived if id(t) in self._grid_wise)
+        values = [t for t in outputs if t.is_floating_point()]
+        ok = (self._pooled is None and all(id(t) in self._grid_wise for t in derived) and len(values) == 1
+              and first.dim() >= 3 and not info.get("training"))
+        if ok and name in _ELEMENTWISE and values[0].shape == first.shape:
+            self._grid_wise.add(id(values[0]))
+            return
+        if ok and name in ("view", "reshape", "flatten", "unsqueeze") and values[0].dim() >= 3 \
+                and values[0].shape[:2] == first.shape[:2]:  # row-major: each (b, c) block stays whole
+            self._grid_wise.add(id(values[0]))
+            return
+        batch_channels = tuple(first.shape[:2])
+        pooled = ok and values[0].numel() == first.shape[0] * first.shape[1] and \
+            tuple(values[0].shape[:2]) == batch_channels
+        if pooled and name in _DIM_REDUCTIONS:
+            dims = kwargs.get("dim", args[1] if len(args) > 1 and name not in _NORMS else
+                              args[2] if len(args) > 2 else None)
+            dims = (dims,) if isinstance(dims, int) else dims
+            pooled = isinstance(dims, (tuple, list)) and bool(dims) and all(
+                isinstance(d, int) and d % first.dim() >= 2 for d in dims)
+        if pooled and (name in _CHANNEL_POOLS or name in _DIM_REDUCTIONS):
+            self._pooled = values[0]
+            return
+        self._separable = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -169,6 +234,7 @@ class TailRecorder(TorchFunctionMode):
             info["training"] = bool(training) and float(kwargs.get("p", args[1] if len(args) > 1 else 0.5)) > 0
         info["numerator_derived"] = bool(inputs) and id(inputs[0]) in self._derived
         self._ops.append((name, id(outputs[0]) if outputs else -1, info))
+        self._follow_channels(name, args, kwargs, derived, outputs, info)
         return result
 
     def _is_norm_of(self, denominator: torch.Tensor, vector: torch.Tensor) -> bool:
