@@ -394,13 +394,15 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
     checkpoint or None)``) is opened instead. ``step(text)`` reports each step.
 
     Returns ``{"format", "errors": [(title, exception, source or None)], "model": ((model, info),
-    source), "dataset": (dataset, path), "features": (features, path), "notice": text}`` with the
-    keys of what was read; nothing raises (every failure is an entry of ``errors``, whose title
-    says what could not be opened)."""
+    source), "compare": ((model, info), source), "dataset": (dataset, path), "features":
+    (features, path), "notice": text}`` with the keys of what was read (``compare``: the last
+    session's model B, only when its model A is the model opened); nothing raises (every
+    failure is an entry of ``errors``, whose title says what could not be opened)."""
     from dmlviewer.core.models.source import ModelSource
 
     result: dict = {"errors": [], "format": fmt}
     sources: list[tuple[str, ModelSource]] = []  # (title of the error, source); the last one is opened
+    compare_source = None  # the last session's model B, reopened beside its own model A only
     if last_session is not None:
         try:
             record = LastSession.from_settings(last_session)
@@ -412,6 +414,7 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
             features = record.features if record.features and Path(record.features).exists() else None
             if record.models.get("primary") is not None:
                 sources.append(("Cannot reopen the last session's model", record.models["primary"]))
+                compare_source = record.models.get("compare")
         elif record is not None and record.dataset:
             result["notice"] = f"The last session's dataset {record.dataset} is gone: opened the demo."
     if model is not None:
@@ -443,6 +446,12 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
             result["model"] = (open_source(source, device), source)
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             result["errors"].append((title, exc, source))
+    if compare_source is not None and "model" in result and sources[-1][1] == record.models.get("primary"):
+        step(f"Loading model B {compare_source.display()}…")
+        try:
+            result["compare"] = (open_source(compare_source, device), compare_source)
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            result["errors"].append(("Cannot reopen the last session's model B", exc, compare_source))
     for key, title, path in (("dataset", "Cannot open dataset", dataset), ("features", "Cannot open features", features)):
         if not path:
             continue

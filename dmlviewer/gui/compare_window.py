@@ -1,15 +1,27 @@
-"""Tools > Compare Models: the pairs where the two open models disagree most (issue 24, basic).
+"""Tools > Compare Models: model diagnosis of the two open models (issue 24 item 3).
 
 The window runs :func:`dmlviewer.core.explain.compare.compare_models` on the open dataset with
 model A (the session's ``"primary"`` slot) and model B (its ``"compare"`` slot, File > Compare
 With Model) in the main window's :class:`~dmlviewer.gui.worker.JobRunner`, each step under the
-window's model lock (the pair view's preparations use the same models). It lists the pairs
-ranked by disagreement (``1 -`` Spearman of the overall maps), with both similarities and the
-agreement measures, and the diagnosis figures of each model (Recall@1, MAP@R, best localization
-accuracy where the split has boxes). Clicking a row opens its pair in the pair view.
+window's model lock (the pair view's preparations use the same models). It shows
 
-A result arrives only while the session still ``accepts`` the stamps of both slots taken when
-the job was queued: a comparison of a model B (or A, or dataset) replaced meanwhile is dropped.
+- the **diagnosis table** of seed 000 Sec. 5.2 / Tables 2-3: per model, Recall@1 of the train
+  and test splits, best localization accuracy of the Decomposition and Decomposition+Bias maps
+  on the training split (where it has boxes) and the test MAP@R (split ``both``, the default;
+  another split fills only its own columns), with which model each column ranks first;
+- the **pairs** ranked by disagreement (``1 -`` Spearman of the overall maps), with both
+  similarities and the agreement measures;
+- the **retrieval disagreements**: the queries where exactly one model's nearest neighbour is
+  of the query's class (``retrieval_disagreements``); a row opens the query with the wrong
+  model's neighbour, a click in a model's neighbour column with that model's;
+- the **sanity-check curve**: :func:`dmlviewer.core.explain.randomization.randomization_check`
+  on model A or B (its own job), the mean Spearman of each method's overall maps with the
+  trained model's per randomized depth (depth 0: the trained model, 1 by definition), drawn
+  with the tool windows' plot style (``widgets.style_plot``, ``series_pen``, ``add_legend``).
+
+Clicking a row of either list opens its pair in the pair view. A result arrives only while the
+session still ``accepts`` the stamps of the slots taken when the job was queued: a result of a
+model (or dataset) replaced meanwhile is dropped.
 """
 
 from __future__ import annotations
@@ -18,9 +30,13 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
-                               QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
+                               QPushButton, QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
+                               QTabWidget, QVBoxLayout, QWidget)
+
+from dmlviewer.gui.widgets import add_legend, series_pen, style_plot
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +53,20 @@ COLUMNS = [
     ("Point-to-point Spearman", "point_to_point_spearman", "{:+.3f}"),
     ("Right neighbour A / B", None, "{}"),
 ]
+
+#: (column title, split, figure) of the diagnosis table; figure: a key of a model's figures or
+#: ``localization/<method>`` (its best accuracy over thresholds)
+DIAGNOSIS_COLUMNS = [
+    ("Recall@1 train", "train", "recall@1"),
+    ("Recall@1 test", "test", "recall@1"),
+    ("Localization train (Decomposition)", "train", "localization/decomposition"),
+    ("Localization train (Decomposition+Bias)", "train", "localization/decomposition_bias"),
+    ("MAP@R test", "test", "map@r"),
+]
+
+#: columns of the retrieval disagreements: (title, what)
+RETRIEVAL_COLUMNS = [("Query", "path"), ("Split", "split"), ("Nearest A", 0), ("A right", "right0"),
+                     ("Nearest B", 1), ("B right", "right1")]
 
 
 def locked_steps(job: Iterator, lock) -> Iterator:
@@ -61,6 +91,49 @@ def _cell(value: Any, fmt: str) -> str:
         return str(value)
 
 
+def diagnosis_figures(result: dict) -> list[tuple[str, dict[str, float | None]]]:
+    """``[(model name, {column title: value or None})]`` of a ``compare_models`` result, for
+    :data:`DIAGNOSIS_COLUMNS` (a split the result does not hold gives ``None``)."""
+    rows = []
+    for model in result.get("models") or []:
+        by_split = model.get("by_split") or {str(result.get("split")): model}
+        values: dict[str, float | None] = {}
+        for title, split, figure in DIAGNOSIS_COLUMNS:
+            figures = by_split.get(split) or {}
+            if figure.startswith("localization/"):
+                method = figure.split("/", 1)[1]
+                value = ((figures.get("localization") or {}).get(method) or {}).get("best_accuracy")
+            else:
+                value = figures.get(figure)
+            values[title] = None if value is None else float(value)
+        rows.append((str(model.get("name")), values))
+    return rows
+
+
+def leaders(rows: list[tuple[str, dict[str, float | None]]]) -> dict[str, str | None]:
+    """Per diagnosis column, the name of the model with the larger value (``"tie"`` for equal
+    values, ``None`` where a model has no value)."""
+    out: dict[str, str | None] = {}
+    for title, _, _ in DIAGNOSIS_COLUMNS:
+        values = [(values[title], name) for name, values in rows]
+        if len(values) < 2 or any(v is None for v, _ in values):
+            out[title] = None
+        elif values[0][0] == values[1][0]:
+            out[title] = "tie"
+        else:
+            out[title] = max(values)[1]
+    return out
+
+
+def _short_label(label: str) -> str:
+    """A randomized depth's label short enough for an axis tick: "head", or the last two parts
+    of a layer's name ("stages.3"; a merged step "a .. b": its first layer's)."""
+    first = label.split(" .. ")[0]
+    if first == "head" or first.startswith("head."):
+        return "head"
+    return ".".join(first.split(".")[-2:])
+
+
 class CompareWindow(QWidget):
     """See the module docstring. ``window``: the main window (its ``session``, ``runner``,
     ``model_lock``, ``device``, ``set_pair``)."""
@@ -72,13 +145,18 @@ class CompareWindow(QWidget):
         self.setWindowTitle("Compare Models")
         self.window_ = window
         self.job = None
+        self.check_job = None
         self._stamps = None
+        self._check_stamps = None
         self.result: dict | None = None
+        self.check_result: dict | None = None
         self.models_label = QLabel()
         self.models_label.setWordWrap(True)
         self.split_combo = QComboBox()
-        for split in ("test", "train", "both"):
+        for split in ("both", "test", "train"):
             self.split_combo.addItem(split, split)
+        self.split_combo.setToolTip("both: the diagnosis (training-set localization beside test Recall@1); "
+                                    "pairs are drawn half from each split")
         self.pairs_spin = QSpinBox()
         self.pairs_spin.setRange(1, 10000)
         self.pairs_spin.setValue(20)
@@ -95,36 +173,120 @@ class CompareWindow(QWidget):
         controls.addStretch(1)
         self.status = QLabel("Open two models (File ▸ Compare With Model) and a dataset, then Compare.")
         self.status.setWordWrap(True)
-        self.diagnosis = QLabel()
-        self.diagnosis.setWordWrap(True)
-        self.diagnosis.setTextFormat(Qt.RichText)
+
+        self.diagnosis_table = QTableWidget(0, 1 + len(DIAGNOSIS_COLUMNS))
+        self.diagnosis_table.setHorizontalHeaderLabels(["Model"] + [c[0] for c in DIAGNOSIS_COLUMNS])
+        self.diagnosis_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.diagnosis_table.setSelectionMode(QAbstractItemView.NoSelection)
+        self.diagnosis_table.verticalHeader().hide()
+        header = self.diagnosis_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        self.diagnosis_table.setToolTip("Seed 000 Sec. 5.2: a model whose training-set maps lie less on the "
+                                        "object (lower localization) tends to generalize worse (lower test "
+                                        "Recall@1). Bold: the larger value of each column.")
+        self.diagnosis_table.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.diagnosis_table.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.diagnosis_note = QLabel()
+        self.diagnosis_note.setWordWrap(True)
+        self._fit_diagnosis_height(2)
+
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels([c[0] for c in COLUMNS])
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.table.verticalHeader().hide()
+        self._list_style(self.table)
         self.table.setToolTip("The pairs, most disagreeing first (1 − Spearman of the two models' overall maps); "
                               "click a row to open the pair")
         self.table.cellClicked.connect(self._on_row)
+        self.retrieval_table = QTableWidget(0, len(RETRIEVAL_COLUMNS))
+        self.retrieval_table.setHorizontalHeaderLabels([c[0] for c in RETRIEVAL_COLUMNS])
+        self._list_style(self.retrieval_table)
+        self.retrieval_table.setToolTip("Queries where exactly one model's nearest neighbour is of the query's class; "
+                                        "click a row to open the query with the wrong model's neighbour, a "
+                                        "'Nearest' cell to open that model's")
+        self.retrieval_table.cellClicked.connect(self._on_retrieval_row)
+        self.lists = QTabWidget()
+        self.lists.addTab(self.table, "Pairs by disagreement")
+        self.lists.addTab(self.retrieval_table, "Retrieval disagreements")
+
+        # the sanity check (cascading randomization)
+        self.check_model_combo = QComboBox()
+        self.check_model_combo.addItem("model A", "primary")
+        self.check_model_combo.addItem("model B", "compare")
+        self.check_pairs_spin = QSpinBox()
+        self.check_pairs_spin.setRange(1, 1000)
+        self.check_pairs_spin.setValue(8)
+        self.check_pairs_spin.setToolTip("Same-class pairs of the split (above) whose maps are compared")
+        self.check_depths_spin = QSpinBox()
+        self.check_depths_spin.setRange(1, 50)
+        self.check_depths_spin.setValue(5)
+        self.check_depths_spin.setToolTip("At most this many randomized depths (the head first; deeper backbones "
+                                          "are re-initialized a group of layers at a time)")
+        self.check_button = QPushButton("Run check")
+        self.check_button.setToolTip("Cascading randomization (Adebayo et al. 2018): re-initialize the layers from "
+                                     "the top down; a method that explains the model must lose agreement")
+        self.check_button.clicked.connect(self.start_check)
+        self.check_cancel_button = QPushButton("Cancel")
+        self.check_cancel_button.setEnabled(False)
+        self.check_cancel_button.clicked.connect(self.cancel_check)
+        check_controls = QHBoxLayout()
+        for widget in (self.check_model_combo, QLabel("Pairs"), self.check_pairs_spin, QLabel("Depths"),
+                       self.check_depths_spin, self.check_button, self.check_cancel_button):
+            check_controls.addWidget(widget)
+        check_controls.addStretch(1)
+        self.check_status = QLabel("Sanity check: does each method lose agreement as layers are randomized?")
+        self.check_status.setWordWrap(True)
+        self.check_plot = pg.PlotWidget(title="Agreement with the trained model's maps")
+        style_plot(self.check_plot)
+        self.check_plot.setLabel("left", "mean Spearman")
+        self.check_plot.setLabel("bottom", "layers re-initialized (top down)")
+        self.check_plot.setYRange(-0.2, 1.05)
+        self.check_legend = add_legend(self.check_plot, "top-right")
+        self.check_plot.setMinimumWidth(300)
+        check_box = QGroupBox("Sanity check")
+        check_layout = QVBoxLayout(check_box)
+        check_layout.addLayout(check_controls)
+        check_layout.addWidget(self.check_status)
+        check_layout.addWidget(self.check_plot, 1)
+
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(self.lists)
+        splitter.addWidget(check_box)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        self.splitter = splitter
         layout = QVBoxLayout(self)
         layout.addWidget(self.models_label)
         layout.addLayout(controls)
         layout.addWidget(self.status)
-        layout.addWidget(self.diagnosis)
-        layout.addWidget(self.table, 1)
+        layout.addWidget(self.diagnosis_table)
+        layout.addWidget(self.diagnosis_note)
+        layout.addWidget(splitter, 1)
         runner = window.runner
         runner.job_finished.connect(self._on_finished)
         runner.job_failed.connect(self._on_failed)
         runner.job_cancelled.connect(self._on_cancelled)
         runner.job_progress.connect(self._on_progress)
         self.pair_chosen.connect(window.set_pair)
-        self.resize(900, 520)
+        self.resize(1100, 640)
         self.refresh()
 
+    @staticmethod
+    def _list_style(table: QTableWidget) -> None:
+        table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        table.setSelectionMode(QAbstractItemView.SingleSelection)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        table.verticalHeader().hide()
+
+    def _fit_diagnosis_height(self, rows: int) -> None:
+        table = self.diagnosis_table
+        height = table.horizontalHeader().sizeHint().height() + 2 * table.frameWidth()
+        shown = sum(table.rowHeight(r) for r in range(table.rowCount()))
+        height += shown or rows * table.verticalHeader().defaultSectionSize()
+        table.setFixedHeight(height + 2)
+
     def refresh(self) -> None:
-        """Say which models are open (and whether a comparison can run)."""
+        """Say which models are open (and whether a comparison or a check can run)."""
         session = self.window_.session
         a, b = session.slot("primary"), session.slot("compare")
         names = [self.window_._display_name(s) if slot is not None else "none"
@@ -133,8 +295,11 @@ class CompareWindow(QWidget):
                                   f"{Path(session.dataset_path).name if session.dataset_path else 'none'}")
         self.run_button.setEnabled(a is not None and b is not None and session.dataset is not None
                                    and (self.job is None or self.job.ended))
+        checked = session.slot(self.check_model_combo.currentData())
+        self.check_button.setEnabled(checked is not None and session.dataset is not None
+                                     and (self.check_job is None or self.check_job.ended))
 
-    # -- the job
+    # -- the comparison job
     def start(self) -> None:
         """Queue the comparison of the open models on the chosen split."""
         from dmlviewer.core.explain.compare import compare_models
@@ -162,14 +327,53 @@ class CompareWindow(QWidget):
         if self.job is not None and not self.job.ended:
             self.window_.runner.cancel(self.job)
 
+    # -- the sanity-check job
+    def start_check(self) -> None:
+        """Queue the cascading randomization check of the chosen model on the chosen split."""
+        from dmlviewer.core.explain.randomization import randomization_check
+
+        window, session = self.window_, self.window_.session
+        slot_name = self.check_model_combo.currentData()
+        slot = session.slot(slot_name)
+        if slot is None or session.dataset is None:
+            self.refresh()
+            return
+        model, dataset, device, lock = slot.model, session.dataset, window.device, window.model_lock
+        split, pairs = self.split_combo.currentData(), self.check_pairs_spin.value()
+        depths = self.check_depths_spin.value()
+
+        def factory(cancel):
+            return locked_steps(randomization_check(model, dataset, pairs, split=split, device=device,
+                                                    max_steps=depths, cancel=cancel), lock)
+
+        self._check_stamps = (session.stamp(slot_name),)
+        self._check_model = "A" if slot_name == "primary" else "B"
+        self.check_job = window.runner.submit(
+            f"Randomization check of {window._model_name(slot_name)} on {pairs} {split} pairs", factory)
+        self.check_status.setText("Checking… (see View ▸ Jobs)")
+        self.check_cancel_button.setEnabled(True)
+        self.refresh()
+
+    def cancel_check(self) -> None:
+        if self.check_job is not None and not self.check_job.ended:
+            self.window_.runner.cancel(self.check_job)
+
+    # -- job events (both jobs)
+    def _label_of(self, job) -> QLabel | None:
+        return self.status if job is self.job else self.check_status if job is self.check_job else None
+
     def _on_progress(self, job, event) -> None:
-        if job is self.job and getattr(event, "total", 0):
-            self.status.setText(f"{event.message or 'comparing'}: {event.current}/{event.total}")
+        label = self._label_of(job)
+        if label is not None and getattr(event, "total", 0):
+            label.setText(f"{event.message or 'working'}: {event.current}/{event.total}")
 
     def _ended(self, job) -> bool:
-        if job is not self.job:
+        if job is self.job:
+            self.cancel_button.setEnabled(False)
+        elif job is self.check_job:
+            self.check_cancel_button.setEnabled(False)
+        else:
             return False
-        self.cancel_button.setEnabled(False)
         self.refresh()
         return True
 
@@ -177,42 +381,42 @@ class CompareWindow(QWidget):
         if not self._ended(job):
             return
         session = self.window_.session
-        if not all(session.accepts(stamp) for stamp in self._stamps or (None,)):
+        stamps = self._stamps if job is self.job else self._check_stamps
+        if not all(session.accepts(stamp) for stamp in stamps or (None,)):
             log.info("dropped the result of %s: a model or the dataset was replaced meanwhile", job.name)
-            self.status.setText("The models or the dataset changed while comparing: the result was dropped. "
-                                "Compare again.")
+            self._label_of(job).setText("The models or the dataset changed meanwhile: the result was dropped. "
+                                        "Run it again.")
             return
-        self.show_result(result)
+        if job is self.job:
+            self.show_result(result)
+        else:
+            self.show_check(result)
 
     def _on_failed(self, job, text: str) -> None:
         if self._ended(job):
             from dmlviewer.gui import errors
 
             first, details = errors.split_failure(text)
-            self.status.setText(f"The comparison failed: {first}")
-            errors.show_error(self, "Comparison failed", first, details)
+            what = "comparison" if job is self.job else "sanity check"
+            self._label_of(job).setText(f"The {what} failed: {first}")
+            errors.show_error(self, f"{what.capitalize()} failed", first, details)
 
     def _on_cancelled(self, job) -> None:
         if self._ended(job):
-            self.status.setText("Cancelled.")
+            self._label_of(job).setText("Cancelled.")
 
-    # -- the result
+    # -- the results
     def show_result(self, result: dict) -> None:
-        """Fill the diagnosis line and the table from a ``compare_models`` result."""
+        """Fill the diagnosis table and both lists from a ``compare_models`` result."""
         self.result = result
         rows = result.get("pairs") or []
         agreement = result.get("agreement") or {}
         mean = (agreement.get("overall_map_spearman") or {}).get("mean")
-        self.status.setText(f"{len(rows)} pairs of the {result.get('split')} split, most disagreeing first; "
+        split = result.get("split")
+        where = "both splits" if split == "both" else f"the {split} split"
+        self.status.setText(f"{len(rows)} pairs of {where}, most disagreeing first; "
                             f"mean Spearman of the overall maps {_cell(mean, '{:+.3f}')}. Click a row to open it.")
-        lines = []
-        for model in result.get("models") or []:
-            text = (f"<b>{model['name']}</b>: Recall@1 {_cell(model.get('recall@1'), '{:.3f}')}, "
-                    f"MAP@R {_cell(model.get('map@r'), '{:.3f}')}")
-            for method, figures in (model.get("localization") or {}).items():
-                text += f", localization ({method}) {_cell(figures.get('best_accuracy'), '{:.3f}')}"
-            lines.append(text)
-        self.diagnosis.setText("<br>".join(lines))
+        self._show_diagnosis(result)
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
             sims = row.get("similarity") or [None, None]
@@ -228,9 +432,93 @@ class CompareWindow(QWidget):
                 if key in ("query_path", "reference_path"):
                     item.setToolTip(str(row.get(key)))
                 self.table.setItem(r, c, item)
+        self._show_retrieval(result.get("retrieval_disagreements") or [])
 
+    def _show_diagnosis(self, result: dict) -> None:
+        rows = diagnosis_figures(result)
+        first = leaders(rows)
+        table = self.diagnosis_table
+        table.setRowCount(len(rows))
+        for r, (name, values) in enumerate(rows):
+            slot = ("primary", "compare")[r] if r < 2 else None
+            table.setItem(r, 0, QTableWidgetItem(f"{name}: {self.window_._display_name(slot)}" if slot else name))
+            for c, (title, _, _) in enumerate(DIAGNOSIS_COLUMNS, start=1):
+                item = QTableWidgetItem(_cell(values[title], "{:.3f}"))
+                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                if first.get(title) == name:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                table.setItem(r, c, item)
+        self._fit_diagnosis_height(len(rows))
+        ranks = {title: first.get(title) for title, _, _ in DIAGNOSIS_COLUMNS}
+        test, loc = ranks["Recall@1 test"], ranks["Localization train (Decomposition)"]
+        if test in (None, "tie") or loc in (None, "tie"):
+            self.diagnosis_note.setText("The diagnosis needs both splits (split both) and boxes on the training split."
+                                        if test is None or loc is None else
+                                        "A tie: the diagnosis cannot rank the two models.")
+        else:
+            verdict = "agrees with" if test == loc else "does not agree with"
+            self.diagnosis_note.setText(f"Training-set localization (Decomposition) ranks model {loc} first; test "
+                                        f"Recall@1 ranks model {test} first: the diagnosis {verdict} the test set.")
+
+    def _show_retrieval(self, entries: list[dict]) -> None:
+        table = self.retrieval_table
+        paths = getattr(self.window_.session.dataset, "paths", None)
+        table.setRowCount(len(entries))
+        for r, entry in enumerate(entries):
+            flags, nearest = entry["nearest_same_class"], entry["nearest"]
+            wrong = nearest[0] if not flags[0] else nearest[1]
+            for c, (_, what) in enumerate(RETRIEVAL_COLUMNS):
+                target = (entry["index"], wrong)
+                if what == "path":
+                    item = QTableWidgetItem(Path(str(entry["path"])).name)
+                    item.setToolTip(str(entry["path"]))
+                elif what == "split":
+                    item = QTableWidgetItem(str(entry.get("split")))
+                elif what in (0, 1):
+                    path = paths[nearest[what]] if paths is not None else nearest[what]
+                    item = QTableWidgetItem(Path(str(path)).name)
+                    item.setToolTip(str(path))
+                    target = (entry["index"], nearest[what])
+                else:
+                    item = QTableWidgetItem("yes" if flags[int(what[-1])] else "no")
+                item.setData(Qt.UserRole, (int(target[0]), int(target[1])))
+                table.setItem(r, c, item)
+        self.lists.setTabText(1, f"Retrieval disagreements ({len(entries)})")
+
+    def show_check(self, result: dict) -> None:
+        """Draw the sanity-check curve of a ``randomization_check`` result: per method the mean
+        Spearman per depth, depth 0 the trained model (1)."""
+        from dmlviewer.gui.faithfulness_view import method_label
+
+        self.check_result = result
+        plot = self.check_plot
+        plot.clear()
+        self.check_legend.clear()
+        depths = result.get("depths") or []
+        xs = [0] + [int(d["depth"]) for d in depths]
+        for k, method in enumerate(result.get("methods") or []):
+            ys = [1.0] + [float(d["methods"][method]["overall_map_spearman"]["mean"]) for d in depths]
+            plot.plot(xs, ys, pen=series_pen(k), symbol="o", symbolSize=6, symbolBrush=series_pen(k).color(),
+                      name=method_label(method))
+        ticks = [(0, "trained")] + [(int(d["depth"]), f"+{_short_label(str(d['label']))}") for d in depths]
+        plot.getAxis("bottom").setTicks([ticks])
+        plot.setXRange(-0.2, max(xs) + 0.2)
+        labels = "; ".join(f"{d['depth']}: {d['label']}" for d in depths)
+        self.check_status.setText(f"Model {getattr(self, '_check_model', 'A')}, {result.get('num_pairs')} pairs. "
+                                  f"Depths: {labels}. A method that explains the model falls towards 0.")
+
+    # -- opening pairs
     def _on_row(self, row: int, _column: int) -> None:
         item = self.table.item(row, 0)
+        if item is None:
+            return
+        query, reference = item.data(Qt.UserRole)
+        self.pair_chosen.emit(int(query), int(reference))
+
+    def _on_retrieval_row(self, row: int, column: int) -> None:
+        item = self.retrieval_table.item(row, column)
         if item is None:
             return
         query, reference = item.data(Qt.UserRole)

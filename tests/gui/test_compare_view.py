@@ -356,3 +356,135 @@ def test_a_model_b_with_another_grid_compares_on_the_common_grid(window, demo_ro
     a, b = common_grid(ea.partial_map("query", x, y), eb.partial_map("query", x, y))
     np.testing.assert_allclose(view._difference_renderers[QUERY].grid_map(x, y), a - b, atol=1e-5)
     assert view.compare_panes[REFERENCE].overlay_image().shape == (*overlay_shape(ea.image_shape_reference), 4)
+
+
+@pytest.fixture
+def diagnosed(compared, qtbot):
+    """The Compare Models window of ``compared`` after a comparison on both splits (4 pairs)."""
+    tool = compared.show_compare_window()
+    assert tool.split_combo.currentData() == "both"  # the diagnosis is the default
+    tool.pairs_spin.setValue(4)
+    tool.start()
+    qtbot.waitUntil(lambda: tool.job.ended, timeout=120000)
+    qtbot.waitUntil(lambda: tool.result is not None, timeout=5000)
+    return tool
+
+
+def test_compare_window_diagnosis_table_shows_each_split_of_each_model(diagnosed):
+    """Train and test Recall@1 and training-split localization of both models, each from its
+    own split's figures, the larger of each column in bold, and the verdict line names the
+    models that training localization and test Recall@1 rank first."""
+    tool = diagnosed
+    table, models = tool.diagnosis_table, tool.result["models"]
+    assert table.rowCount() == 2 and [m["name"] for m in models] == ["A", "B"]
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    for r, model in enumerate(models):
+        train, test = model["by_split"]["train"], model["by_split"]["test"]
+        expected = {"Recall@1 train": train["recall@1"], "Recall@1 test": test["recall@1"],
+                    "Localization train (Decomposition)": train["localization"]["decomposition"]["best_accuracy"],
+                    "Localization train (Decomposition+Bias)":
+                        train["localization"]["decomposition_bias"]["best_accuracy"],
+                    "MAP@R test": test["map@r"]}
+        assert train["recall@1"] != test["recall@1"] or train["map@r"] != test["map@r"]  # two splits, not one twice
+        for title, value in expected.items():
+            assert table.item(r, headers.index(title)).text() == f"{value:.3f}"
+    for title in ("Recall@1 test", "Localization train (Decomposition)"):
+        c = headers.index(title)
+        values = [float(table.item(r, c).text()) for r in range(2)]
+        bold = [table.item(r, c).font().bold() for r in range(2)]
+        if values[0] != values[1]:
+            assert bold == [values[0] > values[1], values[1] > values[0]]
+    c_test, c_loc = headers.index("Recall@1 test"), headers.index("Localization train (Decomposition)")
+    first = {c: "AB"[[table.item(r, c).font().bold() for r in range(2)].index(True)]
+             for c in (c_test, c_loc) if any(table.item(r, c).font().bold() for r in range(2))}
+    note = tool.diagnosis_note.text()
+    if len(first) == 2:
+        assert f"ranks model {first[c_loc]} first" in note and f"Recall@1 ranks model {first[c_test]} first" in note
+        assert ("does not agree" in note) == (first[c_loc] != first[c_test])
+
+
+def test_compare_window_lists_retrieval_disagreements_and_opens_them(diagnosed):
+    """Every query where exactly one model's nearest neighbour is of its class is listed; a row
+    opens the query with the wrong model's neighbour (another class), a 'Nearest B' cell with
+    model B's neighbour."""
+    tool = diagnosed
+    window, dataset = tool.window_, tool.window_.session.dataset
+    entries = tool.result["retrieval_disagreements"]
+    table = tool.retrieval_table
+    assert table.rowCount() == len(entries) > 0
+    assert tool.lists.tabText(1) == f"Retrieval disagreements ({len(entries)})"
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+    for r, entry in enumerate(entries):
+        rights = {table.item(r, headers.index(title)).text() for title in ("A right", "B right")}
+        assert rights == {"yes", "no"}
+    entry = entries[0]
+    query = entry["index"]
+    table.cellClicked.emit(0, headers.index("Query"))
+    assert window.query_index == query
+    assert dataset.labels[window.reference_index] != dataset.labels[query]  # the wrong model's neighbour
+    table.cellClicked.emit(0, headers.index("Nearest B"))
+    assert (window.query_index, window.reference_index) == (query, entry["nearest"][1])
+
+
+def test_compare_window_sanity_check_curve(compared, qtbot):
+    """The randomization check of model B runs as a job; the curve of each method starts at 1
+    (the trained model) and then follows the check's mean Spearman per depth, one pen and one
+    legend entry per method."""
+    tool = compared.show_compare_window()
+    tool.split_combo.setCurrentIndex(tool.split_combo.findData("test"))
+    tool.check_model_combo.setCurrentIndex(tool.check_model_combo.findData("compare"))
+    tool.check_pairs_spin.setValue(2)
+    tool.check_depths_spin.setValue(3)
+    assert tool.check_button.isEnabled()
+    tool.start_check()
+    assert "B (other.pt)" in tool.check_job.name
+    qtbot.waitUntil(lambda: tool.check_job.ended, timeout=180000)
+    qtbot.waitUntil(lambda: tool.check_result is not None, timeout=5000)
+    result = tool.check_result
+    depths, methods = result["depths"], result["methods"]
+    assert 1 <= len(depths) <= 3 and result["num_pairs"] == 2
+    curves = tool.check_plot.listDataItems()
+    assert len(curves) == len(methods)
+    pens = set()
+    for curve, method in zip(curves, methods):
+        xs, ys = curve.getData()
+        assert list(xs) == list(range(len(depths) + 1)) and ys[0] == 1.0
+        np.testing.assert_allclose(ys[1:], [d["methods"][method]["overall_map_spearman"]["mean"] for d in depths])
+        pens.add((curve.opts["pen"].color().name(), curve.opts["pen"].style().value))
+    assert len(pens) == len(methods)
+    decomposition = curves[methods.index("decomposition")].getData()[1]
+    assert decomposition[-1] < 0.99  # a re-initialized model's maps are not the trained model's
+    legend = [label.text for _, label in tool.check_legend.items]
+    assert "Decomposition" in legend and len(legend) == len(methods)
+
+
+def test_compare_window_fits_1366x768(diagnosed, qtbot):
+    tool = diagnosed
+    tool.resize(1366, 768)
+    tool.show()
+    qtbot.waitExposed(tool)
+    hint = tool.minimumSizeHint()
+    assert hint.width() <= 1366 and hint.height() <= 768
+    assert tool.table.height() >= 150 and tool.check_plot.height() >= 150
+
+
+def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_each_column():
+    from dmlviewer.gui.compare_window import diagnosis_figures, leaders
+
+    loc = {"decomposition": {"best_accuracy": 0.4}, "decomposition_bias": {"best_accuracy": 0.3}}
+    result = {"split": "test", "models": [
+        {"name": "A", "recall@1": 0.7, "map@r": 0.2, "localization": loc},
+        {"name": "B", "recall@1": 0.6, "map@r": 0.2, "localization": None}]}
+    rows = diagnosis_figures(result)
+    assert [name for name, _ in rows] == ["A", "B"]
+    assert rows[0][1]["Recall@1 test"] == 0.7 and rows[0][1]["Recall@1 train"] is None
+    assert rows[0][1]["Localization train (Decomposition)"] is None  # a test-split localization is not the diagnosis
+    first = leaders(rows)
+    assert first["Recall@1 test"] == "A" and first["MAP@R test"] == "tie" and first["Recall@1 train"] is None
+    both = {"split": "both", "models": [
+        {"name": "A", "by_split": {"train": {"recall@1": 0.9, "localization": loc}, "test": {"recall@1": 0.5}}},
+        {"name": "B", "by_split": {"train": {"recall@1": 0.8, "localization": {
+            "decomposition": {"best_accuracy": 0.6}}}, "test": {"recall@1": 0.55}}}]}
+    first = leaders(diagnosis_figures(both))
+    assert first["Localization train (Decomposition)"] == "B" and first["Recall@1 test"] == "B"
+    assert first["Recall@1 train"] == "A" and first["Localization train (Decomposition+Bias)"] is None

@@ -303,3 +303,48 @@ def test_the_code_fields_accept_an_entry_typed_in_one_field(code_model):
                                      (str(file.with_name("gone.py")), "f", "", "does not exist")):
         with pytest.raises(ValueError, match=says):
             code_source(module, name, args)
+
+
+def test_the_last_session_reopens_model_b_beside_model_a(qtbot, dialogs, demo_root, small_ckpt, tmp_path, wait_ready):
+    """Issue 24: the compare slot is remembered and reopened as model B (two rows again); a model
+    B that is gone is named in a dialog while model A and the dataset still open."""
+    import shutil
+
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+    from dmlviewer.core.models.source import ModelSource
+
+    torch.manual_seed(1)
+    other = tmp_path / "other.pt"
+    save_checkpoint(other, build_model(default_config(backbone="small_cnn", dim=32, image_size=64)))
+    first = _new_window(qtbot)
+    assert first.open_dataset(demo_root) and first.open_checkpoint(small_ckpt)
+    first.open_compare(other)
+    qtbot.waitUntil(lambda: first.session.slot("compare") is not None, timeout=30000)
+    sha_b = first.session.slot("compare").info["sha256"]
+    first.close()
+    remembered = json.loads(settings.session_values()["last"])
+    assert remembered["models"]["compare"] == ModelSource.from_text(str(other)).to_dict()
+
+    second = _new_window(qtbot)
+    second.open_in_background(last_session=settings.session_values())
+    qtbot.waitUntil(lambda: not second.loading, timeout=120000)
+    assert dialogs == []
+    assert second.model_source.path == str(small_ckpt)
+    slot = second.session.slot("compare")
+    assert slot is not None and slot.source.path == str(other) and slot.info["sha256"] == sha_b
+    wait_ready(second.pair_view, timeout=120000)
+    qtbot.waitUntil(lambda: second.pair_view.compare_state in ("ready", "failed"), timeout=60000)
+    assert second.pair_view.compare_state == "ready"  # the second row is back
+    second.close()
+
+    shutil.move(other, tmp_path / "moved.pt")
+    third = _new_window(qtbot)
+    third.open_in_background(last_session=settings.session_values())
+    qtbot.waitUntil(lambda: not third.loading, timeout=120000)
+    assert third.model_source.path == str(small_ckpt) and third.dataset_path == str(demo_root)
+    assert third.session.slot("compare") is None
+    assert [(t, m) for t, m, _ in dialogs] == [("Cannot reopen the last session's model B",
+                                                f"checkpoint not found: {other}")]
+    third.shutdown()
