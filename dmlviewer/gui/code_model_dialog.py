@@ -131,6 +131,8 @@ class CodeModelDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
+        # At its size hint the fields cut their placeholders and paths off after ~15 characters.
+        self.resize(max(self.sizeHint().width(), 600), self.sizeHint().height())
         if source is not None and source.kind == "code":
             self.set_source(source)
 

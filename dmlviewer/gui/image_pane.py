@@ -120,6 +120,17 @@ class ImagePane(QWidget):
             item.hide()
             self.view.addItem(item, ignoreBounds=True)
         self._marker_labels: list[pg.TextItem] = []
+        # Named lines over the image (the cross-view orientation lines, issue 25) and their legend.
+        self._guide_items: list[tuple[str, pg.PlotDataItem]] = []
+        self.guide_legend = pg.LegendItem(offset=(8, -8), labelTextColor="w", brush=pg.mkBrush(0, 0, 0, 170),
+                                          labelTextSize="8pt")  # bottom left: the read-out is top left
+        self.guide_legend.setParentItem(self.view)
+        self.guide_legend.setZValue(30)
+        self.guide_legend.hide()
+        self.guide_points = pg.ScatterPlotItem(size=10, symbol="o", pen=pg.mkPen("k", width=1))
+        self.guide_points.setZValue(19)
+        self.guide_points.hide()
+        self.view.addItem(self.guide_points, ignoreBounds=True)
 
         self.message = QLabel(self.graphics)
         self.message.setObjectName("paneMessage")
@@ -234,6 +245,7 @@ class ImagePane(QWidget):
 
     def set_title(self, html: str) -> None:
         self.title.setText(html)
+        self.title.setToolTip(html)  # a narrow pane cuts the caption off at its right edge
 
     def show_message(self, text: str | None) -> None:
         """A centred notice over the view (e.g. "preparing…"); None hides it."""
@@ -254,9 +266,20 @@ class ImagePane(QWidget):
             return
         if html != self.readout.text():
             self.readout.setText(html)
-            self.readout.adjustSize()
+            self._place_readout()
         self.readout.show()
         self.readout.raise_()
+
+    def _place_readout(self) -> None:
+        """Size the read-out to its text, but no wider than the view left of the colour bar: on
+        a narrow pane (an 800 px window) its lines wrap instead of running into the bar's numbers."""
+        label = self.readout
+        label.setWordWrap(False)
+        label.adjustSize()
+        room = self.graphics.width() - int(self.colorbar.geometry().width()) - label.x() - 8
+        if label.width() > room >= 40:
+            label.setWordWrap(True)
+            label.resize(room, label.heightForWidth(room))
 
     # -- marks
     def set_crosshair(self, point: tuple[float, float] | None) -> None:
@@ -295,6 +318,32 @@ class ImagePane(QWidget):
             label.setZValue(23)
             self.view.addItem(label, ignoreBounds=True)
             self._marker_labels.append(label)
+
+    def set_guides(self, guides: list[tuple[str, list[float], list[float], str, bool]],
+                   points: list[tuple[float, float, str]] = ()) -> None:
+        """Named polylines over the image, ``(name, xs, ys, colour, dashed)`` with ``xs``/``ys``
+        in continuous image coordinates (pixel ``i`` spans ``[i, i + 1)``), listed in a legend
+        at the view's bottom left, and dots ``(x, y, colour)``; empty lists remove them."""
+        if points:
+            self.guide_points.setData([p[0] for p in points], [p[1] for p in points],
+                                      brush=[pg.mkBrush(p[2]) for p in points])
+        self.guide_points.setVisible(bool(points))
+        for _, item in self._guide_items:
+            self.view.removeItem(item)
+        self._guide_items = []
+        self.guide_legend.clear()
+        for name, xs, ys, colour, dashed in guides:
+            pen = pg.mkPen(colour, width=2, style=Qt.DashLine if dashed else Qt.SolidLine, cosmetic=True)
+            item = pg.PlotDataItem(list(xs), list(ys), pen=pen)
+            item.setZValue(18)
+            self.view.addItem(item, ignoreBounds=True)
+            self.guide_legend.addItem(item, name)
+            self._guide_items.append((name, item))
+        self.guide_legend.setVisible(bool(guides))
+
+    def guides(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """The drawn guides: ``(name, xs, ys)`` each."""
+        return [(name, *item.getData()) for name, item in self._guide_items]
 
     def map_to_widget(self, x: float, y: float) -> QPointF:
         """Core image coordinates -> this pane's widget coordinates (for cross-pane lines)."""
@@ -336,6 +385,8 @@ class ImagePane(QWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)
         self._place_message()
+        if self.readout.text():
+            self._place_readout()
 
     def _place_message(self) -> None:
         m = self.message

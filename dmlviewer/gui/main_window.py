@@ -796,6 +796,10 @@ class MainWindow(QMainWindow):
         if "features" in result:
             features, path = result["features"]
             self._apply_features(features, path)
+        if "compare" in result and self.model is not None:  # the last session's model B (issue 24)
+            (model, info), source = result["compare"]
+            self._compare_request += 1  # a File > Compare With Model still loading is older than this
+            self.use_compare_model(model, info, source)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
         if self.pair_view.images is None:  # no pair could be shown: say what to do, not "Loading…"
@@ -839,9 +843,32 @@ class MainWindow(QMainWindow):
                 errors.report_exception(self, "Cannot read image", exc)
                 return None
         pair = PairImages(images[0], images[1], self._caption("Q", query_index, query_index),
-                          self._caption("R", reference_index, query_index))
+                          self._caption("R", reference_index, query_index),
+                          **self._cross_view_pair(query_index, reference_index))
         self._pair_images = ((query_index, reference_index), pair)
         return pair
+
+    def _cross_view_pair(self, query_index: int, reference_index: int) -> dict:
+        """For a ``cvusa`` dataset whose query is a street panorama and whose reference is an
+        aerial image: ``cross_view`` and, for the pair's own aerial, its ``true_heading`` from
+        ``headings.csv`` (issue 25; the pair view then draws the orientation lines)."""
+        from dmlviewer.core.data.cross_view import cross_view_pairs
+
+        ds = self.dataset
+        if ds is None or ds.format != "cvusa" or query_index % 2 or not reference_index % 2:
+            return {}
+        cached = getattr(self, "_cross_view_cache", None)
+        if cached is None or cached[0] is not ds:
+            try:
+                cached = self._cross_view_cache = (ds, cross_view_pairs(ds))
+            except Exception:  # noqa: BLE001 - a bad headings.csv: lines without the truth
+                log.warning("cannot read the true headings of %s", ds.root, exc_info=True)
+                cached = self._cross_view_cache = (ds, None)
+        pairs, k = cached[1], query_index // 2
+        truth = None
+        if pairs is not None and reference_index == int(pairs.aerial[k]) and np.isfinite(pairs.heading[k]):
+            truth = float(pairs.heading[k])
+        return {"cross_view": True, "true_heading": truth}
 
     def _on_pair_changed(self) -> None:
         """Session event: the pair changed (read by ``set_pair``; cleared with the dataset)."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,27 @@ class PairImages:
     reference: np.ndarray
     query_title: str = "Query"
     reference_title: str = "Reference"
+    #: a street panorama (query) against an aerial image (reference) of a cross-view dataset:
+    #: with a two-branch model the pair view draws the orientation lines (issue 25)
+    cross_view: bool = False
+    #: the panorama's true heading in degrees (``headings.csv``), None when unknown
+    true_heading: float | None = None
+
+
+#: the street panorama's share of the pane row for a cross-view pair
+PANORAMA_SHARE = 0.55
+#: the two orientation estimates the pair view draws, with their legend names (issue 25)
+ORIENTATION_MAPS = {"partial_map": "partial map", "overall_map": "overall map"}
+ORIENTATION_COLORS = {"north": "#e0e0e0", "partial_map": "#00e676", "overall_map": "#ff4081", "truth": "#ffffff"}
+
+
+def _ray(shape: tuple[int, int], azimuth: float) -> tuple[list[float], list[float]]:
+    """The segment from the centre of an aerial image of ``shape`` (where the camera stands)
+    to its inscribed circle along ``azimuth`` (degrees clockwise from north, image up; the
+    convention of ``core.data.cross_view.pixel_azimuth``), in image coordinates."""
+    h, w = shape
+    radius, a = min(h, w) / 2.0, math.radians(azimuth)
+    return [w / 2.0, w / 2.0 + radius * math.sin(a)], [h / 2.0, h / 2.0 - radius * math.cos(a)]
 
 
 def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tuple[int, int]:
@@ -232,6 +254,9 @@ class PairView(QWidget):
         self.model_lock = model_lock or threading.RLock()
         self.images: PairImages | None = None
         self.explanation = None
+        #: ``core.explain.orientation.pair_orientation`` of a cross-view pair with each map's
+        #: ``error_deg`` and ``true_heading_deg`` (None when unknown); None: no lines drawn
+        self.orientation: dict | None = None
         self.state = "empty"  # empty | preparing | ready | failed
         self._overall: dict[str, bool | str] = {}  # method -> computed, or why it is unavailable
         self._renderers: dict[int, Any] = {}
@@ -334,6 +359,15 @@ class PairView(QWidget):
             splitter.setStretchFactor(splitter.count() - 1, 1)
         splitter.setChildrenCollapsible(False)
         return splitter
+
+    def _share_for_panorama(self) -> None:
+        """A 1:4 street panorama beside a square aerial image: the panorama's pane gets the
+        larger share of the row (once, when cross-view pairs start; a dragged splitter stays)."""
+        for splitter in (self.splitter, self.compare_splitter):
+            total = sum(splitter.sizes())
+            if total > 0:
+                first = round(total * PANORAMA_SHARE)
+                splitter.setSizes([first, total - first])
 
     @property
     def all_panes(self) -> tuple[ImagePane, ...]:
@@ -465,7 +499,10 @@ class PairView(QWidget):
             shape = tuple(max(a, b) for a, b in zip(self.images.query.shape[:2], self.images.reference.shape[:2]))
         self.size_combo.blockSignals(True)
         self.size_combo.clear()
-        if self.model is not None:
+        shapes = getattr(self.model, "input_shapes", None)
+        if shapes is not None:  # a two-branch model: each branch at its own input shape (issue 25)
+            self.size_combo.addItem(" / ".join("×".join(map(str, shapes[s])) for s in ("query", "reference")), None)
+        elif self.model is not None:
             for label, size in input_sizes(self.model, shape):
                 self.size_combo.addItem(label, size)
             index = self.size_combo.findData(current) if current is not None else -1
@@ -506,6 +543,8 @@ class PairView(QWidget):
 
     def set_pair(self, images: PairImages | None) -> None:
         """Show two photographs and prepare their explanation in the background."""
+        if images is not None and images.cross_view and not (self.images is not None and self.images.cross_view):
+            self._share_for_panorama()
         self.images = images
         self.link.reset()
         self.region_button.setChecked(False)
@@ -514,6 +553,8 @@ class PairView(QWidget):
             for pane in self.all_panes:
                 pane.set_image(None)
                 pane.show_message(None)
+                pane.set_guides([])
+            self.orientation = None
             self._set_state("empty")
             self._set_compare_state("empty")
             return
@@ -703,6 +744,8 @@ class PairView(QWidget):
         for pane in self.panes:
             pane.clear_overlay()
             pane.set_markers([])
+            pane.set_guides([])
+        self.orientation = None
         self.lines.matches = []
         self.lines.update()
         self.pair_cleared.emit()
@@ -739,6 +782,7 @@ class PairView(QWidget):
         self._build_renderers()
         self._show_overall()
         self._update_matches()
+        self._show_orientation()
         self.link.refresh()
         self.pair_ready.emit(expl)
 
@@ -775,6 +819,49 @@ class PairView(QWidget):
             detail = f"Model A: {detail}\n\nModel B: {detail_b}"
         self.rule_label.setText(short)
         self.rule_label.setToolTip(detail)
+
+    # -- cross-view orientation (issue 25)
+    def _show_orientation(self) -> None:
+        """With a two-branch model on a street/aerial pair: on the aerial image the 0-degree
+        line (north, from the camera at the centre), the headings the partial map's and the
+        overall map's peaks imply (and the true heading, dashed, when known) and the two peaks
+        (dots); on the panorama the column of the query's most activated point (and a dot on
+        it). The angles come from ``core.explain.orientation.pair_orientation`` (seed 000
+        Sec. 5.3); the dots show where the peaks are, the lines what heading they imply."""
+        from dmlviewer.core.data.cross_view import angle_error
+        from dmlviewer.core.explain.orientation import pair_orientation
+
+        self.orientation = None
+        imgs, expl = self.images, self.explanation
+        if (expl is None or imgs is None or not imgs.cross_view
+                or getattr(self.model, "input_shapes", None) is None):
+            return
+        try:
+            result = pair_orientation(expl)
+        except Exception:  # noqa: BLE001 - the lines are an extra: never break the pair view
+            log.warning("orientation unavailable for this pair", exc_info=True)
+            return
+        truth = imgs.true_heading
+        for name in ORIENTATION_MAPS:
+            heading = result[name]["heading_deg"]
+            result[name]["error_deg"] = None if truth is None else float(angle_error(heading, truth))
+        result["true_heading_deg"] = truth
+        self.orientation = result
+        shape = tuple(expl.image_shape_reference)
+        guides = [("north: 0°", *_ray(shape, 0.0), ORIENTATION_COLORS["north"], False)]
+        for name, label in ORIENTATION_MAPS.items():
+            heading, error = result[name]["heading_deg"], result[name]["error_deg"]
+            text = f"{label}: {heading:.1f}°" + ("" if error is None else f", error {error:.1f}°")
+            guides.append((text, *_ray(shape, heading), ORIENTATION_COLORS[name], False))
+        if truth is not None:
+            guides.append((f"true heading: {truth:.1f}°", *_ray(shape, truth), ORIENTATION_COLORS["truth"], True))
+        peaks = [(*result[name]["peak"], ORIENTATION_COLORS[name]) for name in ORIENTATION_MAPS]
+        self.panes[REFERENCE].set_guides(guides, peaks)
+        x_q, y_q = result["query_point"]
+        height = expl.image_shape_query[0]
+        self.panes[QUERY].set_guides([(f"most activated point: column {x_q:.0f}", [x_q, x_q], [0.0, float(height)],
+                                       ORIENTATION_COLORS["partial_map"], False)],
+                                     [(x_q, y_q, ORIENTATION_COLORS["partial_map"])])
 
     # -- overall maps
     def _ensure_compare_method(self) -> None:

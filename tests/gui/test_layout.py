@@ -169,3 +169,20 @@ def test_a_window_made_narrow_later_gives_the_width_to_the_pair_view(sized_windo
     qtbot.waitUntil(lambda: win.retrieval_dock not in win.tabifiedDockWidgets(win.browser_dock), timeout=2000)
     qtbot.wait(50)
     assert win.retrieval_dock.isVisible() and q.width() + r.width() >= 0.45 * 1366
+
+
+def test_the_hover_read_out_wraps_left_of_the_colour_bar_on_a_narrow_window(sized_window, qtbot):
+    """At 800 x 600 the read-out beside the reference's colour bar ("+x % of the similarity",
+    "peak ...") wraps inside the view instead of running into the bar's numbers."""
+    win = sized_window(800, 600)
+    query, reference = win.pair_view.panes
+    h, w = query.shape
+    win.pair_view.link.pin(0, w / 2, h / 2)
+    qtbot.waitUntil(lambda: reference.readout.isVisible(), timeout=3000)
+    readout = reference.readout
+    assert "of the similarity" in readout.text()
+    assert readout.geometry().right() < reference.colorbar.geometry().left()
+    # A longer read-out (fonts differ between platforms: under X11 the one above is ~190 px wide).
+    reference.show_readout("<b>+21.3%</b> of the similarity of model A, the open checkpoint<br>peak 0.24")
+    assert readout.wordWrap() and readout.geometry().right() < reference.colorbar.geometry().left()
+    assert readout.height() >= readout.heightForWidth(readout.width())  # no line cut off
