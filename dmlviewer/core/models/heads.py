@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .output import Linearization, ModelOutput
+from .output import FIRST_ORDER, Linearization, ModelOutput
 from .pooling import Pooling
-from .projection import Projection
+from .projection import LayerStack, Projection
 
 
 def make_output(raw: torch.Tensor, feature_map: torch.Tensor, groups: torch.Tensor | None = None,
@@ -100,6 +100,8 @@ class PooledHead(Head):
 
     def linearize(self, out: ModelOutput) -> Linearization:
         a = out.feature_map
+        if isinstance(self.projection, LayerStack) and not self.projection.is_identity:
+            return self._first_order(out)
         if self.projection.out is None and self.projection.hidden is None:  # no projection (dim 0)
             parts = self.pooling.position_parts(a, out.frozen).transpose(1, 2)
             parts, bias = self.projection.linearize(parts, parts.new_zeros(parts.shape[0], parts.shape[2]), None)
@@ -108,6 +110,25 @@ class PooledHead(Head):
         parts = self.pooling.linear_parts(a, out.frozen, weight, scale)
         parts, bias = self.projection.finish(parts, bias.expand(a.shape[0], -1), out.frozen.get("relu"))
         return self._result(parts, bias, out)
+
+    def _first_order(self, out: ModelOutput) -> Linearization:
+        """A :class:`LayerStack` (LayerNorm, Hardswish, ...) on the pooled vector: position n's
+        share is the stack's linear map at this input's pooled vector ``z``
+        (:meth:`LayerStack.jacobian`) applied to n's share ``z_n`` of ``z`` (``C_n = J z_n``,
+        gradient x activation, as :func:`.jacobian.pooled_gradient_x_activation` computes for a
+        head that pools each channel first); the bias is ``E - sum_n C_n``, so completeness holds
+        by construction. Exact (ReLU masks and LayerNorm scales frozen) unless a Hardswish, GELU
+        or Tanh is in the stack: then first order, the Taylor remainder in the bias."""
+        a = out.feature_map
+        z, _ = self.pooling(a)  # GMP/GeM positions and values are those of this input
+        jac = self.projection.jacobian(z).to(a.dtype)  # B x D x C
+        parts = torch.bmm(self.pooling.position_parts(a, out.frozen).transpose(1, 2), jac.transpose(1, 2))
+        bias = out.embedding_raw.detach() - parts.sum(1)
+        nonlinear = self.projection.nonlinear
+        if not nonlinear:
+            return self._result(parts, bias, out)
+        return Linearization(parts, bias, tuple(a.shape[-2:]), rule=FIRST_ORDER,
+                             reason="not piecewise linear: " + ", ".join(nonlinear))
 
 
 # --------------------------------------------------------------------------- gated (G, C)

@@ -11,7 +11,8 @@
    ``check_finite``).
    A timm Hugging Face folder gives its weights file and, from ``config.json``, the architecture,
    pooling and preprocessing (``read_hf_folder``); torchvision ViT keys are renamed to timm's
-   layout, which computes the same function (``convert_torchvision_vit``).
+   layout, which computes the same function (``convert_torchvision_vit``), and so are torchvision's
+   RegNet, ConvNeXt and Swin keys (``convert_torchvision_regnet``/``_convnext``/``_swin``).
 2. **Recognize** the backbone from key names and shapes: every architecture in ``BACKBONES`` and,
    when timm is installed, ``TIMM_SHORTLIST`` plus any ``timm:NAME`` given as ``arch``. Candidates
    are built on the meta device (no memory, no initialization); a candidate matches under a key
@@ -27,15 +28,21 @@
    architecture defines them (torchvision's and timm's own classifier modules) their types are
    taken from it; where a gap in a ``Sequential``'s indices implies one, or two linear layers
    meet in different named modules, a ReLU is assumed and the notes say so. A ``head`` spec
-   overrides the proposal (``HEAD_SPEC_HELP``). A classifier after the embedding layer (softmax-
-   family DML code: ``embed`` -> [BN] -> ``classifier``) is left out (``split_classifier``); a
-   given head that skips a non-trivial layer of the architecture's head is refused unless forced.
+   overrides the proposal (``HEAD_SPEC_HELP``); a LayerNorm of the architecture's head that it
+   skips is included (``_include_architecture_norms``). A classifier after the embedding layer
+   (softmax-family DML code: ``embed`` -> [BN] -> ``classifier``) is left out
+   (``split_classifier``); a given head that skips another non-trivial layer of the
+   architecture's head is refused unless forced.
 4. **Fold** the layers exactly into dmlviewer's head ``[BN] -> [Linear(hidden) -> ReLU] ->
    Linear(dim)`` (projection.py): consecutive affine layers (Linear, eval BatchNorm) compose into
    one; a ReLU right after the pooling is dropped when the backbone's last map is the output of a
    ReLU (the pooled feature is then non-negative), and otherwise becomes an identity hidden layer
-   so that it stays exact. Heads with two ReLU layers, a trailing ReLU or other nonlinearities are
-   refused with one line.
+   so that it stays exact. A head holding a LayerNorm (ConvNeXt's ``head.norm``, eps from the
+   architecture) or a Hardswish/GELU/Tanh (MobileNetV3's classifier) cannot fold: it is kept layer
+   by layer (config ``head_layers``, projection.LayerStack; the same function) and the report's
+   ``decomposition rule`` line says how explanations decompose it: exact with the LayerNorm scale
+   frozen at the input, first order with a Hardswish/GELU/Tanh. Other heads
+   with two ReLU layers or a trailing ReLU are refused with one line.
 5. **Write** the checkpoint (``save_checkpoint``; ``extra["import"]`` records the sources, their
    SHA-256, the mapping, the notes, the assumptions and the measured difference between the folded
    head and the layer sequence it replaces). With a reference file of the user's own embeddings
@@ -97,7 +104,8 @@ TIMM_VIT_SHORTLIST = (
 HEAD_SPEC_HELP = (
     "auto (propose from the keys), none (no projection: the embedding is the pooled feature), or "
     "a comma-separated list in forward order of source modules (as the report names them, e.g. "
-    "fc or embedder.net.0) and parameterless layers relu / identity, optionally starting with the "
+    "fc or embedder.net.0) and parameterless layers relu / identity / hardswish / gelu / tanh, "
+    "optionally starting with the "
     "pooling gap, gmp or gem (p from a module named by gem=MODULE, or gem=NUMBER)"
 )
 
@@ -107,6 +115,12 @@ _STRIP = ("module.", "_orig_mod.")
 _NOOP = (nn.Identity, nn.Flatten, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.AlphaDropout)
 _BN_KEYS = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"}
 BN_EPS = 1e-5  # BatchNorm eps of head layers: not stored in weights files; PyTorch's default
+#: parameterless head layers that are not piecewise linear, by the architecture's module type: a
+#: head holding one is kept as a LayerStack and decomposed by the first-order rule
+NONLINEAR_KINDS = {nn.Hardswish: "hardswish", nn.GELU: "gelu", nn.Tanh: "tanh"}
+#: layers that do not fold into dmlviewer's exact head: a head holding one is kept layer by layer
+#: (a LayerNorm is decomposed exactly with its scale frozen at the input, as vit.py's)
+STACK_KINDS = ("layernorm", *NONLINEAR_KINDS.values())
 CHECK_TOLERANCE = 1e-4  # folded head against the layer sequence, relative to the output scale
 
 
@@ -330,6 +344,119 @@ def convert_torchvision_regnet(sources: Sources) -> bool:
     return True
 
 
+#: timm ConvNeXts (torchvision's ``convnext_*`` equal ``convnext_tiny/small/base/large`` once renamed; the
+#: shapes decide which), tried first for a file with ConvNeXt keys
+TIMM_CONVNEXTS = ("convnext_atto", "convnext_femto", "convnext_pico", "convnext_nano", "convnext_tiny",
+                  "convnext_small", "convnext_base", "convnext_large", "convnext_xlarge")
+#: their stem widths, so that only the ConvNeXts of a file's width are built (building each
+#: candidate on the meta device takes seconds)
+_CONVNEXT_STEM = {"convnext_atto": 40, "convnext_femto": 48, "convnext_pico": 64, "convnext_nano": 80,
+                  "convnext_tiny": 96, "convnext_small": 96, "convnext_base": 128, "convnext_large": 192,
+                  "convnext_xlarge": 256}
+_TV_CONVNEXT_BLOCK = (("block.0.", "conv_dw."), ("block.2.", "norm."), ("block.3.", "mlp.fc1."),
+                      ("block.5.", "mlp.fc2."), ("layer_scale", "gamma"))
+
+
+def convert_torchvision_convnext(sources: Sources) -> bool:
+    """Rename torchvision's ConvNeXt keys (``features.0`` stem, ``features.2i+1.J.block`` stages,
+    ``features.2i`` downsampling, ``classifier.0`` LayerNorm2d and ``classifier.2`` Linear) to
+    timm's (``stem``, ``stages.i.blocks.J``, ``stages.i.downsample``, ``head.norm``, ``head.fc``),
+    which compute the same function (7x7 depthwise convolution, LayerNorm eps 1e-6 over channels,
+    exact GELU, per-channel layer scale: torchvision's C x 1 x 1 ``layer_scale`` becomes timm's
+    ``gamma`` of C); True when it did."""
+    import re
+
+    marker = "features.1.0.block.0.weight"
+    prefix = next((k[: -len(marker)] for k in sources.tensors if k.endswith(marker)), None)
+    if prefix is None or prefix + "features.1.0.layer_scale" not in sources.tensors:
+        return False
+    feature = re.compile(re.escape(prefix) + r"features\.(\d+)\.(.*)")
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    for key, t in sources.tensors.items():
+        new = key
+        found = feature.fullmatch(key)
+        if found:
+            index, rest = int(found.group(1)), found.group(2)
+            if index == 0:
+                new = f"{prefix}stem.{rest}"
+            elif index % 2 == 0:
+                new = f"{prefix}stages.{index // 2}.downsample.{rest}"
+            else:
+                block, _, rest = rest.partition(".")
+                for old, repl in _TV_CONVNEXT_BLOCK:
+                    if rest.startswith(old):
+                        rest = repl + rest[len(old):]
+                        break
+                if rest == "gamma":
+                    t = t.reshape(-1)
+                new = f"{prefix}stages.{index // 2}.blocks.{block}.{rest}"
+        elif key.startswith(prefix + "classifier.0."):
+            new = prefix + "head.norm." + key[len(prefix + "classifier.0."):]
+        elif key.startswith(prefix + "classifier.2."):
+            new = prefix + "head.fc." + key[len(prefix + "classifier.2."):]
+        renamed[new] = t
+        origin[new] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("torchvision ConvNeXt layout (features.N, classifier.0/2) renamed to timm's (stem, stages, "
+                         "head.norm, head.fc), which computes the same function")
+    return True
+
+
+#: timm Swin Transformers (v1) that torchvision's ``swin_t/s/b`` equal once renamed (the shapes decide)
+TIMM_SWINS = ("swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224", "swin_base_patch4_window7_224",
+              "swin_large_patch4_window7_224")
+_TV_SWIN_BLOCK = (("mlp.0.", "mlp.fc1."), ("mlp.3.", "mlp.fc2."))
+
+
+def convert_torchvision_swin(sources: Sources) -> bool:
+    """Rename torchvision's Swin Transformer (v1) keys (``features.0`` patch embedding,
+    ``features.2i+1.J`` blocks, ``features.2i`` patch merging, ``norm``, ``head``) to timm's
+    (``patch_embed``, ``layers.i.blocks.J``, ``layers.i.downsample``, ``norm``, ``head.fc``), which
+    compute the same function (same qkv order, relative position bias tables, shifted windows,
+    patch merging's 2x2 concatenation order and its norm before the reduction, exact GELU);
+    torchvision's ``relative_position_index`` buffers are dropped (timm computes the same ones
+    from the window size). True when it did."""
+    import re
+
+    marker = "features.1.0.attn.relative_position_bias_table"
+    prefix = next((k[: -len(marker)] for k in sources.tensors if k.endswith(marker)), None)
+    if prefix is None or prefix + "features.2.reduction.weight" not in sources.tensors:
+        return False
+    feature = re.compile(re.escape(prefix) + r"features\.(\d+)\.(.*)")
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    for key, t in sources.tensors.items():
+        new = key
+        found = feature.fullmatch(key)
+        if key.endswith(".attn.relative_position_index") and found:
+            sources.ignored[key] = "Swin's relative position index (computed from the window size)"
+            continue
+        if found:
+            index, rest = int(found.group(1)), found.group(2)
+            if index == 0:
+                rest = {"0": "proj", "2": "norm"}.get(rest.partition(".")[0], rest.partition(".")[0]) + \
+                    "." + rest.partition(".")[2]
+                new = f"{prefix}patch_embed.{rest}"
+            elif index % 2 == 0:
+                new = f"{prefix}layers.{index // 2}.downsample.{rest}"
+            else:
+                block, _, rest = rest.partition(".")
+                for old, repl in _TV_SWIN_BLOCK:
+                    if rest.startswith(old):
+                        rest = repl + rest[len(old):]
+                        break
+                new = f"{prefix}layers.{index // 2}.blocks.{block}.{rest}"
+        elif key.startswith(prefix + "head."):
+            new = prefix + "head.fc." + key[len(prefix + "head."):]
+        renamed[new] = t
+        origin[new] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append("torchvision Swin layout (features.N, head) renamed to timm's (patch_embed, layers, head.fc), "
+                         "which computes the same function")
+    return True
+
+
 def convert_torchvision_vit(sources: Sources) -> bool:
     """Rename a torchvision ``VisionTransformer``'s keys (``conv_proj``, ``class_token``,
     ``encoder.layers.encoder_layer_N``) to timm's layout, which computes the same function (same
@@ -535,15 +662,19 @@ def candidate(name: str) -> Candidate:
         pool = ("gap" if isinstance(first, nn.AdaptiveAvgPool2d) and size_one else
                 "gmp" if isinstance(first, nn.AdaptiveMaxPool2d) and size_one else type(first).__name__)
         head = head[1:]
+        if name.startswith("timm:") and pool not in ("gap", "gmp"):  # timm's own pooling modules (Swin's NHWC one)
+            pool = {"avg": "gap", "fast_avg": "gap", "max": "gmp", "fast_max": "gmp"}.get(info.pool_type, pool)
     return Candidate(name, keys, spec.dropped_keys, tuple(head), {h: leaves[h] for h, _ in head},
                      pool, nonnegative, spec.channels_of["last"], mean, std, size)
 
 
-def candidate_names(arch: str | None = None, keys: Sequence[str] = ()) -> list[list[str]]:
+def candidate_names(arch: str | None = None, keys: Sequence[str] = (),
+                    shapes: dict[str, tuple[int, ...]] | None = None) -> list[list[str]]:
     """The candidates in the order they are tried: ``[[arch]]``, or the built-in backbones and
     then, when timm is installed, the timm shortlists. The shortlist is tried only when no built-in
     one fits: no shortlist model holds every key of a built-in one (test_importer.py checks it).
-    Files whose ``keys`` hold position embeddings try the vision transformers first."""
+    Files whose ``keys`` hold position embeddings try the vision transformers first, ConvNeXt
+    files the timm ConvNeXts of their stem width (``shapes``: key -> shape) first."""
     if arch:
         return [[arch]]
     from .timm_backbones import timm_available
@@ -556,6 +687,12 @@ def candidate_names(arch: str | None = None, keys: Sequence[str] = ()) -> list[l
             stages.insert(0, vits)
         elif any(k.endswith("s1.b1.conv1.conv.weight") for k in keys):  # a RegNet (torchvision's, renamed)
             stages.insert(0, [f"timm:{n}" for n in TIMM_REGNETS])
+        elif any(k.endswith("stages.0.blocks.0.conv_dw.weight") for k in keys) and any(
+                k.endswith("stages.0.blocks.0.gamma") for k in keys):  # a ConvNeXt (torchvision's, renamed)
+            widths = {v[0] for k, v in (shapes or {}).items() if k.endswith("stem.0.weight") and len(v) == 4}
+            stages.insert(0, [f"timm:{n}" for n in TIMM_CONVNEXTS if not widths or _CONVNEXT_STEM[n] in widths])
+        elif any(k.endswith("layers.0.blocks.0.attn.relative_position_bias_table") for k in keys):  # a Swin
+            stages.insert(0, [f"timm:{n}" for n in TIMM_SWINS])
         else:
             stages[-1] += vits
     return stages
@@ -634,10 +771,11 @@ def match(cand: Candidate, tensors: dict[str, torch.Tensor], prefix: str | None 
 class Layer:
     """One layer of the source head, in forward order."""
 
-    kind: str                        # linear bn relu identity gem
+    kind: str                        # linear bn relu identity gem, layernorm and NONLINEAR_KINDS
     module: str | None = None        # source module path (None: parameterless)
     params: dict[str, torch.Tensor] = field(default_factory=dict)
     note: str = ""                   # how it was known (assumed, from the architecture, given)
+    eps: float | None = None         # layernorm: the architecture's eps
 
     def describe(self) -> str:
         if self.kind == "linear":
@@ -647,9 +785,12 @@ class Layer:
             text = f"BatchNorm {self.params['running_mean'].numel()}"
         elif self.kind == "gem":
             text = f"GeM p={float(self.params['p'].reshape(-1)[0]):.4g}"
+        elif self.kind == "layernorm":
+            text = f"LayerNorm {self.params['weight'].numel()} (eps {self.eps:g})"
         else:
             text = {"relu": "ReLU", "identity": "Identity", "gap": "global average pooling",
-                    "gmp": "global max pooling"}[self.kind]
+                    "gmp": "global max pooling", "hardswish": "Hardswish", "gelu": "GELU",
+                    "tanh": "Tanh"}[self.kind]
         where = f"{self.module}: " if self.module else ""
         return where + text + (f" ({self.note})" if self.note else "")
 
@@ -736,7 +877,8 @@ def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str
     ``LayoutError`` for a module that is not a Linear, BatchNorm or GeM layer, or a known
     parameterless module that is not a ReLU or a no-op."""
     modules = _module_params(keys, sources.tensors)
-    unknown = {p: v for p, v in modules.items() if classify(v) is None}
+    norms = _architecture_norms(cand, m, modules)
+    unknown = {p: v for p, v in modules.items() if classify(v) is None and p not in norms}
     if unknown:
         path, params = next(iter(unknown.items()))
         rel = path[len(m.prefix):] if path.startswith(m.prefix) else None
@@ -753,7 +895,7 @@ def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str
     previous_rel: str | None = None
     previous_file = None
     for path, params in modules.items():
-        kind = classify(params)
+        kind = "layernorm" if path in norms else classify(params)
         rel = path[len(m.prefix):] if path.startswith(m.prefix) else None
         file = sources.origin[next(k for k in keys if k.rpartition(".")[0] == path)]
         known = _known_between(cand, previous_rel if previous is not None else None, rel) if rel else None
@@ -764,6 +906,9 @@ def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str
                     continue
                 if isinstance(module, nn.ReLU):
                     layers.append(Layer("relu", note=f"{kpath} of {cand.name}"))
+                    continue
+                if type(module) in NONLINEAR_KINDS:
+                    layers.append(Layer(NONLINEAR_KINDS[type(module)], note=f"{kpath} of {cand.name}"))
                     continue
                 raise LayoutError(
                     f"{m.name}'s head has {kpath} ({ktype}) between its layers: dmlviewer decomposes "
@@ -778,13 +923,56 @@ def propose_head(cand: Candidate, m: Match, sources: Sources, keys: Sequence[str
                   and not _siblings(previous, path)):
                 layers.append(Layer("relu", note=f"assumed between {previous} and {path}: named modules "
                                     "do not show what runs between them"))
-        layers.append(Layer(kind, path, dict(params)))
+        layers.append(Layer(kind, path, dict(params), eps=norms.get(path),
+                            note=f"{rel} of {cand.name}" if path in norms else ""))
         previous, previous_rel, previous_file = path, rel, file
     return layers
 
 
-def parse_head_spec(spec: str, sources: Sources, available: Sequence[str]) -> list[Layer]:
-    """The layers of a ``head`` spec (``HEAD_SPEC_HELP``); ``LayoutError`` for a bad item."""
+def _architecture_norms(cand: Candidate, m: Match, modules: dict[str, dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Source module path -> eps of the modules that the architecture's own head defines as a
+    LayerNorm (ConvNeXt's ``head.norm``) and whose weights the files hold with its width; a
+    weights file alone cannot tell a LayerNorm from another per-feature affine layer."""
+    norms = {}
+    for kpath, module in cand.head_modules.items():
+        path = m.prefix + kpath
+        params = modules.get(path)
+        if isinstance(module, nn.LayerNorm) and params is not None and set(params) <= {"weight", "bias"} \
+                and all(v.dim() == 1 and v.numel() == module.normalized_shape[-1] for v in params.values()):
+            norms[path] = float(module.eps)
+    return norms
+
+
+def _include_architecture_norms(cand: Candidate, m: Match, layers: list[Layer], sources: Sources,
+                                available: Sequence[str]) -> tuple[list[Layer], list[str]]:
+    """A given head that names a layer of the architecture's head (``--head head.fc``) runs the
+    architecture's LayerNorms before it too (timm/torchvision ConvNeXt's ``head.norm``): they are
+    inserted where the architecture runs them, with a note; leaving one out would change the
+    embedding (``_skipped_layers`` refuses that)."""
+    norms = _architecture_norms(cand, m, _module_params(available, sources.tensors))
+    given = {la.module for la in layers if la.module}
+    out: list[Layer] = []
+    notes = []
+    previous: str | None = None
+    for layer in layers:
+        rel = layer.module[len(m.prefix):] if layer.module and layer.module.startswith(m.prefix) else None
+        if rel is not None and rel in dict(cand.head):
+            for kpath, _ in _known_between(cand, previous, rel) or []:
+                path = m.prefix + kpath
+                if path in norms and path not in given:
+                    out.append(Layer("layernorm", path, dict(_module_params(available, sources.tensors)[path]),
+                                     note=f"{kpath} of {cand.name}, run before {rel}", eps=norms[path]))
+                    notes.append(f"{path} (LayerNorm, eps {norms[path]:g}) included: {cand.name} runs it "
+                                 f"before {layer.module}")
+            previous = rel
+        out.append(layer)
+    return out, notes
+
+
+def parse_head_spec(spec: str, sources: Sources, available: Sequence[str],
+                    norms: dict[str, float] | None = None) -> list[Layer]:
+    """The layers of a ``head`` spec (``HEAD_SPEC_HELP``); ``LayoutError`` for a bad item.
+    ``norms``: modules the architecture defines as LayerNorms (path -> eps)."""
     spec = spec.strip()
     if spec.lower() == "none":
         return []
@@ -792,7 +980,7 @@ def parse_head_spec(spec: str, sources: Sources, available: Sequence[str]) -> li
     layers = []
     for i, item in enumerate(t.strip() for t in spec.split(",")):
         low = item.lower()
-        if low in ("relu", "identity"):
+        if low in ("relu", "identity", *NONLINEAR_KINDS.values()):
             layers.append(Layer(low, note="given"))
         elif low in ("gap", "gmp") and i == 0:
             layers.append(Layer(low, note="given"))
@@ -810,6 +998,8 @@ def parse_head_spec(spec: str, sources: Sources, available: Sequence[str]) -> li
                 raise LayoutError(f"--head {item}: give gem=NUMBER or gem=MODULE with a module holding p")
         elif item in modules and classify(modules[item]) in ("linear", "bn"):
             layers.append(Layer(classify(modules[item]), item, dict(modules[item]), note="given"))
+        elif norms and item in norms:
+            layers.append(Layer("layernorm", item, dict(modules[item]), note="given", eps=norms[item]))
         elif item in modules:
             raise LayoutError(f"--head {item}: {item} ({_shapes(modules[item])}) is not a Linear or BatchNorm layer")
         else:
@@ -881,6 +1071,9 @@ def _skipped_layers(cand: Candidate, m: Match, layers: list[Layer], force: bool)
             module = cand.head_modules[kpath]
             if isinstance(module, (*_NOOP, nn.ReLU)) or m.prefix + kpath in given:
                 continue
+            if type(module) in NONLINEAR_KINDS and any(la.module is None and la.kind == NONLINEAR_KINDS[type(module)]
+                                                       for la in layers):
+                continue
             what = f"{cand.name} runs {kpath} ({ktype}) between the pooling and {rel}"
             if not force:
                 raise LayoutError(f"{what}: leaving it out changes the embedding and dmlviewer's head cannot hold "
@@ -931,6 +1124,43 @@ class FoldedHead:
     out: tuple[torch.Tensor, torch.Tensor] | None
     notes: list[str]
     sources: dict[str, list[str]] = field(default_factory=dict)
+    stack: list[Layer] | None = None      # a head kept layer by layer (LayerNorm, Hardswish, ...)
+    stack_spec: list[str] = field(default_factory=list)  # its ``head_layers`` config value
+
+    @property
+    def dim(self) -> int:
+        """The embedding's width (0: the pooled feature)."""
+        if self.stack is not None:
+            linears = [la for la in self.stack if la.kind == "linear"]
+            return int(linears[-1].params["weight"].shape[0]) if linears else 0
+        return int(self.out[0].shape[0]) if self.out is not None else 0
+
+
+def _stack_head(layers: list[Layer], pooling: str, gem_p: float | None, notes: list[str]) -> FoldedHead:
+    """The layers kept one by one (projection.LayerStack) when one is not piecewise linear: a
+    LayerNorm on the pooled vector or a Hardswish/GELU/Tanh between Linears cannot fold into
+    dmlviewer's exact head, and explanations decompose it by the first-order rule."""
+    ops = [la for la in layers if la.kind != "identity"]
+    spec, sources = [], {}
+    for i, layer in enumerate(ops):
+        if layer.kind == "linear":
+            spec.append(f"linear:{layer.params['weight'].shape[0]}")
+        elif layer.kind == "layernorm":
+            spec.append(f"layernorm:{layer.eps!r}")
+        elif layer.kind == "bn":
+            spec.append(f"batchnorm:{BN_EPS!r}")
+        else:
+            spec.append(layer.kind)
+        if layer.module is not None:
+            sources[f"layers.{i}"] = [layer.module]
+    kept = list(dict.fromkeys(la.kind for la in ops if la.kind in STACK_KINDS))
+    nonlinear = [k for k in kept if k != "layernorm"]
+    how = ("explanations decompose it by the first-order rule (gradient x activation at each input, the "
+           f"remainder in the bias; {', '.join(nonlinear)} not piecewise linear), not exactly" if nonlinear else
+           "explanations decompose it exactly with the LayerNorm scale frozen at each input")
+    notes.append(f"the head holds {', '.join(kept)}, which dmlviewer's folded head cannot: it is kept layer by "
+                 f"layer (head.projection.layers, the same function) and {how}")
+    return FoldedHead(pooling, gem_p, None, None, None, notes, sources, ops, spec)
 
 
 def _affine(layer: Layer, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -975,8 +1205,15 @@ def fold_head(layers: list[Layer], channels: int, pooling: str, nonnegative: boo
         elif layer.kind == "bn" and layer.params["running_mean"].numel() != dim:
             raise LayoutError(f"head layer {layer.module} normalizes {layer.params['running_mean'].numel()} "
                               f"features but receives {dim}")
+        elif layer.kind == "layernorm" and layer.params["weight"].numel() != dim:
+            raise LayoutError(f"head layer {layer.module} normalizes {layer.params['weight'].numel()} "
+                              f"features but receives {dim}")
         elif layer.kind in ("gem", "gap", "gmp"):
             raise LayoutError(f"a pooling ({layer.kind}) can only come first in the head")
+    if any(la.kind in STACK_KINDS for la in layers):
+        if any(la.kind == "bn" for la in layers):
+            notes.append(f"BatchNorm eps assumed {BN_EPS:g} (PyTorch's default; weights files do not store it)")
+        return _stack_head(layers, pooling, gem_p, notes)
     ops = [la for la in layers if la.kind != "identity"]
     if any(la.kind == "bn" for la in ops):
         notes.append(f"BatchNorm eps assumed {BN_EPS:g} (PyTorch's default; weights files do not store it)")
@@ -1052,8 +1289,16 @@ def reference_head(layers: list[Layer], z: torch.Tensor) -> torch.Tensor:
         elif layer.kind == "bn":
             z = nn.functional.batch_norm(z, p["running_mean"], p["running_var"], p.get("weight"),
                                          p.get("bias"), False, 0.0, BN_EPS)
+        elif layer.kind == "layernorm":
+            z = nn.functional.layer_norm(z, z.shape[-1:], p.get("weight"), p.get("bias"), layer.eps)
         elif layer.kind == "relu":
             z = torch.relu(z)
+        elif layer.kind == "hardswish":
+            z = nn.functional.hardswish(z)
+        elif layer.kind == "gelu":
+            z = nn.functional.gelu(z)
+        elif layer.kind == "tanh":
+            z = torch.tanh(z)
     return z
 
 
@@ -1106,6 +1351,8 @@ class ImportPlan:
     def summary(self) -> str:
         c = self.config
         parts = [f"pooling {c['pooling']}" + (f" (p={c['gem_p']:.4g})" if c["pooling"] == "gem" else "")]
+        if c["head_layers"]:
+            return " -> ".join(parts + c["head_layers"])
         if c["bn"]:
             parts.append("BatchNorm")
         if c["hidden"]:
@@ -1125,6 +1372,7 @@ class ImportPlan:
             lines.append(f"  {layer.describe()}")
         dim = self.config["dim"] or candidate(self.arch).channels
         lines.append(f"dmlviewer model: {self.arch} -> {self.summary()} (embedding dimension {dim})")
+        lines.append(f"decomposition rule: {self.rule_line()}")
         lines.append(f"input: {self.config['image_size']} px, mean {_fmt(self.config['mean'])}, "
                      f"std {_fmt(self.config['std'])} (not stored in weights files: check them)")
         lines.append("mapping:")
@@ -1144,6 +1392,19 @@ class ImportPlan:
             lines += [f"  {n}" for n in self.notes]
         lines.append(self.assumption_line())
         return "\n".join(lines)
+
+    def rule_line(self) -> str:
+        """How explanations decompose the written head: exact, or first order and why."""
+        stack = self.folded.stack or []
+        nonlinear = list(dict.fromkeys(la.kind for la in stack if la.kind in NONLINEAR_KINDS.values()))
+        if nonlinear:
+            return (f"first order: {', '.join(nonlinear)} (not piecewise linear; gradient x activation, the "
+                    "remainder in the bias)")
+        if any(la.kind == "layernorm" for la in stack):
+            return "exact, the LayerNorm scale frozen at each input"
+        if self.config["token_grid"]:
+            return "exact, the vision transformer's attention and LayerNorm scales frozen at each input"
+        return "exact"
 
     def assumption_line(self) -> str:
         """One line: what the weights files cannot tell and the import assumed."""
@@ -1221,7 +1482,7 @@ def _layout_error(what: str, sources: Sources, ranking: list[Match]) -> LayoutEr
 def _recognize(sources: Sources, arch: str | None, prefix: str | None,
                cancel: CancelToken | None) -> Iterator[Progress | tuple[Match, list[Match], list[str]]]:
     """Step 2 of the module docstring; the last item is ``(match, ranking, equivalents)``."""
-    stages = candidate_names(arch, list(sources.tensors))
+    stages = candidate_names(arch, list(sources.tensors), {k: tuple(t.shape) for k, t in sources.tensors.items()})
     total = sum(len(stage) for stage in stages)
     found: list[Match] = []
     for stage in stages:
@@ -1308,6 +1569,8 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
     sources.notes += hf_notes
     tv_vit = convert_torchvision_vit(sources)
     tv_regnet = convert_torchvision_regnet(sources)
+    tv_convnext = convert_torchvision_convnext(sources)
+    tv_swin = convert_torchvision_swin(sources)
     cirtorch = convert_cirtorch_resnet(sources)
     convert_dinov2_hub(sources)
     recognized = None
@@ -1356,7 +1619,9 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
             assumptions.append(classifier)
         head_auto = True
     else:
-        layers = parse_head_spec(head, sources, rest)
+        layers = parse_head_spec(head, sources, rest, _architecture_norms(cand, m, _module_params(rest, sources.tensors)))
+        layers, included = _include_architecture_norms(cand, m, layers, sources, rest)
+        notes += included
         head_auto = False
     if distilled_heads and head_auto:
         assumptions.append("classifiers head and head_dist left out: the embedding is timm's pre_logits "
@@ -1420,7 +1685,7 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
                            "them: give --arch timm:NAME if yours differ)")
         notes.append(f"position embeddings for a {grid}x{grid} grid ({grid * cand.vit.patch} px); other input "
                      "sizes interpolate them as timm's dynamic_img_size does")
-    if tv_vit or tv_regnet:
+    if tv_vit or tv_regnet or tv_convnext or tv_swin:
         default_mean, default_std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
         which = "ImageNet's (torchvision's)"
     if not image_size:
@@ -1431,7 +1696,7 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
         backbone=cand.name, pretrained=None, pooling=folded.pooling,
         gem_p=folded.gem_p if folded.gem_p is not None else 3.0, gem_learnable=True,
         bn=folded.bn is not None, hidden=int(folded.hidden[0].shape[0]) if folded.hidden is not None else 0,
-        dim=int(folded.out[0].shape[0]) if folded.out is not None else 0,
+        dim=folded.dim, head_layers=list(folded.stack_spec),
         image_size=size, mean=[float(v) for v in (mean or default_mean)],
         std=[float(v) for v in (std or default_std)], **extra_config)
     plan = ImportPlan(sources, cand.name, m, layers, folded, config, head_spec, head_auto, notes,
@@ -1458,6 +1723,11 @@ def build_imported(plan: ImportPlan) -> EmbeddingModel:
         if f.pooling == "gem":
             head.pooling.p.copy_(torch.tensor(float(f.gem_p)))
         proj = head.projection
+        for i, layer in enumerate(f.stack or []):
+            for name, value in layer.params.items():
+                if name != "num_batches_tracked":
+                    target = getattr(proj.layers[i], name)
+                    target.copy_(value.detach().reshape(target.shape).to(target.dtype))
         if f.bn is not None:
             for name in ("weight", "bias", "running_mean", "running_var"):
                 if name in f.bn:

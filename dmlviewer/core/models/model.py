@@ -16,7 +16,7 @@ from .heads import (AttentionGroupingHead, ChannelGate, GatedGroupingHead, Head,
 from .multilayer import MultiLayerHead
 from .output import EXACT, Linearization, ModelOutput
 from .pooling import POOLINGS, Pooling
-from .projection import Projection
+from .projection import STACK_NONLINEAR, LayerStack, Projection, parse_stack, stack_width
 from .vit import POOLINGS as VIT_POOLINGS
 from .vit import build_vit, timm_vit_name
 
@@ -40,6 +40,7 @@ _DEFAULTS = {
     "mean": [0.485, 0.456, 0.406],  # input normalization (x / 255 - mean) / std per RGB channel
     "std": [0.229, 0.224, 0.225],
     "token_grid": 0,         # vision transformers: side of the position-embedding grid (0: timm's default)
+    "head_layers": [],       # a general head instead of bn/hidden/dim (imported models): see projection.LayerStack
 }
 
 
@@ -89,6 +90,8 @@ def _check_types(config: dict) -> None:
     if layers is not None and (not isinstance(layers, (list, tuple)) or len(layers) > 64
                                or not all(isinstance(n, str) for n in layers)):
         fail("multilayer", "a list of backbone map names")
+    if config["head_layers"] is not None:
+        parse_stack(config["head_layers"], 0)  # ValueError naming the bad item
 
 
 def head_parameters(config: dict) -> int:
@@ -101,6 +104,12 @@ def head_parameters(config: dict) -> int:
     if config["pooling"] == "flatten":
         cells = -(-config["image_size"] // (spec.strides["last"] if spec is not None else 16))
         width = channels * cells * cells
+    if config["head_layers"]:
+        total, width = 0, channels
+        for kind, arg in parse_stack(config["head_layers"], channels):
+            total += (width + 1) * int(arg) if kind == "linear" else 4 * width
+            width = int(arg) if kind == "linear" else width
+        return total
     layers = [channels_of.get(n, 0) for n in config["multilayer"] or []]
     width += sum(layers)
     attend = sum(c * (channels + 2) + 2 for c in layers)  # per-layer attention projections
@@ -146,6 +155,17 @@ def check_config(config: dict) -> dict:
     if config["grouping"] != "none" and config["dim"] % config["groups"]:
         raise ValueError(f"dim {config['dim']} is not divisible by groups {config['groups']}: "
                          "every group needs dim // groups dimensions")
+    config["head_layers"] = [str(s) for s in config["head_layers"] or []]
+    if config["head_layers"]:
+        if vit or config["grouping"] != "none" or config["multilayer"] or config["pooling"] == "flatten" \
+                or config["bn"] or config["hidden"]:
+            raise ValueError("head_layers (a general head on the pooled vector) needs a CNN backbone, grouping "
+                             "none, no multilayer, bn false, hidden 0 and gap, gmp or gem pooling")
+        channels = BACKBONES[config["backbone"]].channels_of["last"]
+        width = stack_width(config["head_layers"], channels)
+        if config["dim"] != (width if any(k == "linear" for k, _ in parse_stack(config["head_layers"], 0)) else 0):
+            raise ValueError(f"model config dim {config['dim']} must be the width of head_layers' last linear "
+                             f"layer ({width}), or 0 when head_layers has no linear layer")
     pretrained = config["pretrained"]
     if pretrained is not None:
         pretrained = str(pretrained)
@@ -183,6 +203,8 @@ def _build_head(config: dict, backbone: Backbone) -> Head:
         layers = {n: backbone.channels_of[n] for n in config["multilayer"]}
         width = pooling.out_dim + sum(layers.values())
         return MultiLayerHead(layers, pooling, Projection(width, dim, bn, hidden))
+    if config["head_layers"]:
+        return PooledHead(pooling, LayerStack(pooling.out_dim, config["head_layers"]))
     if grouping in ("none", "m"):
         if dim == 0:  # the pooled feature itself (after BN when asked for)
             return PooledHead(pooling, Projection(pooling.out_dim, pooling.out_dim, bn, 0, final=False))
@@ -207,9 +229,22 @@ def frozen_quantities(config: dict) -> tuple[str, ...]:
         frozen.append("group gates")
     if config["multilayer"]:
         frozen.append("layer attention")
-    if config["hidden"]:
+    if config["hidden"] or "relu" in (config.get("head_layers") or []):
         frozen.append("ReLU masks")
+    if any(str(item).startswith("layernorm") for item in config.get("head_layers") or []):
+        frozen.append("LayerNorm scales")
     return tuple(frozen)
+
+
+def stack_rule(config: dict) -> str | None:
+    """The first-order rule line of a ``head_layers`` head holding a layer that is not piecewise
+    linear (as :attr:`.output.Linearization.description` words it), else None."""
+    kinds = [kind for kind, _ in parse_stack(config.get("head_layers") or [], 0)]
+    nonlinear = list(dict.fromkeys(k for k in kinds if k in STACK_NONLINEAR))
+    if not nonlinear:
+        return None
+    return ("first order (gradient x activation, the remainder in the bias; not piecewise linear: "
+            f"{', '.join(nonlinear)})")
 
 
 class EmbeddingModel(nn.Module):

@@ -3,7 +3,8 @@
 without a pretrained tag such as ``.a1_in1k``). Needs the optional extra ``timm``.
 
 Features: ``"last"`` is the network's ``forward_features`` output, its last convolutional map
-(B x C x h x w), before global pooling and classifier; its channels are measured on a meta-device
+(B x C x h x w; a channels-last model's map, timm's Swin with ``output_fmt`` NHWC, is permuted to it),
+before global pooling and classifier; its channels are measured on a meta-device
 forward and its stride is timm's ``feature_info[-1]["reduction"]``. The top-level modules that
 ``forward_features`` never runs (global pool, classifier, and heads after the pooling such as
 mobilenetv3's ``conv_head`` or convnext's ``head``) play the role of the classifier: their keys
@@ -70,6 +71,16 @@ def _features(net: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"last": net.forward_features(x)}
 
 
+def _features_nhwc(net: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``forward_features`` of a channels-last model (timm's Swin: B x h x w x C) as B x C x h x w."""
+    return {"last": net.forward_features(x).permute(0, 3, 1, 2)}
+
+
+def _is_nhwc(net: nn.Module) -> bool:
+    """Whether ``forward_features`` returns a channels-last map (timm's ``output_fmt`` NHWC)."""
+    return str(getattr(net, "output_fmt", "")).upper().endswith("NHWC")
+
+
 def _pool_type(net: nn.Module) -> str:
     for module in net.modules():
         if type(module).__name__ == "SelectAdaptivePool2d":
@@ -118,12 +129,13 @@ def timm_info(name: str) -> TimmInfo:
     if not isinstance(feats, torch.Tensor) or feats.dim() != 4:
         kind = f"{feats.dim()}-D tokens" if isinstance(feats, torch.Tensor) else type(feats).__name__
         raise ValueError(f"timm:{name} is not a convolutional network (its features are {kind}, not a map)")
-    channels = int(feats.shape[1])
+    nhwc = _is_nhwc(net)
+    channels = int(feats.shape[-1] if nhwc else feats.shape[1])
     info = getattr(net, "feature_info", None)
-    stride = int(info[-1]["reduction"]) if info else size // int(feats.shape[-1])
+    stride = int(info[-1]["reduction"]) if info else size // int(feats.shape[-2 if nhwc else -1])
     head = tuple(n for n, _ in net.named_children() if n not in ran)
     spec = BackboneSpec(
-        f"{PREFIX}:{name}", lambda image_size: _create(name), _features,
+        f"{PREFIX}:{name}", lambda image_size: _create(name), _features_nhwc if nhwc else _features,
         {"last": channels}, {"last": stride}, classifier=head,
         weights_file=lambda: _weights_file(name, cfg),
         weights_hint="timm's default pretrained weights (Hugging Face cache)")

@@ -213,11 +213,15 @@ def test_unknown_layout_lists_unmatched_keys_and_closest_layouts(tmp_path):
     assert "missing layer3.2.conv1.weight" in str(err.value)
 
 
-def test_nonlinear_heads_of_known_architectures_are_refused(tmp_path):
+def test_nonlinear_heads_of_known_architectures_are_kept_or_refused_when_skipped(tmp_path):
     net = torchvision.models.mobilenet_v3_large(num_classes=64)
     torch.save(net.state_dict(), tmp_path / "mbv3.pth")
+    # kept layer by layer (first-order rule; test_importer_families.py checks the embeddings)
+    kept = run_to_end(analyze([str(tmp_path / "mbv3.pth")]))
+    assert kept.config["head_layers"] == ["linear:1280", "hardswish", "linear:64"]
+    # a given head that leaves the Hardswish out would compute something else: refused
     with pytest.raises(LayoutError, match=r"classifier.1 \(Hardswish\)"):
-        run_to_end(analyze([str(tmp_path / "mbv3.pth")]))
+        run_to_end(analyze([str(tmp_path / "mbv3.pth")], head="classifier.0,classifier.3"))
     # the pooled feature alone is fine
     plan = run_to_end(analyze([str(tmp_path / "mbv3.pth")], head="none"))
     assert plan.arch == "mobilenet_v3_large" and plan.config["dim"] == 0
@@ -288,11 +292,15 @@ def test_timm_twins_need_arch_and_negative_features_keep_a_leading_relu(tmp_path
     assert _completeness(model) <= 1e-5
 
 
-def test_timm_layernorm_head_is_refused(tmp_path):
-    timm = pytest.importorskip("timm")
-    torch.save(timm.create_model("convnext_tiny", num_classes=16).state_dict(), tmp_path / "cnx.pth")
-    with pytest.raises(LayoutError, match="head.norm.*LayerNorm2d"):
-        run_to_end(analyze([str(tmp_path / "cnx.pth")]))
+def test_a_per_feature_affine_layer_the_architecture_does_not_define_is_refused(tmp_path):
+    """A LayerNorm is taken only where the architecture's own head defines one (ConvNeXt's
+    head.norm, test_importer_families.py); a 1-D weight and bias elsewhere cannot be told apart."""
+    state = torchvision.models.resnet18().state_dict()
+    del state["fc.weight"], state["fc.bias"]
+    state.update({"norm.weight": torch.ones(512), "norm.bias": torch.zeros(512), "fc.weight": torch.randn(16, 512)})
+    torch.save(state, tmp_path / "r18.pth")
+    with pytest.raises(LayoutError, match="cannot tell what norm"):
+        run_to_end(analyze([str(tmp_path / "r18.pth")]))
 
 
 def test_timm_resnets_equal_torchvision_ones():

@@ -90,15 +90,19 @@ def test_a_two_layer_embedder_is_not_taken_for_a_classifier(tmp_path, randomize)
     assert "left out" not in plan.assumption_line()
 
 
-def test_convnext_head_fc_without_its_layernorm_is_refused_or_forced_loudly(tmp_path):
+def test_convnext_head_fc_includes_its_layernorm_and_a_skipped_hardswish_is_refused_or_forced_loudly(tmp_path):
     timm = pytest.importorskip("timm")
     torch.manual_seed(2)
     source = timm.create_model("convnext_tiny", num_classes=16).eval()
     torch.save(source.state_dict(), tmp_path / "cnx.pth")
-    with pytest.raises(LayoutError, match=r"runs head\.norm \(LayerNorm2d\) between the pooling and head\.fc"):
-        _plan([tmp_path / "cnx.pth"], head="head.fc")
-    plan = _plan([tmp_path / "cnx.pth"], head="head.fc", force=True)
-    assert "LEFT OUT head.norm (LayerNorm2d" in plan.assumption_line()
+    plan = _plan([tmp_path / "cnx.pth"], head="head.fc")  # head.norm is not silently dropped
+    assert [la.module for la in plan.layers] == ["head.norm", "head.fc"]
+    assert any("head.norm (LayerNorm, eps 1e-06) included" in n for n in plan.notes)
+    torch.save(torchvision.models.mobilenet_v3_large(num_classes=16).state_dict(), tmp_path / "mbv3.pth")
+    with pytest.raises(LayoutError, match=r"runs classifier\.1 \(Hardswish\) between the pooling and classifier\.3"):
+        _plan([tmp_path / "mbv3.pth"], head="classifier.0,classifier.3")
+    plan = _plan([tmp_path / "mbv3.pth"], head="classifier.0,classifier.3", force=True)
+    assert "LEFT OUT classifier.1 (Hardswish" in plan.assumption_line()
 
 
 class OmlGEM(nn.Module):
