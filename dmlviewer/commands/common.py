@@ -64,6 +64,16 @@ def float_range(low: float, high: float, low_open: bool = False) -> Callable[[st
     return parse
 
 
+def thresholds_type(text: str) -> list[float]:
+    """argparse type: localization thresholds, ``a:b:step`` or a comma list (``parse_thresholds``)."""
+    from dmlviewer.core.explain.boxes import parse_thresholds
+
+    try:
+        return parse_thresholds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 #: seeds as numpy and torch take them
 seed_type = int_range(0, 2**32 - 1)
 
@@ -121,7 +131,7 @@ def check_output_file(path: str, what: str = "output") -> Path:
 
 GRAD_FEATURES_HELP = ("feature file with grad_weights for grad_transfer (default: computed from the "
                       "dataset's train split; stored in the file only with --save-grad-weights)")
-FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
+from dmlviewer.core.data.format_names import FORMATS  # noqa: E402
 PROTOCOLS = ("default", "zero-shot", "official")
 
 

@@ -36,24 +36,15 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (CHECKPOINT_HELP, MODEL_ARGS_HELP, MODEL_HELP, WEIGHTS_HELP, add_device, drive,
-                                      int_range, json_object, open_command_model, print_json, seed_type)
+                                      FORMATS, PROTOCOLS, int_range, json_object, open_command_model, print_json,
+                                      seed_type, thresholds_type)
 
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "test", "both")
-FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
-PROTOCOLS = ("default", "zero-shot", "official")
 DEFAULT_PAIRS = 20
 DEFAULT_DEPTHS = 10
 
-
-def _thresholds(text: str) -> list[float]:
-    from dmlviewer.core.explain.boxes import parse_thresholds
-
-    try:
-        return parse_thresholds(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-depths", type=int_range(1, 1000), default=DEFAULT_DEPTHS, metavar="K",
                    help="with --randomize: at most K randomized depths (the head is the first; deeper "
                         "backbones are re-initialized a group of layers at a time)")
-    p.add_argument("--thresholds", default="0.05:0.8:0.05", type=_thresholds, metavar="a:b:step",
+    p.add_argument("--thresholds", default="0.05:0.8:0.05", type=thresholds_type, metavar="a:b:step",
                    help="localization thresholds as a fraction of each map's maximum (default 0.05:0.8:0.05)")
     p.add_argument("--limit", type=int_range(1, 10**9), metavar="N",
                    help="localize the first N images with boxes only (default: all)")

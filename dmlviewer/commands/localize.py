@@ -16,21 +16,13 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive,
-                                      open_command_model, print_json)
+                                      open_command_model, print_json, thresholds_type)
 from dmlviewer.commands.explain import METHODS
 
 log = logging.getLogger(__name__)
 
 PAIRINGS = ("self", "nearest", "same-class")
 
-
-def _thresholds(text: str) -> list[float]:
-    from dmlviewer.core.explain.boxes import parse_thresholds
-
-    try:
-        return parse_thresholds(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
     p.add_argument("--method", action="append", required=True,
                    help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
-    p.add_argument("--thresholds", default="0.05:0.8:0.05", type=_thresholds, metavar="a:b:step",
+    p.add_argument("--thresholds", default="0.05:0.8:0.05", type=thresholds_type, metavar="a:b:step",
                    help="thresholds in [0, 1] as a fraction of each map's maximum: a:b:step or a comma list "
                         "(at most 1000; default 0.05:0.8:0.05)")
     p.add_argument("--pairing", default="self", choices=PAIRINGS, help="reference of each image (default: self)")

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 #: The model slots: the model on screen, and the second model of a comparison (issue 24).
 SLOTS = ("primary", "compare")
 #: Dataset formats a remembered session may name (``core.data`` detects them from the folder).
-DATASET_FORMATS = ("cub", "cars196", "sop", "inshop", "folder")
+from dmlviewer.core.data.format_names import FORMATS as DATASET_FORMATS  # noqa: E402
 #: Entries kept in the recent-models list.
 RECENT_MODELS = 10
 #: The longest path text accepted from settings.

@@ -50,7 +50,7 @@ from dmlviewer.gui.worker import JobRunner, confirm_close
 
 log = logging.getLogger(__name__)
 
-DATASET_FORMATS = ["cub", "cars196", "sop", "inshop", "folder"]
+from dmlviewer.core.data.format_names import FORMATS as DATASET_FORMATS  # noqa: E402
 #: Bumped when the dock layout changes incompatibly (old saved states are then ignored).
 STATE_VERSION = 1
 

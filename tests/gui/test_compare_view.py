@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, QPointF
-from PySide6.QtTest import QTest
+
+from _mouse import hover
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
@@ -50,17 +50,6 @@ def compared(window, demo_root, small_ckpt, other_ckpt, wait_ready, qtbot):
     qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
     wait_compare(qtbot, window.pair_view)
     return window
-
-
-def viewport_pos(pane, x: float, y: float) -> QPoint:
-    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
-    return pane.graphics.mapFromScene(scene)
-
-
-def hover(pane, link, x: float, y: float):
-    QTest.mouseMove(pane.graphics.viewport(), viewport_pos(pane, x, y))
-    link.flush()
-    return link.hover
 
 
 def colour(values: np.ndarray, scale: float, lut: np.ndarray, signed: bool = False) -> np.ndarray:

@@ -10,12 +10,13 @@ expected lines come from ``core.explain.orientation.pair_orientation`` and the a
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
+
+from _mouse import hover, viewport_pos
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
@@ -58,17 +59,6 @@ def loaded(window, cross_view_root, two_branch_ckpt, wait_ready):
     wait_ready(window.pair_view)
     assert window.pair_view.scale_combo.currentData() == "map"
     return window
-
-
-def viewport_pos(pane, x: float, y: float):
-    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
-    return pane.graphics.mapFromScene(scene)
-
-
-def hover(pane, link, x: float, y: float):
-    QTest.mouseMove(pane.graphics.viewport(), viewport_pos(pane, x, y))
-    link.flush()
-    return link.hover
 
 
 def expected_overlay(expl, side: str, x: float, y: float, lut: np.ndarray) -> np.ndarray:

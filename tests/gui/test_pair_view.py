@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
+
+from _mouse import hover, viewport_pos
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
@@ -27,20 +29,6 @@ def loaded(window, demo_root, small_ckpt, wait_ready):
     # These tests check the "each map" colour mapping (the default scale).
     assert window.pair_view.scale_combo.currentData() == "map"
     return window
-
-
-def viewport_pos(pane, x: float, y: float) -> QPoint:
-    """Viewport pixel where image point (x, y) (core coordinates) is drawn."""
-    from PySide6.QtCore import QPointF
-
-    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
-    return pane.graphics.mapFromScene(scene)
-
-
-def hover(pane, link, x: float, y: float):
-    QTest.mouseMove(pane.graphics.viewport(), viewport_pos(pane, x, y))
-    link.flush()
-    return link.hover
 
 
 def expected_overlay(expl, side: str, x: float, y: float, lut: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ import pytest
 import torch
 from PySide6.QtWidgets import QFileDialog
 
+from _mouse import hover
+
 from dmlviewer.gui import settings
 
 timm = pytest.importorskip("timm")
@@ -20,17 +22,6 @@ CASES = {  # name: (timm model, input size giving a 4 x 4 grid)
     "vit_s16": ("vit_small_patch16_224", 64),
     "dinov2_reg4": ("vit_small_patch14_reg4_dinov2", 56),
 }
-
-
-def _hover(pane, link, x: float, y: float):
-    """A real mouse move over image point (x, y) of ``pane``; the hovered point after it."""
-    from PySide6.QtCore import QPointF
-    from PySide6.QtTest import QTest
-
-    scene = pane.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
-    QTest.mouseMove(pane.graphics.viewport(), pane.graphics.mapFromScene(scene))
-    link.flush()
-    return link.hover
 
 
 def _imported(tmp_path, name: str, size: int):
@@ -89,8 +80,8 @@ def test_a_transformer_opens_from_the_file_menu_and_the_last_session_and_hovers(
     view = window.pair_view
     query, reference = view.panes
     h, w = expl.image_shape_query
-    _hover(query, view.link, w * 0.2, h * 0.2)  # a move needs a cursor somewhere else first
-    assert _hover(query, view.link, w * 0.6, h * 0.4) is not None
+    hover(query, view.link, w * 0.2, h * 0.2)  # a move needs a cursor somewhere else first
+    assert hover(query, view.link, w * 0.6, h * 0.4) is not None
     assert reference.overlay_item.isVisible()
     drawn = np.asarray(reference.overlay_item.image)
     assert drawn.size and np.ptp(drawn[..., :3]) > 0  # a map with structure, not a flat colour

@@ -24,6 +24,7 @@ from .cross_view import SPLIT_FILES, read_cvusa
 from .cub import read_cub
 from .errors import DatasetError
 from .folder import looks_like_folder_dataset, read_folder
+from .format_names import FORMATS
 from .inshop import read_inshop
 from .paths import check_listed_paths
 from .records import Dataset
@@ -37,7 +38,7 @@ READERS: dict[str, Callable[[Path, str], Dataset]] = {
     "cvusa": read_cvusa,  # cross-view street/aerial pairs (issue 25)
     "folder": read_folder,
 }
-FORMATS = tuple(READERS)
+assert tuple(READERS) == FORMATS, "core.data.format_names lists every reader"
 #: the file that lists each format's image paths (for messages)
 INDEX_FILES = {"cub": "images.txt", "cars196": "cars_annos.mat", "sop": "Ebay_train.txt, Ebay_test.txt",
                "inshop": "list_eval_partition.txt", "cvusa": SPLIT_FILES["train"]}

@@ -196,7 +196,7 @@ def test_cascade_randomizes_the_head_first_then_the_backbone_top_down(tiny):
     steps = cascade_steps(model)
     assert [s.label for s in steps] == ["head.projection.out", "backbone.net.stages.3", "backbone.net.stages.2",
                                         "backbone.net.stages.1", "backbone.net.stages.0"]
-    previous = None
+    previous, previous_state = None, {}
     for step, twin in randomize_cascade(model, seed=0):
         state = twin.state_dict()
         for key, value in state.items():
