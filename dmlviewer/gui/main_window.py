@@ -203,11 +203,11 @@ class MainWindow(QMainWindow):
         self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.open())
         bar.addPermanentWidget(self.job_status)
         self.device_label = FittedLabel("", max_width=120)
-        self.model_label = FittedLabel("no model", max_width=240)
-        self.compare_label = FittedLabel("", max_width=240)  # model B while comparing (issue 24)
+        self.model_label = FittedLabel("no model", max_width=440)
+        self.compare_label = FittedLabel("", max_width=440)  # model B while comparing (issue 24)
         self.compare_label.setObjectName("compareModelLabel")
         self.compare_label.hide()
-        self.dataset_label = FittedLabel("no dataset", max_width=220)
+        self.dataset_label = FittedLabel("no dataset", max_width=320)
         self.similarity_label = FittedLabel("", max_width=200)  # room for "A +0.1234 · B +0.1234"
         self.similarity_label.setObjectName("similarityLabel")
         for label in (self.similarity_label, self.dataset_label, self.model_label, self.compare_label,
