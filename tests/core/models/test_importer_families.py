@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _random_norms import randomize_batchnorm
 from torch import nn
 
 from dmlviewer.core.explain import explain_pair
@@ -28,15 +29,9 @@ SIZE = 64
 def _randomize_norms(net: nn.Module, seed: int = 0) -> nn.Module:
     """Non-trivial BatchNorm statistics and affine parameters, LayerNorm affine parameters and
     ConvNeXt layer scales, so that a renamed, dropped or misplaced one changes the embedding."""
-    gen = torch.Generator().manual_seed(seed)
+    randomize_batchnorm(net, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                n = m.num_features
-                m.running_mean.copy_(torch.randn(n, generator=gen) * 0.3)
-                m.running_var.copy_(torch.rand(n, generator=gen) + 0.5)
-                m.weight.copy_(torch.randn(n, generator=gen) * 0.5 + 1.0)
-                m.bias.copy_(torch.randn(n, generator=gen) * 0.2)
         for m in net.modules():
             if isinstance(m, nn.LayerNorm):
                 m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
