@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -514,3 +515,24 @@ def _lock_fd(fd: int) -> None:
         import fcntl
 
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+@contextlib.contextmanager
+def new_folder(out: str | os.PathLike) -> Iterator[Path]:
+    """Write a whole folder atomically: yields a sibling temporary folder to fill, renamed to
+    ``out`` when the block ends, removed when it raises (an interrupted run leaves no half
+    folder). ``out`` must not exist or be an empty folder (``FileExistsError`` otherwise)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"output folder exists and is not empty: {out}")
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        yield tmp
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -36,13 +36,14 @@ import io
 import logging
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from dmlviewer.core.files import new_folder
 
 from .errors import DatasetError
 from .paths import path_problem
@@ -286,13 +287,9 @@ def make_cross_view_data(out: str | Path, pairs: int = PAIRS, seed: int = 0, aer
     out = Path(out)
     if pairs < 2 or aerial_size < 32:
         raise ValueError(f"need at least 2 pairs and an aerial size of 32 px, got {pairs} and {aerial_size}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"output folder exists and is not empty: {out}")
     started = time.perf_counter()
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     n_test = min(pairs - 1, max(1, int(round(pairs * test_fraction))))
-    try:
+    with new_folder(out) as tmp:
         lines = {"train": [], "test": []}
         headings = ["street,heading_deg"]
         for k in range(pairs):
@@ -310,12 +307,6 @@ def make_cross_view_data(out: str | Path, pairs: int = PAIRS, seed: int = 0, aer
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_text("\n".join(lines[split]) + "\n")
         (tmp / HEADINGS_FILE).write_text("\n".join(headings) + "\n")
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("wrote %d cross-view pairs (%d test; panoramas %dx%d, aerial %d px, seed %d) to %s in %.1f s", pairs,
              n_test, *panorama_shape, aerial_size, seed, out.resolve(), time.perf_counter() - started)
     return out

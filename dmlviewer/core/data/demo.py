@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+
+from dmlviewer.core.files import new_folder
 
 from .parts import MASKS_DIR, PART_LIST, PARTS_DIR, mask_dir
 
@@ -311,19 +312,9 @@ def make_demo_data(out: str | Path, classes: int = 20, per_class: int = 40, size
     if per_class < 1 or size < 32:
         raise ValueError(f"need per_class >= 1 and size >= 32, got {per_class} and {size}")
     design = class_design(classes)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"output folder exists and is not empty: {out}")
     started = time.perf_counter()
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with new_folder(out) as tmp:
         _write_dataset(tmp, design, per_class, size, seed)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info(
         "wrote %d images of %d classes (%d px, seed %d) to %s in %.1f s",
         classes * per_class, classes, size, seed, out.resolve(), time.perf_counter() - started,
