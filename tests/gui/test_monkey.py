@@ -192,7 +192,8 @@ def test_monkey(window, qtbot, demo_root, small_ckpt, wait_ready, no_modal_calls
     window.runner.cancel_all()
     print("\n".join(f"{title}: {fields} fields, {buttons} buttons" for title, fields, buttons in fuzzed))
     titles = " ".join(title for title, _, _ in fuzzed)
-    for expected in ("Train", "Evaluation", "Localization", "Embedding", "Import", "Pretrained"):
+    for expected in ("Train", "Evaluation", "Localization", "Embedding", "Import", "Pretrained", "Model from Code",
+                     "Compare Models", "Compare With"):
         assert expected.lower() in titles.lower(), (expected, fuzzed)
     assert sum(fields for _, fields, _ in fuzzed) >= 40 and sum(b for _, _, b in fuzzed) >= 10, fuzzed
     assert window.isVisible()
