@@ -10,6 +10,11 @@ The feature file is opened lazily and searched exactly (streamed in chunks: a mi
 need no more memory than one chunk). ``--index`` searches through the approximate faiss index
 beside the file instead (``core.evaluate.search``), building it first when it is missing or
 stale (progress on stderr).
+
+A feature file of a two-branch model (``evaluate`` on cross-view data, issue 25) records each
+row's branch: a street query then lists only the aerial images of its split (an aerial query
+only the streets), searched exactly over those rows; ``--region`` takes the region's feature
+from the query's own branch (``core.evaluate.retrieval``).
 """
 
 from __future__ import annotations
@@ -107,7 +112,7 @@ def _region_results(args: argparse.Namespace, source, features, index=None) -> l
     from dmlviewer.core.data import load_image
     from dmlviewer.core.data.images import check_inside
     from dmlviewer.core.data.paths import path_problem
-    from dmlviewer.core.explain import region_query
+    from dmlviewer.core.evaluate.region_retrieval import region_retrieve
     from dmlviewer.core.models import resolve_device
 
     root = features.attrs.get("dataset_root") or ""
@@ -121,7 +126,7 @@ def _region_results(args: argparse.Namespace, source, features, index=None) -> l
         check_inside(root, image_path)
         image = load_image(image_path)
         model, _ = source.open(device)
-        return region_query(model, image, args.region, features, k=args.k, device=device, index=index,
-                            exclude=args.query)
+        return region_retrieve(model, image, args.region, features, k=args.k, device=device, index=index,
+                               query_row=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
         raise UsageError(str(exc)) from None

@@ -926,10 +926,11 @@ class MainWindow(QMainWindow):
             return
         sha = (self.checkpoint_info or {}).get("sha256")
         out = self._features_path()
-        if out.exists():
+        from dmlviewer.core.evaluate.extract import extract_features, features_fit
+
+        if out.exists() and features_fit(out, self.model, self.dataset):  # else: extracted before per-branch (issue 25)
             self._open_extracted(out)
             return
-        from dmlviewer.core.evaluate.extract import extract_features
 
         model, dataset, device = self.model, self.dataset, self.device
 

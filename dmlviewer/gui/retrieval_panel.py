@@ -16,6 +16,14 @@ Interactive retrieval (seed 000 Sec. 5.4): a rectangle drawn on the query pane g
 partial feature of that region (``core.explain.region_feature``, the sum of the region's
 contributions ``W_ij A_ij``), which is matched against the stored embeddings instead of the
 query's whole embedding.
+
+Cross-view data (issue 25; a CVUSA-layout folder) with a two-branch model: extraction runs
+each image through its own branch, and a street query's neighbours are the aerial images of
+its split (an aerial query's the streets; ``core.evaluate.retrieval.cross_view_gallery``), so
+the correct aerial image is the green one. A region of a street query is embedded by the query
+branch and searched among the same aerial images. A two-branch model with a dataset that does
+not say which images are streets and which aerial images gets one line saying so, and no
+features are computed.
 """
 
 from __future__ import annotations
@@ -195,6 +203,18 @@ class RetrievalPanel(QWidget):
         self._update_source()
         self.refresh()
 
+    def cross_view_problem(self) -> str | None:
+        """Why the open two-branch model cannot retrieve in the open dataset (None: it can, or the
+        model has one branch)."""
+        from dmlviewer.core.evaluate.extract import is_two_branch
+
+        if self.model is None or self.dataset is None or not is_two_branch(self.model):
+            return None
+        if getattr(self.dataset, "branches", None) is not None:
+            return None
+        return ("A two-branch model retrieves across views only in cross-view data (street and aerial images in "
+                f"CVUSA's layout); this {self.dataset.format} dataset does not say which images are which.")
+
     def mismatch(self) -> str | None:
         """Why the loaded features must not be shown with the open model (None: they may)."""
         if self.features is None or self.model is None:
@@ -236,6 +256,9 @@ class RetrievalPanel(QWidget):
 
     def region_search(self, image: np.ndarray, region: tuple) -> None:
         """Neighbours of the partial feature of ``region = (y0, x0, y1, x1)`` of the query."""
+        if self.cross_view_problem():
+            errors.show_error(self, "Region retrieval", self.cross_view_problem())
+            return
         if self.model is None or self.features is None:
             errors.show_error(self, "Region retrieval", "Region retrieval needs a checkpoint and "
                               "features (open an HDF5 feature file or compute features first).")
@@ -257,13 +280,13 @@ class RetrievalPanel(QWidget):
         query_path, generation = self._query_path(), self._generation
 
         def job(cancel):
-            from dmlviewer.core.explain.region import region_query
+            from dmlviewer.core.evaluate.region_retrieval import region_retrieve
 
-            exclude = None if query_path is None else feature_rows.find(query_path)
+            row = None if query_path is None else feature_rows.find(query_path)
             with lock:
                 cancel.raise_if_cancelled()
-                return generation, region_query(model, image, region, features, k=k, device=device,
-                                                index=search_index, exclude=exclude)
+                return generation, region_retrieve(model, image, region, features, k=k, device=device,
+                                                   index=search_index, query_row=row)
 
         self._search_id = self.runner.submit(job, cancel_aware=True)
 
@@ -290,6 +313,9 @@ class RetrievalPanel(QWidget):
         self.header.setText("Neighbours of the query")
         self.query_label.setText(self._query_name())
         mismatch = self.mismatch()
+        if self.cross_view_problem():
+            self._show([])
+            return
         if self.features is None or mismatch:
             self._show([])
             if (self.model is not None and not self._auto_requested and len(ds) <= AUTO_EXTRACT_MAX
@@ -375,12 +401,21 @@ class RetrievalPanel(QWidget):
         if f is None:
             return "No features loaded"
         path = getattr(f, "path", None)
+        note = self.search_note
+        if "branch" in getattr(f, "extra", {}) or "branch" in getattr(f, "datasets", ()):
+            note = ("cross-view: a street query searches the aerial images of its split, an aerial "
+                    "query the streets (exact search)")
         return (f"Features: {len(f):,} images" + (f" ({Path(path).name})" if path else "")
-                + (f"<br><i>{self.search_note}</i>" if self.search_note else ""))
+                + (f"<br><i>{note}</i>" if note else ""))
 
     def _update_source(self) -> None:
         has = self.features is not None
         mismatch = self.mismatch()
+        problem = self.cross_view_problem()
+        if problem:
+            self.source.setText(f"<span style='color:#eb5757'>{problem}</span>")
+            self.extract_button.setVisible(False)
+            return
         if mismatch:
             self.source.setText(f"<span style='color:#eb5757'><b>Features of another model.</b></span> {mismatch}")
             self.extract_button.setText("Compute features of the open model")

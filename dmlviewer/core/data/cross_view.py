@@ -12,7 +12,8 @@ The split files are not trusted: a listed path that is absolute or climbs out wi
 refused (:class:`DatasetError` naming the file and line). :func:`read_cvusa` reads them into one
 :class:`Dataset`: pair ``k`` is images ``2k`` (street) and ``2k + 1`` (aerial), label ``k``;
 test streets are ``"query"`` and test aerials ``"gallery"`` in ``roles`` (one match per query),
-training images ``"train"``.
+training images ``"train"``; ``branches`` says that a two-branch model embeds the streets with
+its query branch and the aerial images with its reference branch.
 
 **Angles**: azimuths are degrees clockwise from north (the aerial image's up). A point
 ``(x, y)`` of the aerial image (pixel coordinates, pixel ``i`` spanning ``[i, i + 1)``) lies at
@@ -125,7 +126,8 @@ def read_cvusa(root: Path, protocol: str = "default") -> Dataset:
     n = len(paths) // 2
     return Dataset(root=root, format="cvusa", paths=paths, labels=np.repeat(np.arange(n), 2),
                    class_names=[Path(paths[2 * k]).stem for k in range(n)], split=np.array(split, dtype=object),
-                   boxes=None, protocol="official", roles=np.array(roles, dtype=object))
+                   boxes=None, protocol="official", roles=np.array(roles, dtype=object),
+                   branches=np.array(["query", "reference"] * n, dtype=object))
 
 
 @dataclass

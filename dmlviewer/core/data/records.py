@@ -19,6 +19,10 @@ class Dataset:
     exist (the synthetic parts data). ``roles`` is set only where the test images are divided
     into queries and a gallery (In-Shop's official protocol): per image ``"train"``,
     ``"query"`` or ``"gallery"``; ``None`` means every test image is a query and in the gallery.
+    ``branches`` is set only for cross-view data (CVUSA): per image the branch of a two-branch
+    model that embeds it, ``"query"`` (street panoramas) or ``"reference"`` (aerial images);
+    ``None`` means one branch embeds every image. It is the one place that says so: feature
+    extraction and cross-view retrieval read it (:meth:`image_branch`).
     """
 
     root: Path
@@ -32,6 +36,7 @@ class Dataset:
     parts_root: Path | None = None
     part_names: list[str] = field(default_factory=list)
     roles: np.ndarray | None = None
+    branches: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -43,13 +48,19 @@ class Dataset:
         self.boxes = np.asarray(self.boxes, dtype=np.float32)
         if self.roles is not None:
             self.roles = np.asarray(self.roles, dtype=object)
+        if self.branches is not None:
+            self.branches = np.asarray(self.branches, dtype=object)
+            bad = set(self.branches.tolist()) - {"query", "reference"}
+            if bad:
+                raise ValueError(f"image branches must be 'query' or 'reference', got {sorted(map(str, bad))[:3]}")
         if not (len(self.labels) == len(self.split) == len(self.boxes) == n) or (
             self.roles is not None and len(self.roles) != n
-        ):
+        ) or (self.branches is not None and len(self.branches) != n):
             raise ValueError(
                 f"inconsistent dataset listing: {n} paths, {len(self.labels)} labels, "
                 f"{len(self.split)} split entries, {len(self.boxes)} boxes"
                 + ("" if self.roles is None else f", {len(self.roles)} roles")
+                + ("" if self.branches is None else f", {len(self.branches)} branches")
             )
 
     def __len__(self) -> int:
@@ -83,7 +94,13 @@ class Dataset:
             parts_root=self.parts_root,
             part_names=list(self.part_names),
             roles=None if self.roles is None else self.roles[idx],
+            branches=None if self.branches is None else self.branches[idx],
         )
+
+    def image_branch(self, index: int) -> str | None:
+        """The branch of a two-branch model that embeds image ``index`` (``None``: the dataset
+        does not divide its images between branches)."""
+        return None if self.branches is None else str(self.branches[int(index)])
 
     def select_split(self, split: str | None) -> "Dataset":
         return self if split in (None, "all") else self.subset(self.indices(split))

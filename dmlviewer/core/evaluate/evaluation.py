@@ -6,6 +6,19 @@ receives them in listing order, writes the one feature file (the same file, row 
 single process writes) and computes the metrics once. A rank that fails or is killed makes
 the others fail too (the collectives see the lost peer; torchrun also stops them), and rank
 0's writer then discards its temporary file: the target is never half written.
+
+**Two-branch models** (issue 25) are evaluated on cross-view data only (a dataset that says
+which branch embeds each image, ``Dataset.branches``: CVUSA's layout); elsewhere
+:func:`evaluate` raises one ``ValueError`` line. Each image goes through its own branch
+(:mod:`.extract`), and the metrics are street-to-aerial retrieval: the split's streets are the
+queries, its aerial images the gallery (:func:`cross_view_metrics`). ``recall@1``, ``recall@5``
+and ``recall@1%`` are :func:`.metrics.one_match_recall`'s, which is training's
+``core.train.cross_view.cross_view_recall`` (each
+street's own aerial among all the gallery's; ties count against the query), and DESIGN.md's
+retrieval keys are computed with the same queries and gallery, plus ``num_gallery``. Left out:
+``nmi``/``f1`` (clustering into one class per pair says nothing and would take long on CVUSA's
+8,884 test pairs) and ``knn_acc`` (3 of the top 5 of the query's class cannot happen with one
+match per query).
 """
 
 from __future__ import annotations
@@ -18,8 +31,8 @@ import numpy as np
 
 from dmlviewer.core.progress import CancelToken, Progress
 
-from .extract import feature_attrs, write_batches
-from .metrics import compute_metrics
+from .extract import feature_attrs, image_branches, is_two_branch, write_batches
+from .metrics import compute_metrics, one_match_recall
 
 
 class _NoFile:
@@ -44,6 +57,32 @@ def query_gallery(dataset, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndar
         return None, None
     roles = dataset.roles[rows]
     return roles == "query", roles == "gallery"
+
+
+def cross_view_metrics(embeddings: np.ndarray, labels: np.ndarray, branches: np.ndarray,
+                       ks: Sequence[int] = (1, 2, 4, 8), device="cpu") -> dict:
+    """Street-to-aerial retrieval metrics of a two-branch model's embeddings (module docstring):
+    queries are the rows embedded by the query branch (``branches == "query"``), the gallery
+    the rows embedded by the reference branch; a query's match is the gallery row of its label
+    (its pair). Queries whose aerial image is missing (unreadable) are left out of the recalls."""
+    branches = np.asarray(branches, dtype=object)
+    queries, gallery = branches == "query", branches == "reference"
+    if not queries.any() or not gallery.any():
+        raise ValueError("cross-view evaluation needs street (query branch) and aerial (reference branch) images "
+                         f"in the evaluated split; it holds {int(queries.sum())} and {int(gallery.sum())}")
+    labels = np.asarray(labels, dtype=np.int64)
+    metrics = compute_metrics(embeddings, labels, sorted(set(ks) | {1, 5}), device, clustering=False,
+                              queries=queries, gallery=gallery)  # k-means into one class per pair: no
+    q_rows, g_rows = np.flatnonzero(queries), np.flatnonzero(gallery)
+    match = {int(labels[r]): r for r in g_rows}
+    paired = np.array([r for r in q_rows if int(labels[r]) in match], dtype=np.int64)
+    matched = np.array([match[int(labels[r])] for r in paired], dtype=np.int64)
+    others = np.setdiff1d(g_rows, matched)
+    if len(paired):  # gallery: the queries' own aerials in query order, then any others
+        metrics.update(one_match_recall(embeddings[paired], embeddings[np.concatenate([matched, others])]))
+    metrics.pop("knn_acc", None)  # 3 of the top 5 of the query's class: impossible with one match per query
+    metrics["num_gallery"] = len(g_rows)
+    return metrics
 
 
 def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, split: str = "test",
@@ -74,6 +113,11 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
         dataset = open_dataset(dataset_root, format, protocol).select_split(split)
         if len(dataset) == 0:
             raise ValueError(f"{dataset_root} has no images in split {split!r}")
+        if is_two_branch(model) and dataset.branches is None:
+            raise ValueError(f"a two-branch model is evaluated on cross-view data (street and aerial images, CVUSA's "
+                             f"layout); {dataset_root} is a {dataset.format} dataset, which does not say which images "
+                             "are queries and which references")
+        branches = image_branches(model, dataset)
         ranks = f" on {ctx.world_size} ranks" if ctx.enabled else ""
         name = checkpoint.display() if isinstance(checkpoint, ModelSource) else Path(checkpoint).name
         yield Progress("log", message=f"evaluating {name} on {len(dataset)} {split} images{ranks}")
@@ -92,9 +136,12 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
             metrics = None
             if main:
                 rows = result["rows"]
-                queries, gallery = query_gallery(dataset, rows)
-                metrics = compute_metrics(result["embeddings"], dataset.labels[rows], ks, dev,
-                                          queries=queries, gallery=gallery)
+                if branches is not None:
+                    metrics = cross_view_metrics(result["embeddings"], dataset.labels[rows], branches[rows], ks, dev)
+                else:
+                    queries, gallery = query_gallery(dataset, rows)
+                    metrics = compute_metrics(result["embeddings"], dataset.labels[rows], ks, dev,
+                                              queries=queries, gallery=gallery)
                 writer.set_attrs(**metrics)
             writer.close()
         except BaseException:

@@ -13,12 +13,23 @@ embeds the batches ``b = r, r + W, r + 2W, ...`` of the ``W`` ranks, and after e
 receives them in batch order: rank 0's stream of ``(rows, arrays)`` is the single-process
 stream, batch for batch (the same images in the same batches, so a model gives the same
 numbers), and no rank holds more than one round in memory. The other ranks yield nothing.
+
+**Two-branch models** (:class:`~dmlviewer.core.models.two_branch.TwoBranchModel`, issue 25):
+each image goes through its own branch at that branch's input shape (``preprocess_of``), the
+branch the dataset names for it (``Dataset.branches``: CVUSA's streets the query branch, its
+aerial images the reference branch; :func:`image_branches`). A batch is still a consecutive
+run of the listing; its images are grouped by branch, each group run through its branch, and
+the rows put back in listing order. The feature file then gets a per-row ``branch`` dataset
+(int8, 0 = query branch, 1 = reference branch; :data:`BRANCH_CODES`), which cross-view
+retrieval reads (:mod:`.retrieval`). A dataset that divides no images between branches is
+embedded wholly by the query branch, as before (a log line says so).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,7 +37,13 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.data.torch_dataset import ImageFolderDataset
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
+
+log = logging.getLogger(__name__)
+
+#: the feature file's per-row ``branch`` codes (two-branch models)
+BRANCH_CODES = {"query": 0, "reference": 1}
 
 
 def default_workers() -> int:
@@ -58,17 +75,84 @@ class ListingBatches(torch.utils.data.Sampler):
         return len(self.batch_ids())
 
 
+def is_two_branch(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a two-branch (cross-view) model."""
+    from dmlviewer.core.models.two_branch import TwoBranchModel
+
+    return isinstance(model, TwoBranchModel)
+
+
+def image_branches(model: torch.nn.Module, dataset) -> np.ndarray | None:
+    """Per image of ``dataset``, the branch of ``model`` that embeds it (``"query"`` or
+    ``"reference"``, from ``dataset.branches``); ``None`` when one branch embeds every image: a
+    one-branch model, or a dataset that divides no images between branches (then the query
+    branch, as a two-branch model's single-branch interface answers)."""
+    if not is_two_branch(model):
+        return None
+    if getattr(dataset, "branches", None) is None:
+        log.warning("%s (format %s) does not say which images are queries and which references: every image "
+                    "goes through the two-branch model's query branch", dataset.root, dataset.format)
+        return None
+    return np.asarray(dataset.branches, dtype=object)
+
+
+def features_fit(path: str | os.PathLike, model: torch.nn.Module, dataset) -> bool:
+    """Whether the feature file at ``path`` can stand for ``model`` run over ``dataset`` as far
+    as branches go: a two-branch model on cross-view data needs the per-row ``branch`` (a file
+    written before extraction ran each image through its own branch has none); anything else
+    fits. An unreadable file does not fit."""
+    if image_branches(model, dataset) is None:
+        return True
+    from .store import StoreError, open_features
+
+    try:
+        return "branch" in open_features(path).datasets
+    except (StoreError, OSError):
+        return False
+
+
+def branch_codes(branches: np.ndarray) -> np.ndarray:
+    """The feature file's ``branch`` values (:data:`BRANCH_CODES`) of per-image branch names."""
+    return (np.asarray(branches, dtype=object) == "reference").astype(np.int8)
+
+
+class BranchImages(ImageFolderDataset):
+    """Images of a dataset, each preprocessed for its own branch (``preprocesses[branches[i]]``;
+    a bad image's successor is preprocessed for the successor's branch)."""
+
+    def __init__(self, dataset, preprocesses: dict, branches: np.ndarray) -> None:
+        super().__init__(dataset, preprocesses["query"], train=False)
+        self.preprocesses, self.branches = preprocesses, branches
+
+    def _tensor(self, image: np.ndarray) -> np.ndarray:
+        return image  # preprocessed in __getitem__, once the returned image's branch is known
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, int]:
+        image, label, i = super().__getitem__(index)
+        return self.preprocesses[self.branches[i]](image), label, i
+
+
+def _collate_mixed(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """A batch of images of different shapes: the tensors as a list, labels and indices stacked."""
+    return ([item[0] for item in batch], torch.tensor([item[1] for item in batch], dtype=torch.int64),
+            torch.tensor([item[2] for item in batch], dtype=torch.int64))
+
+
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None, rank: int = 0,
-                world_size: int = 1) -> torch.utils.data.DataLoader:
+                world_size: int = 1, branches: np.ndarray | None = None) -> torch.utils.data.DataLoader:
     """An evaluation loader over ``dataset`` (a ``core.data.Dataset``) in listing order;
     ``preprocess``: the model's :class:`~dmlviewer.core.data.transforms.Preprocess` (or a size);
-    ``rank``/``world_size``: only this rank's batches (:class:`ListingBatches`)."""
-    from dmlviewer.core.data import ImageFolderDataset
-
+    ``rank``/``world_size``: only this rank's batches (:class:`ListingBatches`). With
+    ``branches`` (per image ``"query"``/``"reference"``), ``preprocess`` is a dict of each
+    branch's preprocessing and a batch's images come as a list (their shapes may differ)."""
     workers = default_workers() if num_workers is None else num_workers
+    if branches is None:
+        images, collate = ImageFolderDataset(dataset, preprocess, train=False), None
+    else:
+        images, collate = BranchImages(dataset, preprocess, branches), _collate_mixed
     return torch.utils.data.DataLoader(
-        ImageFolderDataset(dataset, preprocess, train=False),
+        images, collate_fn=collate,
         batch_sampler=ListingBatches(len(dataset), batch_size, rank, world_size), num_workers=workers,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
@@ -90,17 +174,46 @@ def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
 
     dev = resolve_device(device) if isinstance(device, str) else device
     rank, world = (dist.rank, dist.world_size) if dist is not None and dist.enabled else (0, 1)
-    loader = make_loader(dataset, model.preprocess, batch_size, dev, num_workers, rank, world)
-    local = _embed_local(model, loader, dev, cancel)
+    branches = image_branches(model, dataset)
+    preprocess = model.preprocess if branches is None else {s: model.preprocess_of(s) for s in BRANCH_CODES}
+    loader = make_loader(dataset, preprocess, batch_size, dev, num_workers, rank, world, branches)
+    local = _embed_local(model, loader, dev, cancel, branches)
     if world == 1:
         yield from local
     else:
         yield from _gather_in_order(local, loader.batch_sampler, dist, dev)
 
 
-def _embed_local(model: torch.nn.Module, loader, dev: torch.device,
-                 cancel: CancelToken | None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """``(rows, arrays)`` for each batch of ``loader`` (a :class:`ListingBatches` loader)."""
+def _forward_by_branch(model: torch.nn.Module, images: list[torch.Tensor], sides: np.ndarray,
+                       dev: torch.device, channels_last: bool) -> dict[str, torch.Tensor]:
+    """The outputs of a two-branch model for a mixed batch, each image through its own branch
+    (``sides[i]``), in batch order: ``embeddings``, ``embeddings_raw`` and maybe ``groups``."""
+    parts: dict[str, list] = {}
+    order = []
+    for side in BRANCH_CODES:
+        members = np.flatnonzero(sides == side)
+        if not len(members):
+            continue
+        x = torch.stack([images[i] for i in members]).to(dev, non_blocking=True)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        out = model(x, side)
+        arrays = {"embeddings": out.embedding, "embeddings_raw": out.embedding_raw}
+        if out.groups is not None:
+            arrays["groups"] = out.groups
+        if parts and set(parts) != set(arrays):
+            raise RuntimeError("the two branches give different outputs (groups in one branch only)")
+        for k, v in arrays.items():
+            parts.setdefault(k, []).append(v)
+        order.append(members)
+    inverse = torch.from_numpy(np.argsort(np.concatenate(order))).to(dev)
+    return {k: torch.cat(v)[inverse] for k, v in parts.items()}
+
+
+def _embed_local(model: torch.nn.Module, loader, dev: torch.device, cancel: CancelToken | None,
+                 branches: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """``(rows, arrays)`` for each batch of ``loader`` (a :class:`ListingBatches` loader);
+    ``branches``: each image's branch of a two-branch model (:func:`_forward_by_branch`)."""
     from dmlviewer.core.data.torch_dataset import worker_errors
 
     batches: ListingBatches = loader.batch_sampler
@@ -113,13 +226,16 @@ def _embed_local(model: torch.nn.Module, loader, dev: torch.device,
                 if cancel is not None:
                     cancel.raise_if_cancelled()
                 expected = batches.rows(b)
-                images = images.to(dev, non_blocking=True)
-                if channels_last:
-                    images = images.contiguous(memory_format=torch.channels_last)
-                out = model(images)
-                arrays = {"embeddings": out.embedding, "embeddings_raw": out.embedding_raw}
-                if out.groups is not None:
-                    arrays["groups"] = out.groups
+                if branches is not None:
+                    arrays = _forward_by_branch(model, images, branches[index.numpy()], dev, channels_last)
+                else:
+                    images = images.to(dev, non_blocking=True)
+                    if channels_last:
+                        images = images.contiguous(memory_format=torch.channels_last)
+                    out = model(images)
+                    arrays = {"embeddings": out.embedding, "embeddings_raw": out.embedding_raw}
+                    if out.groups is not None:
+                        arrays["groups"] = out.groups
                 arrays = {k: v.float().cpu().numpy() for k, v in arrays.items()}
                 good = index.numpy() == expected  # a bad image was replaced by its successor
                 if not good.all():
@@ -224,6 +340,7 @@ def write_batches(writer, model: torch.nn.Module, dataset, batch_size: int = 64,
     clock = EtaClock(total)
     rows_done, kept = [], []
     written = 0
+    branches = image_branches(model, dataset)
     for rows, arrays in embed_batches(model, dataset, batch_size, device, num_workers, cancel, dist):
         writer.append(
             embeddings=arrays["embeddings"],
@@ -233,6 +350,7 @@ def write_batches(writer, model: torch.nn.Module, dataset, batch_size: int = 64,
             split=[str(s) for s in dataset.split[rows]],
             boxes=dataset.boxes[rows],
             **({"groups": arrays["groups"]} if "groups" in arrays else {}),
+            **({"branch": branch_codes(branches[rows])} if branches is not None else {}),
         )
         rows_done.append(rows)
         if collect:

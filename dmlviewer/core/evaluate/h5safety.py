@@ -22,7 +22,7 @@ import h5py
 import numpy as np
 
 #: per-row datasets beyond the schema that dmlviewer itself writes (and carries when rewriting)
-KNOWN_EXTRAS = ("grad_weights",)
+KNOWN_EXTRAS = ("grad_weights", "branch")
 #: the largest compression ratio a stored dataset may claim (deflate cannot exceed about 1032:1)
 MAX_COMPRESSION_RATIO = 1100
 #: datasets smaller than this are not checked against their stored size
@@ -41,6 +41,7 @@ SCHEMA = {
     "boxes": ("f", 2, (4,)),
     "groups": ("f", 3, None),
     "grad_weights": ("f", 2, None),
+    "branch": ("iu", 1, None),  # two-branch models: 0 query branch, 1 reference branch
 }
 
 

@@ -251,6 +251,22 @@ def clustering_metrics(embeddings: np.ndarray | torch.Tensor, labels: np.ndarray
     }
 
 
+def one_match_recall(query: np.ndarray, reference: np.ndarray) -> dict:
+    """Recall@1, @5 and @1 % of one-match-per-query retrieval (CVUSA's street-to-aerial
+    protocol): ``reference[i]`` is query ``i``'s only match, ranked among every row of
+    ``reference`` (which may hold more rows than there are queries) by the dot product (cosine
+    for normalized rows), ties counting against the query; @1 % is the top ``ceil(N / 100)``.
+    The computation of ``core.train.cross_view.cross_view_recall`` (a test holds them equal);
+    here so that evaluation does not import training."""
+    query, reference = np.asarray(query, np.float64), np.asarray(reference, np.float64)
+    similarity = query @ reference.T
+    true = similarity.diagonal()
+    rank = (similarity >= true[:, None]).sum(1) - 1  # 0: the match is first
+    top_percent = max(1, math.ceil(0.01 * len(reference)))
+    return {"recall@1": float((rank < 1).mean()), "recall@5": float((rank < 5).mean()),
+            "recall@1%": float((rank < top_percent).mean()), "num_queries": len(query)}
+
+
 def compute_metrics(
     embeddings: np.ndarray | torch.Tensor,
     labels: np.ndarray,
