@@ -1,7 +1,8 @@
 """Helpers the commands share: argument types that check ranges when the command line is
 parsed, the one JSON style of every command, output-path checks, the model options of every
-command that opens a model (``--checkpoint`` or ``--model`` with ``--model-args`` and
-``--weights``: :func:`add_model_options`, :func:`open_command_model`), and the text progress
+command that opens a model (``--checkpoint`` or ``--model`` with ``--model-args``,
+``--weights`` and, for a two-branch model, ``--reference-weights`` and ``--input-shapes``:
+:func:`add_model_options`, :func:`open_command_model`), and the text progress
 display that drives a core job generator (the CLI's counterpart of the GUI's worker).
 
 Bad dataset, image, checkpoint and feature files need no handling here: ``dmlviewer.cli``
@@ -62,6 +63,35 @@ def float_range(low: float, high: float, low_open: bool = False) -> Callable[[st
 
     parse.__name__ = "number"
     return parse
+
+
+def shape_type(low: int, high: int) -> Callable[[str], tuple[int, int]]:
+    """argparse type: one input shape, a side ``S`` or ``HxW`` (e.g. ``64x256``), each side from
+    ``low`` to ``high``; ``(height, width)``."""
+    def parse(text: str) -> tuple[int, int]:
+        from dmlviewer.core.models.two_branch import parse_input_shape
+
+        try:
+            shape = parse_input_shape(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not all(low <= v <= high for v in shape):
+            raise argparse.ArgumentTypeError(f"each side must be from {low} to {high} pixels, got {text[:40]}")
+        return shape
+
+    parse.__name__ = "shape"
+    return parse
+
+
+def input_shapes_type(text: str) -> list[list[int]]:
+    """argparse type: the two branches' input shapes, ``QUERY,REFERENCE`` (each ``S`` or
+    ``HxW``, e.g. ``64x256,128``), as JSON-ready ``[[h, w], [h, w]]`` (``--input-shapes``)."""
+    from dmlviewer.core.models.two_branch import parse_input_shapes
+
+    try:
+        return [list(shape) for shape in parse_input_shapes(text)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def thresholds_type(text: str) -> list[float]:
@@ -166,6 +196,16 @@ WEIGHTS_HELP = ("weights for --model: a state dict or a training checkpoint (Lig
                 "the weights NAME builds")
 
 
+REFERENCE_WEIGHTS_HELP = ("two-branch --model (NAME returns a (query, reference) pair of modules): the reference "
+                          "branch's weights, --weights then holding the query branch's; default: --weights holds "
+                          "both branches (keys query.* and reference.*)")
+INPUT_SHAPES_HELP = ("two-branch --model: the query's and the reference's input shapes, each a side or HxW, e.g. "
+                     "64x256,128 (a 1:4 street panorama and a 128 x 128 aerial image); default: 224 each")
+#: the options that only --model uses (command_model_source refuses them with --checkpoint)
+CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
+                ("--reference-weights", "reference_weights"), ("--input-shapes", "input_shapes"))
+
+
 def json_object(text: str) -> dict:
     """argparse type: a JSON object (``--model-args``)."""
     try:
@@ -179,14 +219,17 @@ def json_object(text: str) -> dict:
 
 def add_model_options(p: argparse.ArgumentParser, required: bool = True, checkpoint_help: str = CHECKPOINT_HELP,
                       what: str = "") -> None:
-    """``--checkpoint`` or ``--model`` (one of them, ``required`` or not), with ``--model-args``
-    and ``--weights``: the model options of every command that opens a model (DESIGN.md, the
-    code-and-weights door). ``what``: appended to the help (e.g. " (for --region)")."""
+    """``--checkpoint`` or ``--model`` (one of them, ``required`` or not), with ``--model-args``,
+    ``--weights``, ``--reference-weights`` and ``--input-shapes``: the model options of every
+    command that opens a model (DESIGN.md, the code-and-weights door; the last two for a
+    two-branch model, issue 25). ``what``: appended to the help (e.g. " (for --region)")."""
     group = p.add_mutually_exclusive_group(required=required)
     group.add_argument("--checkpoint", metavar="C", help=checkpoint_help + what)
     group.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + what)
     p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)
     p.add_argument("--weights", metavar="FILE", help=WEIGHTS_HELP)
+    p.add_argument("--reference-weights", metavar="FILE", help=REFERENCE_WEIGHTS_HELP)
+    p.add_argument("--input-shapes", type=input_shapes_type, metavar="Q,R", help=INPUT_SHAPES_HELP)
 
 
 def command_model_source(args: argparse.Namespace):
@@ -198,11 +241,13 @@ def command_model_source(args: argparse.Namespace):
 
     entry = getattr(args, "model", None)
     if entry:
-        source = ModelSource("code", entry=entry, args=args.model_args or {}, weights=args.weights)
+        shapes = getattr(args, "input_shapes", None)
+        source = ModelSource("code", entry=entry, args=args.model_args or {}, weights=args.weights,
+                             reference_weights=getattr(args, "reference_weights", None),
+                             options={"input_shapes": shapes} if shapes else {})
     else:
-        for option, value in (("--model-args", getattr(args, "model_args", None)),
-                              ("--weights", getattr(args, "weights", None))):
-            if value is not None:
+        for option, attr in CODE_OPTIONS:
+            if getattr(args, attr, None) is not None:
                 raise UsageError(f"{option} is only used with --model")
         if not args.checkpoint:
             return None

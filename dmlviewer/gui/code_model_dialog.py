@@ -8,6 +8,13 @@ one's own script does. The names offered for the callable are read from the file
 (nothing is run before Open). The fields are checked when Open is pressed, never per keystroke;
 Open emits a ``ModelSource(kind="code")`` that the main window opens in the background and
 remembers in the recent models and the last session.
+
+Two branches (issue 25): a callable that returns a ``(query, reference)`` pair of modules opens
+as a two-branch (cross-view) model; the optional Reference weights field gives the reference
+branch's file (the Weights file then holds the query branch's; without it the Weights file holds
+both, keys ``query.``/``reference.``) and Input shapes the two branches' inputs (``64x256,128``).
+Whether the callable returns two modules is only known once it is run, so the fields are always
+there and a note says when they apply; a one-module callable with them is refused on Open.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ WEIGHTS_FILTER = "Weights (*.pth *.pt *.bin *.ckpt *.safetensors);;All files (*)
 #: Largest module file whose names are listed (its syntax tree is parsed, not run).
 _MAX_SOURCE_BYTES = 2_000_000
 #: The sentence that says what Open does with the file.
+#: The note under the two-branch fields.
+TWO_BRANCH_NOTE = ("Two-branch (cross-view) models: when the function returns a (query, reference) pair of "
+                   "modules, the Reference weights file holds the reference branch (then the Weights file holds "
+                   "the query branch; leave it empty when one file holds both, keys query.* and reference.*), and "
+                   "Input shapes gives each branch's input, e.g. 64x256,128 (and Feature layer may name one layer per "
+                   "branch: query_layer,reference_layer). Leave both empty for one module.")
 RUNS_CODE = ("Open runs this file (or imports this module) as Python code, just as running your own "
              "script would: open only code you trust. The weights file is read as tensors only, "
              "nothing in it is run.")
@@ -50,10 +63,13 @@ def callables_in(path: str | Path) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
 
 
-def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = ""):
+def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = "",
+                reference_weights: str = "", input_shapes: str = ""):
     """A ``ModelSource(kind="code")`` from the dialog's fields; ``ValueError`` with one line
-    saying which field to change."""
+    saying which field to change (``reference_weights`` and ``input_shapes``: a two-branch
+    model's, see the module docstring)."""
     from dmlviewer.core.models.source import ModelSource
+    from dmlviewer.core.models.two_branch import parse_input_shapes
 
     module, name = module.strip(), name.strip()
     head, sep, tail = module.rpartition(":")
@@ -84,8 +100,20 @@ def code_source(module: str, name: str, args_text: str = "", weights: str = "", 
         if not path.is_file():
             raise ValueError(f"the weights file {path} does not exist")
         weights = str(path.resolve())
+    reference_weights = reference_weights.strip()
+    if reference_weights:
+        path = settings.expand_user(reference_weights)
+        if not path.is_file():
+            raise ValueError(f"the reference weights file {path} does not exist")
+        reference_weights = str(path.resolve())
     options = {"feature_layer": feature_layer.strip()} if feature_layer.strip() else {}
-    return ModelSource("code", entry=f"{module}:{name}", args=args, weights=weights or None, options=options)
+    if input_shapes.strip():
+        try:
+            options["input_shapes"] = [list(shape) for shape in parse_input_shapes(input_shapes)]
+        except ValueError as exc:
+            raise ValueError(f"input shapes: {exc}") from None
+    return ModelSource("code", entry=f"{module}:{name}", args=args, weights=weights or None, options=options,
+                       reference_weights=reference_weights or None)
 
 
 class CodeModelDialog(QDialog):
@@ -113,12 +141,22 @@ class CodeModelDialog(QDialog):
         self.weights.edit.setPlaceholderText("optional: a state dict, read as tensors only")
         self.feature_layer = QLineEdit()
         self.feature_layer.setPlaceholderText("optional: automatic (the last spatial map)")
+        self.reference_weights = PathEdit("file", "Reference branch weights file (optional)", WEIGHTS_FILTER)
+        self.reference_weights.edit.setPlaceholderText("two-branch models only: the reference branch's weights")
+        self.input_shapes = QLineEdit()
+        self.input_shapes.setPlaceholderText("two-branch models only: query,reference e.g. 64x256,128")
+        two_note = QLabel(TWO_BRANCH_NOTE)
+        two_note.setWordWrap(True)
+        two_note.setObjectName("twoBranchNote")
         form = QFormLayout()
         form.addRow("Python file or module", self.module)
         form.addRow("Function or class", self.name)
         form.addRow("Keyword arguments", self.args)
         form.addRow("Weights file", self.weights)
         form.addRow("Feature layer", self.feature_layer)
+        form.addRow("Reference weights", self.reference_weights)
+        form.addRow("Input shapes", self.input_shapes)
+        form.addRow(two_note)
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #eb5757")
@@ -144,6 +182,9 @@ class CodeModelDialog(QDialog):
         self.args.setText(json.dumps(source.args) if source.args else "")
         self.weights.setText(source.weights or "")
         self.feature_layer.setText(str(source.options.get("feature_layer") or ""))
+        self.reference_weights.setText(source.reference_weights or "")
+        shapes = source.options.get("input_shapes") or []
+        self.input_shapes.setText(",".join(f"{s[0]}x{s[1]}" if isinstance(s, list) else str(s) for s in shapes))
 
     def _list_names(self) -> None:
         """Offer the file's public functions and classes (read from its syntax tree)."""
@@ -162,7 +203,8 @@ class CodeModelDialog(QDialog):
         """Check the fields (only now), then emit the source and close."""
         try:
             self.source = code_source(self.module.text(), self.name.currentText(), self.args.text(),
-                                      self.weights.text(), self.feature_layer.text())
+                                      self.weights.text(), self.feature_layer.text(),
+                                      self.reference_weights.text(), self.input_shapes.text())
         except ValueError as exc:
             self.error.setText(str(exc))
             self.error.show()

@@ -177,8 +177,10 @@ def resolve_entry(entry: str) -> tuple[Any, Path | None]:
     return obj, path
 
 
-def build_module(entry: str, args: Mapping[str, Any] | None = None) -> tuple[nn.Module, Path | None]:
-    """Call ``entry`` with ``args`` as keyword arguments: ``(the nn.Module, its source file)``."""
+def build_module(entry: str, args: Mapping[str, Any] | None = None
+                 ) -> tuple[nn.Module | tuple[nn.Module, nn.Module], Path | None]:
+    """Call ``entry`` with ``args`` as keyword arguments: ``(the nn.Module, its source file)``; a
+    ``(query, reference)`` pair of modules for an ``entry`` that returns two (a two-branch model)."""
     if args is not None and not isinstance(args, Mapping):
         raise ModelError(f"model arguments must be a JSON object (name: value), got a {type(args).__name__}")
     args = dict(args or {})
@@ -191,11 +193,23 @@ def build_module(entry: str, args: Mapping[str, Any] | None = None) -> tuple[nn.
         shown = json.dumps(args)[:200]
         raise ModelError(f"{entry} with arguments {shown} failed{' at ' + where if where else ''}: "
                          f"{_one_line(exc)}") from None
+    if isinstance(module, (tuple, list)):  # (query, reference): a two-branch model (issue 25)
+        if len(module) != 2:
+            raise ModelError(f"{entry} returned {len(module)} items: return one torch.nn.Module, or a "
+                             "(query, reference) pair of them for a two-branch model")
+        pair = tuple(_one_module(m, entry, f"the {side} item") for m, side in zip(module, ("query", "reference")))
+        return pair, path
+    return _one_module(module, entry), path
+
+
+def _one_module(module: Any, entry: str, what: str = "") -> nn.Module:
+    """``module`` unwrapped from DataParallel, or ``ModelError`` when it is no ``nn.Module``."""
     if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
         module = module.module
     if not isinstance(module, nn.Module):
-        raise ModelError(f"{entry} returned a {type(module).__name__}, not a torch.nn.Module")
-    return module, path
+        raise ModelError(f"{entry} returned {what + ' as ' if what else ''}a {type(module).__name__}, "
+                         "not a torch.nn.Module")
+    return module
 
 
 # ------------------------------------------------------------------------------ weights
@@ -291,9 +305,9 @@ def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the m
 # ------------------------------------------------------------------------------ the door
 
 def code_sha256(entry: str, source_file: Path | None, args: Mapping[str, Any], weights: str | None,
-                module: nn.Module) -> str:
+                module: nn.Module, reference_weights: str | None = None) -> str:
     """What identifies a code-door model: the entry, its file's bytes, the arguments and the
-    weights file's hash (without weights: the module's initial state)."""
+    weights files' hashes (without weights: the module's initial state)."""
     from .checkpoint import file_sha256
     from .opening import model_fingerprint
 
@@ -302,39 +316,112 @@ def code_sha256(entry: str, source_file: Path | None, args: Mapping[str, Any], w
         digest.update(source_file.read_bytes())
     digest.update(json.dumps(dict(args), sort_keys=True, default=str).encode())
     digest.update((file_sha256(weights) if weights else model_fingerprint(module)).encode())
+    if reference_weights:  # a two-branch model's second file (issue 25)
+        digest.update(b"\0reference\0" + file_sha256(reference_weights).encode())
     return digest.hexdigest()
+
+
+def _float32(module: nn.Module, notes: list[str], what: str = "model") -> None:
+    """Convert a module we built to float32 in place (before its weights are loaded, so that they
+    keep the file's precision), saying so in ``notes``."""
+    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in itertools.chain(module.parameters(), module.buffers())
+                     if t.is_floating_point() and t.dtype != torch.float32})
+    if dtypes:
+        module.float()
+        notes.append(f"the {what}'s weights are {', '.join(dtypes)}: dmlviewer runs it in float32 (its embeddings "
+                     "may differ from the original's at that precision)")
+        log.warning("%s", notes[-1])
+
+
+def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | None,
+                             reference_weights: str | os.PathLike | None, entry: str) -> list[str]:
+    """One file for both branches (keys ``query.``/``reference.``, under any wrapper's prefix) or
+    one file per branch (``weights`` the query's, ``reference_weights`` the reference's)."""
+    if weights and not reference_weights:
+        try:
+            return load_weights(pair, weights, entry)
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc} (one weights file for a two-branch model holds both branches, its keys "
+                                  "starting with query. and reference.; or give the reference branch's file "
+                                  "with --reference-weights)"[:900]) from None
+    notes = []
+    for side, path in (("query", weights), ("reference", reference_weights)):
+        if path:
+            notes += load_weights(pair[side], path, f"{entry} ({side} branch)")
+    return notes
 
 
 def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: str | os.PathLike | None = None,
                     device: str | torch.device = "cpu", feature_layer: str | None = None, output: Any = None,
-                    size: int | None = None) -> tuple[nn.Module, dict]:
+                    size: Any = None, reference_weights: str | os.PathLike | None = None,
+                    input_shapes: Any = None) -> tuple[nn.Module, dict]:
     """``(model, info)``: the module ``entry(**args)`` builds, with ``weights`` loaded, through
     :func:`~.opening.open_model` (``feature_layer``, ``output``: a key or an index, ``size``).
     ``info["source"]`` is ``"code"``, ``info["path"]`` the weights file, ``info["entry"]`` and
     ``info["args"]`` what was called, ``info["notes"]`` the one-line notes (e.g. a half-precision
-    module run in float32, a module put in eval mode)."""
+    module run in float32, a module put in eval mode).
+
+    Two branches (issue 25): when ``entry`` returns a ``(query, reference)`` pair of modules the
+    result is a :class:`~.two_branch.TwoBranchModel`; ``weights`` then holds both branches (keys
+    ``query.``/``reference.``) or, with ``reference_weights``, the query branch's alone;
+    ``input_shapes`` is the ``(query, reference)`` pair of input shapes (each a side or
+    ``(height, width)``, e.g. ``((64, 256), 128)``) and overrides ``size``; ``feature_layer``
+    applies to both branches, or is ``"QUERY_LAYER,REFERENCE_LAYER"``."""
     from .opening import open_model
 
     if isinstance(output, bool) or (output is not None and not isinstance(output, (str, int))):
         raise ModelError(f"output must be a key (text) or an index (integer), got {output!r}"[:200])
     args = dict(args or {})
     module, source_file = build_module(entry, args)
+    two = isinstance(module, tuple)
+    if not two and (reference_weights or input_shapes):
+        given = "--reference-weights" if reference_weights else "--input-shapes"
+        raise ModelError(f"{given} is for a two-branch model: {entry} returned one module (return a (query, "
+                         "reference) pair of modules for a query and a reference encoder)")
     notes: list[str] = []
-    dtypes = sorted({str(t.dtype).replace("torch.", "") for t in itertools.chain(module.parameters(), module.buffers())
-                     if t.is_floating_point() and t.dtype != torch.float32})
-    if dtypes:  # we built this module: convert it in place (the Python door converts a copy), before
-        module.float()  # the weights are loaded, so that they keep the file's precision
-        notes.append(f"the model's weights are {', '.join(dtypes)}: dmlviewer runs it in float32 (its embeddings "
-                     "may differ from the original's at that precision)")
-        log.warning("%s", notes[-1])
-    if weights:
-        notes += load_weights(module, weights, entry)
-    sha = code_sha256(entry, source_file, args, str(weights) if weights else None, module)
-    module.eval()  # a freshly built module is in training mode as every nn.Module is: nothing to say
-    model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size)
+    if two:
+        pair = nn.ModuleDict({"query": module[0], "reference": module[1]})
+        for side in ("query", "reference"):
+            _float32(pair[side], notes, f"{side} branch")
+        if weights or reference_weights:
+            notes += _load_two_branch_weights(pair, weights, reference_weights, entry)
+        fingerprint_of = pair
+    else:
+        _float32(module, notes)
+        if weights:
+            notes += load_weights(module, weights, entry)
+        fingerprint_of = module
+    sha = code_sha256(entry, source_file, args, str(weights) if weights else None, fingerprint_of,
+                      str(reference_weights) if reference_weights else None)
+    if two:
+        for m in module:
+            m.eval()
+        if input_shapes is not None:
+            size = _shapes_pair(input_shapes)
+        if isinstance(feature_layer, str) and "," in feature_layer:  # "QUERY_LAYER,REFERENCE_LAYER"
+            feature_layer = tuple(part.strip() or None for part in feature_layer.split(",", 1))
+        model, info = open_model(tuple(module), device, feature_layer=feature_layer, output=output, size=size)
+    else:
+        module.eval()  # a freshly built module is in training mode as every nn.Module is: nothing to say
+        model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size)
     notes = notes + list(info.get("notes", []))
     info = {**info, "source": "code", "path": str(weights) if weights else None, "entry": str(entry), "args": args,
             "sha256": sha, "notes": notes}
+    if two:
+        info["reference_weights"] = str(reference_weights) if reference_weights else None
     log.info("opened %s%s: %s", entry, f" with {Path(weights).name}" if weights else " (no weights: as built)",
              info.get("rule"))
     return model, info
+
+
+def _shapes_pair(value: Any) -> tuple:
+    """``((h, w), (h, w))`` from a ``(query, reference)`` pair of sides or ``[h, w]`` lists
+    (``ModelError`` naming the value otherwise)."""
+    from dmlviewer.core.data.transforms import input_shape
+
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ModelError(f"input_shapes must be a (query, reference) pair of shapes, got {value!r}"[:200])
+    try:
+        return tuple(input_shape(tuple(v) if isinstance(v, list) else v) for v in value)
+    except ValueError as exc:
+        raise ModelError(f"input_shapes: {exc}") from None

@@ -1818,15 +1818,11 @@ def describe_reference_check(check: dict) -> str:
     return f"{where}: {numbers}: they DIFFER (above {check['tolerance']:g})"
 
 
-def write_checkpoint(plan: ImportPlan, out: str | os.PathLike, check_against: str | os.PathLike | None = None,
-                     force: bool = False) -> tuple[Path, float]:
-    """Build, check and save the imported model atomically; returns ``(path, relative difference
-    of the folded head from its own source layers)`` (a check of the folding, not of the model
-    against the user's). ``check_against``: a reference file (``read_reference``) whose embeddings
-    the written model must reproduce within ``CHECK_TOLERANCE``, else ``LayoutError`` (nothing
-    written) unless ``force``; the result is ``plan.reference_check`` and in the checkpoint."""
-    from .checkpoint import file_sha256, save_checkpoint
-
+def _checked_model(plan: ImportPlan, check_against: str | os.PathLike | None, force: bool,
+                   option: str = "--check-against") -> tuple[EmbeddingModel, float]:
+    """``(the built model, folding difference)``: the folded head checked against its source layers
+    and, with ``check_against``, the model against the user's embeddings (``plan.reference_check``);
+    ``LayoutError`` (nothing written) when either differs, the second unless ``force``."""
     model = build_imported(plan)
     diff = check_head(plan, model)
     if not diff <= CHECK_TOLERANCE:
@@ -1836,19 +1832,105 @@ def write_checkpoint(plan: ImportPlan, out: str | os.PathLike, check_against: st
     if check_against is not None:
         check = compare_with_reference(model, check_against)
         if not check["passed"] and not force:
-            raise LayoutError(f"{describe_reference_check(check)}: not written; check the pooling (--pooling, "
-                              "--gem-p), the head (--head) and the input, or give --force to write it anyway")
+            where = "" if option == "--check-against" else f"{option}: "
+            raise LayoutError(f"{where}{describe_reference_check(check)}: not written; check the pooling "
+                              "(--pooling, --gem-p), the head (--head) and the input, or give --force to write "
+                              "it anyway")
         check["forced"] = not check["passed"]
         plan.reference_check = check
-    extra = {"import": {
+    return model, diff
+
+
+def _import_record(plan: ImportPlan, diff: float) -> dict:
+    """What ``extra["import"]`` records of one plan (sources and their hashes, choices, checks)."""
+    from .checkpoint import file_sha256
+
+    return {
         "sources": [{"path": str(Path(p).resolve()), "sha256": file_sha256(p)} for p in plan.sources.files],
         "arch": plan.arch, "prefix": plan.match.prefix, "head": plan.head_spec,
         "head_auto": plan.head_auto, "notes": list(plan.notes), "assumptions": list(plan.assumptions),
         "unmatched": dict(plan.unmatched), "head_check_relative_diff": diff,
         "reference_check": dict(plan.reference_check) if plan.reference_check else None,
-    }}
-    path = save_checkpoint(out, model, epoch=0, extra=extra)
+    }
+
+
+def write_checkpoint(plan: ImportPlan, out: str | os.PathLike, check_against: str | os.PathLike | None = None,
+                     force: bool = False) -> tuple[Path, float]:
+    """Build, check and save the imported model atomically; returns ``(path, relative difference
+    of the folded head from its own source layers)`` (a check of the folding, not of the model
+    against the user's). ``check_against``: a reference file (``read_reference``) whose embeddings
+    the written model must reproduce within ``CHECK_TOLERANCE``, else ``LayoutError`` (nothing
+    written) unless ``force``; the result is ``plan.reference_check`` and in the checkpoint."""
+    from .checkpoint import save_checkpoint
+
+    model, diff = _checked_model(plan, check_against, force)
+    path = save_checkpoint(out, model, epoch=0, extra={"import": _import_record(plan, diff)})
     log.info("imported %s as %s (%s)", ", ".join(plan.sources.files), plan.arch, plan.summary())
     if plan.reference_check and plan.reference_check["forced"]:
         log.warning("written with --force although %s", describe_reference_check(plan.reference_check))
     return path, diff
+
+
+# --------------------------------------------------------------------------- two branches (issue 25)
+
+def plan_dim(plan: ImportPlan) -> int:
+    """The embedding width ``plan`` writes (its projection's, else the backbone's channels)."""
+    return int(plan.config["dim"] or candidate(plan.arch).channels)
+
+
+def check_two_branch_plans(query: ImportPlan, reference: ImportPlan) -> None:
+    """``LayoutError`` (one line) when the two imported branches cannot share one embedding space:
+    their embedding widths differ (a similarity between them would be undefined)."""
+    dq, dr = plan_dim(query), plan_dim(reference)
+    if dq != dr:
+        raise LayoutError(f"the two branches must embed into one space: the query branch ({query.arch}, "
+                          f"{query.summary()}) gives {dq} dimensions, the reference branch ({reference.arch}, "
+                          f"{reference.summary()}) {dr}; check --head and --reference-head")
+
+
+def two_branch_report(query: ImportPlan, reference: ImportPlan, shapes: dict, full_mapping: bool = False) -> str:
+    """The report of a two-branch import: each branch's report (what was recognized and ASSUMED
+    for that branch, indented), then the two-branch model it makes."""
+    lines = []
+    for side, plan in (("query", query), ("reference", reference)):
+        lines.append(f"{side} branch:")
+        (h, w), size = shapes[side], plan.config["image_size"]
+        lines += [f"  {line}".replace(f"input: {size} px,", f"input: {h}x{w} px,", 1)
+                  for line in plan.report(full_mapping).splitlines()]
+    (hq, wq), (hr, wr) = shapes["query"], shapes["reference"]
+    lines.append(f"two-branch model: query {query.arch} at {hq}x{wq} px, reference {reference.arch} at "
+                 f"{hr}x{wr} px, one embedding space of {plan_dim(query)} dimensions")
+    return "\n".join(lines)
+
+
+def write_two_branch_checkpoint(query: ImportPlan, reference: ImportPlan, out: str | os.PathLike,
+                                shapes: dict, check_against: Sequence = (None, None),
+                                force: bool = False) -> tuple[Path, float]:
+    """Build both branches (each checked as :func:`write_checkpoint` checks one; ``check_against``
+    is a ``(query file, reference file)`` pair, either ``None``) and save one two-branch checkpoint
+    (:mod:`.two_branch`: config ``branches`` + ``input_shapes``, keys ``query.``/``reference.``)
+    atomically. ``shapes``: ``{"query": (h, w), "reference": (h, w)}``. Returns ``(path, the
+    larger folding difference)``; ``LayoutError`` when the embedding widths differ."""
+    from .checkpoint import save_checkpoint
+    from .two_branch import TwoBranchModel, check_two_branch_config
+
+    check_two_branch_plans(query, reference)
+    options = ("--check-against", "--reference-check-against")
+    built = [_checked_model(plan, path, force, option)
+             for plan, path, option in zip((query, reference), check_against, options)]
+    for (model, _), side in zip(built, ("query", "reference")):
+        model.config["image_size"] = max(shapes[side])  # as check_two_branch_config records it
+    try:
+        model = TwoBranchModel(built[0][0], built[1][0], input_shapes=dict(shapes)).eval()
+        check_two_branch_config(model.config)
+    except ValueError as exc:
+        raise LayoutError(str(exc)) from None
+    extra = {"import": {"branches": {side: _import_record(plan, diff) for side, plan, (_, diff)
+                                     in zip(("query", "reference"), (query, reference), built)}}}
+    path = save_checkpoint(out, model, epoch=0, extra=extra)
+    log.info("imported a two-branch model: query %s (%s), reference %s (%s)", query.arch, query.summary(),
+             reference.arch, reference.summary())
+    for plan in (query, reference):
+        if plan.reference_check and plan.reference_check["forced"]:
+            log.warning("written with --force although %s", describe_reference_check(plan.reference_check))
+    return path, max(diff for _, diff in built)

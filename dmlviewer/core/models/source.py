@@ -7,7 +7,11 @@ Every door into dmlviewer is one :class:`ModelSource`:
 - ``pretrained``: ``imagenet:BACKBONE``, a backbone with its ImageNet weights, ``path`` is the spec;
 - ``code``: the user's own Python builds the architecture (``entry`` is ``file.py:NAME`` or
   ``package.module:NAME``, called with ``args``), ``weights`` is a tensor file read with
-  ``weights_only=True``; running the user's file is an explicit act, like running their script;
+  ``weights_only=True``; running the user's file is an explicit act, like running their script.
+  A callable that returns a ``(query, reference)`` pair of modules is a two-branch model (issue
+  25): ``weights`` holds both branches (``query.``/``reference.`` keys) or, with
+  ``reference_weights``, the query branch's; ``options["input_shapes"]`` is the pair of input
+  shapes (``[[64, 256], [128, 128]]``);
 - ``python``: a live ``nn.Module`` handed over from Python, for the lifetime of the process only
   (never written to settings: there is nothing to reopen it from).
 
@@ -41,8 +45,9 @@ class ModelSource:
     entry: str | None = None         # code: "file.py:NAME" or "package.module:NAME"
     args: dict = field(default_factory=dict)      # code: keyword arguments of the callable (JSON)
     weights: str | None = None       # code: weights file (torch.load weights_only=True, safetensors)
-    options: dict = field(default_factory=dict)   # code/python: feature_layer, output, size
+    options: dict = field(default_factory=dict)   # code/python: feature_layer, output, size, input_shapes
     label: str | None = None         # python: a name to show (the module's class)
+    reference_weights: str | None = None  # code, two branches: the reference branch's weights file
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -71,7 +76,7 @@ class ModelSource:
         if kind not in KINDS or kind == "python":
             raise ModelError(f"a remembered model source has kind {kind!r}, which cannot be reopened")
         out: dict[str, Any] = {"kind": kind}
-        for key in ("path", "entry", "weights", "label"):
+        for key in ("path", "entry", "weights", "label", "reference_weights"):
             value = data.get(key)
             if value is None:
                 continue
@@ -98,7 +103,7 @@ class ModelSource:
         if self.kind == "python":
             raise ModelError("a live Python module cannot be remembered")
         out: dict[str, Any] = {"kind": self.kind}
-        for key in ("path", "entry", "weights", "label"):
+        for key in ("path", "entry", "weights", "label", "reference_weights"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         for key in ("args", "options"):
@@ -122,6 +127,8 @@ class ModelSource:
             return str(self.path)
         if self.kind == "code":
             weights = f" + {Path(self.weights).name}" if self.weights else ""
+            if self.reference_weights:
+                weights += f" + {Path(self.reference_weights).name}"
             return f"{self.entry}{weights}"
         return self.label or "Python module"
 
@@ -135,6 +142,7 @@ class ModelSource:
         """One line when a file this source needs is gone (before trying to open it), else None."""
         for what, value in (("checkpoint", self.path if self.kind == "checkpoint" else None),
                             ("weights file", self.weights),
+                            ("reference weights file", self.reference_weights),
                             ("model file", _entry_file(self.entry))):
             if value and not os.path.exists(value):
                 return f"{what} not found: {value}"
@@ -155,14 +163,14 @@ class ModelSource:
             if problem:
                 raise ModelError(f"model options: {problem}")
             model, info = open_code_model(self.entry, args=self.args, weights=self.weights, device=device,
-                                          **self.options)
+                                          reference_weights=self.reference_weights, **self.options)
         else:
             raise ModelError("a live Python module is reopened from Python, not from a source")
         return model, {**info, "model_source": self}
 
 
 #: what ``options`` may hold, and the types each takes (JSON values)
-OPTION_TYPES = {"feature_layer": (str,), "output": (str, int), "size": (int,)}
+OPTION_TYPES = {"feature_layer": (str,), "output": (str, int), "size": (int,), "input_shapes": (list,)}
 
 
 def _options_problem(options: dict) -> str | None:
@@ -175,7 +183,20 @@ def _options_problem(options: dict) -> str | None:
     size = options.get("size")
     if size is not None and not 8 <= size <= 4096:  # as a model config's image_size
         return f"size must be from 8 to 4096 pixels, got {size}"
+    shapes = options.get("input_shapes")
+    if shapes is not None and not _shapes_ok(shapes):
+        return ("input_shapes must be the query's and the reference's input shape, each a side or [height, width] "
+                f"from 8 to 4096, got {json.dumps(shapes)[:80]}")
     return None
+
+
+def _shapes_ok(shapes: list) -> bool:
+    """Whether ``shapes`` is a ``[query, reference]`` list of sides or ``[h, w]`` pairs (8..4096)."""
+    def side(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 4096
+
+    return len(shapes) == 2 and all(side(s) or (isinstance(s, list) and len(s) == 2 and all(map(side, s)))
+                                    for s in shapes)
 
 
 def _entry_file(entry: str | None) -> str | None:

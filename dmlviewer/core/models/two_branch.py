@@ -198,6 +198,30 @@ class TwoBranchModel(nn.Module):
                 release()
 
 
+def parse_input_shape(text: str) -> tuple[int, int]:
+    """``(height, width)`` from ``"S"`` (a square side) or ``"HxW"`` (``"64x256"``; ``X``, ``*``
+    or a space also separate), each from 8 to 4096; ``ValueError`` (one line) otherwise. The form
+    every option that takes one branch's input shape reads (``--image-size``, ``--input-shapes``)."""
+    from dmlviewer.core.data.transforms import input_shape
+
+    raw = str(text).strip().lower()
+    parts = [p for p in raw.replace("*", "x").replace(" ", "x").split("x") if p]
+    if len(raw) > 40 or not 1 <= len(parts) <= 2 or not all(p.isascii() and p.isdigit() and len(p) <= 5 for p in parts):
+        raise ValueError(f"input shape must be a side S or HxW (e.g. 64x256), each from 8 to 4096, got {text!r}"[:200])
+    values = [int(p) for p in parts]
+    return input_shape(values[0] if len(values) == 1 else tuple(values))
+
+
+def parse_input_shapes(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The query's and the reference's input shapes from ``"QUERY,REFERENCE"`` (each ``S`` or
+    ``HxW``, e.g. ``"64x256,128"``: a 1:4 panorama and a 128 x 128 aerial image); ``ValueError``."""
+    parts = str(text).split(",")
+    if len(parts) != 2:
+        raise ValueError(f"give the two branches' input shapes as QUERY,REFERENCE (each S or HxW, e.g. "
+                         f"64x256,128), got {str(text)[:80]!r}")
+    return parse_input_shape(parts[0]), parse_input_shape(parts[1])
+
+
 def branch_of(model: nn.Module, side: str) -> nn.Module:
     """``side``'s branch of a two-branch model; any other model is its own branch for both sides."""
     return model.branch(side) if isinstance(model, TwoBranchModel) else model
@@ -244,4 +268,4 @@ def open_two_branch(source: tuple, device, open_one: Callable[..., tuple[nn.Modu
 
 
 __all__ = ["BRANCHES", "TwoBranchModel", "branch_of", "build_two_branch", "check_two_branch_config",
-           "is_two_branch_config", "open_two_branch"]
+           "is_two_branch_config", "open_two_branch", "parse_input_shape", "parse_input_shapes"]
