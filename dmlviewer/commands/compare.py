@@ -35,8 +35,9 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import (CHECKPOINT_HELP, MODEL_ARGS_HELP, MODEL_HELP, WEIGHTS_HELP, add_device, drive,
-                                      FORMATS, PROTOCOLS, int_range, json_object, open_command_model, print_json,
+from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, INPUT_SHAPES_HELP, MODEL_ARGS_HELP, MODEL_HELP,
+                                      PROTOCOLS, REFERENCE_WEIGHTS_HELP, WEIGHTS_HELP, add_device, drive,
+                                      input_shapes_type, int_range, json_object, open_command_model, print_json,
                                       seed_type, thresholds_type)
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + "; counts as the last model")
     p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)
     p.add_argument("--weights", metavar="FILE", help=WEIGHTS_HELP)
+    p.add_argument("--reference-weights", metavar="FILE", help=REFERENCE_WEIGHTS_HELP)
+    p.add_argument("--input-shapes", type=input_shapes_type, metavar="Q,R", help=INPUT_SHAPES_HELP)
     p.add_argument("--randomize", action="store_true",
                    help="compare the model with copies whose layers are re-initialized from the top down "
                         "(cascading randomization check; one model only)")
@@ -89,15 +92,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _sources(args: argparse.Namespace) -> list[argparse.Namespace]:
     """One namespace per model (``checkpoint`` or ``model`` set), for ``open_command_model``."""
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import CODE_OPTIONS
 
     models = [argparse.Namespace(checkpoint=c, model=None, model_args=None, weights=None)
               for c in args.checkpoint or []]
     if args.model:
         models.append(argparse.Namespace(checkpoint=None, model=args.model, model_args=args.model_args,
-                                         weights=args.weights))
+                                         weights=args.weights, reference_weights=args.reference_weights,
+                                         input_shapes=args.input_shapes))
     else:
-        for option, value in (("--model-args", args.model_args), ("--weights", args.weights)):
-            if value is not None:
+        for option, attr in CODE_OPTIONS:
+            if getattr(args, attr, None) is not None:
                 raise UsageError(f"{option} is only used with --model")
     wanted = 1 if args.randomize else 2
     if len(models) != wanted:
@@ -138,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import command_model_source
+    from dmlviewer.commands.explain import check_two_branch_options
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.explain.compare import compare_models, split_names
 
@@ -154,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
     models, device = [], None
     for source in sources:
         model, device = open_command_model(source, args.device, args.size)
+        check_two_branch_options(model, args.size)  # one --size means nothing to a two-branch model
         models.append(model)
     try:
         if args.randomize:

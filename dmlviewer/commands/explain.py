@@ -71,12 +71,32 @@ def run(args: argparse.Namespace) -> int:
         if advice is None:
             raise
         raise UsageError(advice) from None
+    check_two_branch_options(model, args.size, args.method)
     bank = (grad_bank_from_features(model, args.features, device, save=args.save_grad_weights)
             if args.method == "grad_transfer" else None)
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
     written = Explanation.from_pair(pair, args.method).save(out)  # atomic: never a half-written npz
     log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     return 0
+
+
+def check_two_branch_options(model, size: int | None, method: str | None = None) -> None:
+    """``UsageError`` for options that have no meaning for a two-branch model: one ``--size``
+    (each branch takes its own input shape) and ``grad_transfer`` (its bank holds one network's
+    Grad-CAM weights)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.models.two_branch import TwoBranchModel
+
+    if not isinstance(model, TwoBranchModel):
+        return
+    shapes = ", ".join(f"{side} {h}x{w}" for side, (h, w) in model.input_shapes.items())
+    if size is not None:
+        raise UsageError(f"--size does not apply to a two-branch model: each branch takes its own input shape "
+                         f"({shapes}); leave --size out")
+    if method == "grad_transfer":
+        raise UsageError("--method grad_transfer is not available for a two-branch model (its grad-weight bank "
+                         "holds one network's Grad-CAM weights; street and aerial images go through different "
+                         "branches); choose another --method")
 
 
 def timm_weights_advice(checkpoint: str, exc: Exception) -> str | None:

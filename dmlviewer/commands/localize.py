@@ -63,6 +63,21 @@ def parse_methods(values: list[str]) -> list[str]:
     return list(dict.fromkeys(methods))
 
 
+def _two_branch_methods(model, methods: list[str], given: list[str]) -> list[str]:
+    """``methods`` for a two-branch model: without ``grad_transfer`` (its bank holds one network's
+    Grad-CAM weights), which named on its own is refused and under ``all`` left out."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.models.two_branch import TwoBranchModel
+
+    if not isinstance(model, TwoBranchModel) or "grad_transfer" not in methods:
+        return methods
+    if any(name.strip() == "grad_transfer" for value in given for name in value.split(",")):
+        raise UsageError("--method grad_transfer is not available for a two-branch model (its grad-weight bank "
+                         "holds one network's Grad-CAM weights); choose another --method")
+    log.info("grad_transfer left out: not available for a two-branch model")
+    return [m for m in methods if m != "grad_transfer"]
+
+
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.core.explain import localize
@@ -72,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.core.data import open_dataset
 
     dataset = open_dataset(args.dataset, args.format, args.protocol)
+    if dataset.format == "cvusa":
+        raise UsageError(f"{args.dataset} is a cross-view (cvusa) dataset: it has no ground-truth boxes, which "
+                         "localize scores the maps against (use a dataset with boxes, e.g. CUB or make-demo-data)")
     model, device = open_command_model(args, args.device)
+    methods = _two_branch_methods(model, methods, args.method)
     split = None if args.split == "all" else args.split
     if split is not None and len(dataset.indices(split)) == 0:
         raise UsageError(f"the dataset has no {split!r} images")

@@ -128,7 +128,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in RUN from its checkpoint (same dataset and options; --epochs may grow)")
     opt("--branches", type=int, choices=(1, 2), default=1, metavar="N",
         help="2: a query (street) and a reference (aerial) branch with separate weights, trained on a cvusa "
-             "dataset with the soft-margin triplet loss (dmlviewer.commands.train_two_branch)")
+             "dataset with the soft-margin triplet loss; reads --backbone, --pretrained, --pooling, --dim, --epochs, "
+             "--lr, --classes-per-batch (pairs per batch), --image-size (aerial S, panorama S/2 x 2S), --device, "
+             "--seed, --deterministic and --resume, and refuses options of one-branch recipes (losses, heads, "
+             "schedules)")
     p.set_defaults(func=run)
 
 
@@ -229,6 +232,11 @@ def run(args: argparse.Namespace) -> int:
         from dmlviewer.commands.train_two_branch import run as run_two_branch
 
         return run_two_branch(args)
+    if getattr(args, "resume", False):
+        from dmlviewer.core.train.cross_view import saved_config
+
+        if saved_config(args.out) is not None:
+            raise UsageError(f"{args.out} holds a two-branch run: resume it with --branches 2")
     try:
         config = config_from_args(args)
     except (TypeError, ValueError) as exc:

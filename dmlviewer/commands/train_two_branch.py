@@ -1,55 +1,118 @@
 """``dmlviewer train --branches 2``: a two-branch (cross-view) model on a ``cvusa`` dataset
-(:mod:`dmlviewer.core.train.cross_view`). Of ``train``'s options it reads ``--dataset``,
-``--out``, ``--backbone``, ``--pretrained``, ``--pooling``, ``--dim``, ``--epochs``, ``--lr``,
-``--classes-per-batch`` (pairs per batch: each pair is its own class), ``--image-size`` (the
-aerial branch's square input; the panorama branch takes ``image_size/2 x 2*image_size``, 1:4),
-``--device`` and ``--seed``; the others do not apply and are ignored with a warning."""
+(:mod:`dmlviewer.core.train.cross_view`).
+
+Of ``train``'s options it reads ``--dataset``, ``--out``, ``--backbone``, ``--pretrained``,
+``--pooling``, ``--dim``, ``--epochs``, ``--lr``, ``--classes-per-batch`` (pairs per batch: each
+pair is its own class), ``--image-size`` (the aerial branch's square input S; the panorama
+branch takes ``S/2 x 2S``, 1:4), ``--device``, ``--seed``, ``--deterministic`` and ``--resume``
+(as one-branch ``train``: continue the run in ``--out`` from its checkpoint; options left out
+keep the run's own values). Options that only tune how the run is carried out and not what it
+learns (``--num-workers``, ``--eval-batch-size``, ``--eval-every``, ``--log-every``, ``--amp``,
+``--protocol``) are ignored with a warning; every other option (a loss, miner, head, schedule,
+recipe, ...) would change what is trained and is refused, so that nothing silently means
+something else. The first Ctrl-C (or SIGTERM) stops after the current batch and saves a
+checkpoint that ``--resume`` continues; a second aborts (the last saved checkpoint stays)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
 
 log = logging.getLogger(__name__)
 
-#: train options this command reads (the names of argparse's attributes)
+#: train options this command reads (argparse's attribute names)
 USED = {"dataset", "out", "backbone", "pretrained", "pooling", "dim", "epochs", "lr", "classes_per_batch",
-        "image_size", "device", "seed", "branches", "func", "command", "verbose", "quiet"}
+        "image_size", "device", "seed", "resume", "deterministic", "branches"}
+#: options that change how the run is carried out, not what it learns: ignored with a warning
+HARMLESS = {"num_workers", "eval_batch_size", "eval_every", "log_every", "amp", "protocol"}
+
+
+def _refused(args: argparse.Namespace) -> list[str]:
+    """Options given that would change what is trained (a loss, head, schedule, recipe, ...)."""
+    from dmlviewer.core.train.config import TrainConfig
+
+    training = set(TrainConfig.__dataclass_fields__) | {"recipe", "format"}
+    return sorted(k for k in vars(args) if k in training and k not in USED | HARMLESS)
+
+
+def _flags(names) -> str:
+    return ", ".join("--" + k.replace("_", "-") for k in names)
+
+
+def config_from_args(args: argparse.Namespace):
+    """The :class:`~dmlviewer.core.train.cross_view.CrossViewConfig` of the options given; with
+    ``--resume`` the options left out keep the run's own values (its ``config.json``)."""
+    from dmlviewer.core.train.cross_view import CrossViewConfig, saved_config
+
+    base = CrossViewConfig("", "")
+    if getattr(args, "resume", False):
+        saved = saved_config(args.out)
+        if saved is not None:
+            try:
+                base = CrossViewConfig.from_dict(saved)
+            except (TypeError, ValueError):
+                pass  # unreadable: the checkpoint's own options are compared when the run starts
+    given = vars(args)
+    size = given.get("image_size", base.reference_size)
+    pretrained = given.get("pretrained", base.pretrained)
+    return CrossViewConfig(
+        dataset=args.dataset, out=args.out, backbone=given.get("backbone", base.backbone),
+        pretrained=None if pretrained in (None, "none") else pretrained, pooling=given.get("pooling", base.pooling),
+        dim=given.get("dim", base.dim), epochs=given.get("epochs", base.epochs), lr=given.get("lr", base.lr),
+        batch_pairs=given.get("classes_per_batch", base.batch_pairs),
+        query_shape=(size // 2, 2 * size) if "image_size" in given else base.query_shape,
+        reference_size=size, device=given.get("device", base.device), seed=given.get("seed", base.seed),
+        alpha=base.alpha, rotate=base.rotate, extra_model=dict(base.extra_model),
+        resume=bool(given.get("resume", False)), deterministic=bool(given.get("deterministic", False)))
 
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.data import DatasetError
-    from dmlviewer.core.train.cross_view import CrossViewConfig, train_cross_view
+    from dmlviewer.core.progress import CancelToken
+    from dmlviewer.core.train.cross_view import train_cross_view, validate_cross_view
 
-    ignored = sorted(k for k in vars(args) if k not in USED and not k.startswith("_"))
+    refused = _refused(args)
+    if refused:
+        raise UsageError(f"train --branches 2 does not take {_flags(refused)}: two-branch training is CVM-Net's "
+                         "soft-margin triplet loss with Adam on street/aerial pairs (options: --backbone, "
+                         "--pretrained, --pooling, --dim, --epochs, --lr, --classes-per-batch, --image-size, --seed)")
+    ignored = sorted(k for k in vars(args) if k in HARMLESS)
     if ignored:
-        log.warning("train --branches 2 ignores %s", ", ".join("--" + k.replace("_", "-") for k in ignored))
-    d = CrossViewConfig("", "")
-    size = getattr(args, "image_size", d.reference_size)
-    pretrained = getattr(args, "pretrained", d.pretrained)
-    config = CrossViewConfig(
-        dataset=args.dataset, out=args.out, backbone=getattr(args, "backbone", d.backbone),
-        pretrained=None if pretrained in (None, "none") else pretrained, pooling=getattr(args, "pooling", d.pooling),
-        dim=getattr(args, "dim", d.dim), epochs=getattr(args, "epochs", d.epochs), lr=getattr(args, "lr", d.lr),
-        batch_pairs=getattr(args, "classes_per_batch", d.batch_pairs), query_shape=(max(8, size // 2), 2 * size),
-        reference_size=size, device=getattr(args, "device", d.device), seed=getattr(args, "seed", d.seed))
+        log.warning("train --branches 2 ignores %s (they do not change what is trained)", _flags(ignored))
+    config = config_from_args(args)
+    errors = validate_cross_view(config)
+    if errors:
+        raise UsageError("; ".join(errors))
+    cancel = CancelToken()
+
+    def on_signal(signum, frame):
+        if cancel.cancelled:
+            raise KeyboardInterrupt
+        sys.stderr.write("\ncancelling: saving a checkpoint after this batch (again to abort)\n")
+        cancel.cancel()
 
     def on_epoch(record: dict) -> None:
         loss = "-" if record["loss"] is None else f"{record['loss']:.4f}"
         sys.stderr.write(f"epoch {record['epoch']}/{config.epochs}: loss {loss}, recall@1 {record['recall@1']:.3f}, "
                          f"recall@5 {record['recall@5']:.3f}, recall@1% {record['recall@1%']:.3f} "
                          f"({record['num_queries']} queries)\n")
+        sys.stderr.flush()
 
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     try:
-        result = train_cross_view(config, on_epoch)
-    except DatasetError as exc:
-        raise UsageError(str(exc)) from None
+        result = train_cross_view(config, on_epoch, cancel)
     except ValueError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    except RuntimeError as exc:
-        sys.stderr.write(f"dmlviewer train: error: {str(exc).splitlines()[0]}\n")
-        return 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if result["cancelled"]:
+        sys.stderr.write(f"cancelled: state saved to {result['checkpoint']} after epoch {result['epoch']}; "
+                         "continue with --resume\n")
+        return 0
     sys.stderr.write(f"done: {result['checkpoint']} (recall@1 {result['recall@1']:.3f})\n")
     return 0

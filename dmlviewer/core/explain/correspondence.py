@@ -63,14 +63,32 @@ def part_point(mask: np.ndarray) -> tuple[float, float]:
     return float(xs[k]), float(ys[k])
 
 
+def _cross_view_sides(dataset, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of ``indices`` may be a query and which a reference: in a dataset that divides its
+    images between branches (``Dataset.branches``: cross-view data, streets ``query`` and
+    aerial images ``reference``) only the query branch's images are queries and only the
+    reference branch's are references (a two-branch model embeds each with its own branch; the
+    pair runs street to aerial); elsewhere any image is either."""
+    branches = getattr(dataset, "branches", None)
+    if branches is None:
+        everything = np.ones(len(indices), dtype=bool)
+        return everything, everything
+    sides = np.asarray(branches, dtype=object)[indices]
+    return sides == "query", sides == "reference"
+
+
 def same_class_pairs(dataset, split: str | None, max_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
-    """Up to ``max_pairs`` (query, reference) dataset indices of the same class (see module doc)."""
+    """Up to ``max_pairs`` (query, reference) dataset indices of the same class (see module doc;
+    street to aerial in a cross-view dataset, :func:`_cross_view_sides`)."""
     rng = np.random.default_rng(seed)
     indices = dataset.indices(split)
     labels = dataset.labels[indices]
+    queries, references = _cross_view_sides(dataset, indices)
     pairs = []
     for k in rng.permutation(len(indices)):
-        same = indices[(labels == labels[k]) & (indices != indices[k])]
+        if not queries[k]:
+            continue
+        same = indices[(labels == labels[k]) & (indices != indices[k]) & references]
         if len(same):
             pairs.append((int(indices[k]), int(rng.choice(same))))
         if len(pairs) >= max_pairs:
@@ -80,13 +98,17 @@ def same_class_pairs(dataset, split: str | None, max_pairs: int, seed: int = 0) 
 
 def different_class_pairs(dataset, split: str | None, max_pairs: int, seed: int = 0) -> list[tuple[int, int]]:
     """Up to ``max_pairs`` (query, reference) dataset indices of different classes: the split's
-    images in a seeded random order, each with a random image of another class."""
+    images in a seeded random order, each with a random image of another class (street to
+    aerial in a cross-view dataset, :func:`_cross_view_sides`)."""
     rng = np.random.default_rng(seed + 1)
     indices = dataset.indices(split)
     labels = dataset.labels[indices]
+    queries, references = _cross_view_sides(dataset, indices)
     pairs = []
     for k in rng.permutation(len(indices)):
-        other = indices[labels != labels[k]]
+        if not queries[k]:
+            continue
+        other = indices[(labels != labels[k]) & references]
         if len(other):
             pairs.append((int(indices[k]), int(rng.choice(other))))
         if len(pairs) >= max_pairs:

@@ -47,6 +47,7 @@ from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mod
 from dmlviewer.core.explain.pair import METHODS, explain_pair
 from dmlviewer.core.explain.perturb import baseline_input, cell_labels, embed_kept, relay
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS
+from dmlviewer.core.models.two_branch import branch_of
 from dmlviewer.core.progress import CancelToken, Progress
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,13 @@ MAP_METHODS = (*METHODS, OCCLUSION, POINT_TO_POINT)
 def available_methods(model: torch.nn.Module) -> list[str]:
     """Every map method of this model: :data:`MAP_METHODS` plus ``group_<p>`` per group of a
     grouping head (without ``random``/``oracle``, which are always reported)."""
+    from dmlviewer.core.models.two_branch import TwoBranchModel
+
     groups = len(model.group_slices)
-    return [*MAP_METHODS, *([f"{GROUP_PREFIX}{p}" for p in range(groups)] if groups > 1 else [])]
+    # grad_transfer's bank holds one network's Grad-CAM weights of labelled images: a two-branch
+    # model has no single such bank (street and aerial images go through different branches)
+    maps = [m for m in MAP_METHODS if m != "grad_transfer" or not isinstance(model, TwoBranchModel)]
+    return [*maps, *([f"{GROUP_PREFIX}{p}" for p in range(groups)] if groups > 1 else [])]
 
 
 def check_methods(model: torch.nn.Module, methods: Sequence[str]) -> list[str]:
@@ -169,7 +175,8 @@ def pair_faithfulness(
         counts = step_counts(n, steps)
         fractions = counts / n
 
-        x = model.preprocess(rgb_q).to(dev)
+        query_net = branch_of(model, "query")  # the perturbed query's copies go through the query branch
+        x = model.preprocess(rgb_q).to(dev)  # a two-branch model's: the query branch's, at its input shape
         labels = torch.from_numpy(cell_labels(x.shape[1:], grid)).to(dev)
         base = baseline_input(x, baseline, grid, seed=seed)
         e_r = torch.from_numpy(expl.embedding("reference")).to(dev)
@@ -189,14 +196,14 @@ def pair_faithfulness(
                         masks.append(keep)
                     refs[kind].append(rows[key])
             index[name] = refs
-        emb = yield from relay(embed_kept(model, x, base, labels, np.stack(masks), batch_size, cancel, "curves"),
+        emb = yield from relay(embed_kept(query_net, x, base, labels, np.stack(masks), batch_size, cancel, "curves"),
                                0, len(masks))
         passes += len(masks)
         sims = (emb @ e_r).double().cpu().numpy()
         curves = {name: (sims[d].tolist(), sims[i].tolist()) for name, (d, i) in index.items()}
         if oracle:
             full, empty = sims[index[RANDOM][0][0]], sims[index[RANDOM][1][0]]
-            greedy = _Greedy(model, x, base, labels, e_r, counts, n, batch_size, cancel)
+            greedy = _Greedy(query_net, x, base, labels, e_r, counts, n, batch_size, cancel)
             # the occlusion passes are deletion's first trials: cos(e - d_i, e_r) = full - d_i . e_r
             removed_alone = None
             if occ is not None:

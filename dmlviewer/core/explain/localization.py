@@ -40,12 +40,15 @@ DEFAULT_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 17))  # 0.05 .. 
 
 
 def embed_images(model: torch.nn.Module, dataset, indices: np.ndarray, device="cpu", batch_size: int = 32,
-                 skipped: dict | None = None) -> np.ndarray:
+                 skipped: dict | None = None, side: str = "query") -> np.ndarray:
     """L2-normalized embeddings (len(indices) x D) of the listed images; NaN rows for images
-    that cannot be read (skipped and reported, see ``core.data.load_or_skip``)."""
+    that cannot be read (skipped and reported, see ``core.data.load_or_skip``). ``side``: the
+    branch of a two-branch model that embeds them (at its input shape)."""
     from dmlviewer.core.data.images import load_or_skip
+    from dmlviewer.core.models.two_branch import TwoBranchModel
 
-    preprocess = model.preprocess
+    preprocess = model.preprocess_of(side) if isinstance(model, TwoBranchModel) else model.preprocess
+    net = model.branch(side) if isinstance(model, TwoBranchModel) else model
     dev = as_device(device)
     out = None
     with eval_mode(model), torch.no_grad():
@@ -56,7 +59,7 @@ def embed_images(model: torch.nn.Module, dataset, indices: np.ndarray, device="c
             if not images:
                 continue
             batch = torch.stack([preprocess(im) for _, im in images])
-            emb = model(batch.to(dev)).embedding.float().cpu().numpy()
+            emb = net(batch.to(dev)).embedding.float().cpu().numpy()
             if out is None:
                 out = np.full((len(indices), emb.shape[1]), np.nan, np.float32)
             out[[k for k, _ in images]] = emb
@@ -73,8 +76,13 @@ def choose_references(
     if pairing == "self":
         return indices.copy()
     if pairing == "nearest":
+        from dmlviewer.core.models.two_branch import TwoBranchModel
+
         emb = embed_images(model, dataset, indices, device, skipped=skipped)
-        sims = np.nan_to_num(emb @ emb.T, nan=-np.inf)
+        # a two-branch model: queries by the query branch, candidate references by the reference branch
+        emb_r = (embed_images(model, dataset, indices, device, skipped=skipped, side="reference")
+                 if isinstance(model, TwoBranchModel) else emb)
+        sims = np.nan_to_num(emb @ emb_r.T, nan=-np.inf)
         np.fill_diagonal(sims, -np.inf)
         return indices[np.argmax(sims, axis=1)] if len(indices) > 1 else indices.copy()
     rng = np.random.default_rng(seed)

@@ -129,6 +129,21 @@ def _digest(x: torch.Tensor) -> str:
     return hashlib.sha1(x.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
+def _branches(model: torch.nn.Module, size) -> tuple[tuple, tuple, tuple]:
+    """``(networks, preprocessings, sizes)`` of the query and the reference image: a two-branch
+    model's own branches at their input shapes (``size``: ``None`` or a ``(query, reference)``
+    pair, as :func:`.explain_pair`), any other model twice."""
+    from dmlviewer.core.models.two_branch import TwoBranchModel
+
+    if isinstance(model, TwoBranchModel):
+        if size is not None and not (isinstance(size, (tuple, list)) and len(size) == 2):
+            raise ValueError(f"size for a two-branch model must be None or a (query, reference) pair, got {size!r}")
+        return ((model.branch("query"), model.branch("reference")),
+                (model.preprocess_of("query"), model.preprocess_of("reference")),
+                (None, None) if size is None else tuple(size))
+    return (model, model), (model.preprocess, model.preprocess), _input_sizes(model, size)
+
+
 def occlusion(
     model: torch.nn.Module,
     image_q: ImageLike,
@@ -144,7 +159,9 @@ def occlusion(
 ) -> Iterator[Progress]:
     """Occlusion maps of a pair (module docstring); the ``done`` event's result is an
     :class:`OcclusionMaps`. ``sides``: which images to occlude (the point-to-point map needs
-    both). Images and ``size`` as in :func:`.explain_pair`; ``seed`` seeds the noise baseline."""
+    both). Images and ``size`` as in :func:`.explain_pair`; ``seed`` seeds the noise baseline.
+    A two-branch model occludes and embeds each image with its own branch at its own input shape
+    (the street panorama's copies by the query branch, the aerial image's by the reference one)."""
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
     sides = tuple(s for s in SIDES if s in set(sides))
@@ -152,8 +169,8 @@ def occlusion(
         raise ValueError("occlude at least one side ('query', 'reference')")
     dev = as_device(device)
     batch_size = batch_size_for(dev, batch_size)
-    size_q, size_r = _input_sizes(model, size)
-    inputs = (model.preprocess(as_rgb(image_q), size_q).to(dev), model.preprocess(as_rgb(image_r), size_r).to(dev))
+    nets, preprocess, sizes = _branches(model, size)
+    inputs = tuple(pre(as_rgb(image), s).to(dev) for pre, image, s in zip(preprocess, (image_q, image_r), sizes))
     key = (tuple(_digest(x) for x in inputs), baseline, int(seed), sides)
     if use_cache:
         cached = CACHE.get(model, key)
@@ -163,7 +180,7 @@ def occlusion(
     start = time.perf_counter()
     with eval_mode(model):
         with torch.inference_mode():
-            outs = [model(fast_layout(x[None])) for x in inputs]  # the layout of the occluded copies
+            outs = [net(fast_layout(x[None])) for net, x in zip(nets, inputs)]  # the layout of the occluded copies
         embeddings = [o.embedding[0].float() for o in outs]
         grids = [tuple(o.feature_map.shape[-2:]) for o in outs]
         total = sum(grids[k][0] * grids[k][1] + 1 for k, s in enumerate(SIDES) if s in sides)
@@ -181,7 +198,7 @@ def occlusion(
             # norms: a cell that does not matter gets 0, not the folding's rounding); row 1 + i:
             # every cell but i
             keep = np.concatenate([np.ones((1, n), bool), ~np.eye(n, dtype=bool)])
-            job = embed_kept(model, x, base, labels, keep, batch_size, cancel, f"occlusion ({side})")
+            job = embed_kept(nets[k], x, base, labels, keep, batch_size, cancel, f"occlusion ({side})")
             occluded = yield from relay(job, done, total, clock)
             done += n + 1
             deltas[k] = (occluded[:1] - occluded[1:]).cpu().numpy().astype(np.float32)

@@ -83,7 +83,16 @@ def _layers(module: nn.Module, prefix: str = "") -> list[list[str]]:
 
 
 def cascade_units(model: nn.Module) -> list[tuple[str, ...]]:
-    """The cascade's units, top first (module docstring): each a tuple of module names."""
+    """The cascade's units, top first (module docstring): each a tuple of module names. A
+    two-branch model's branches are randomized side by side: unit ``k`` is unit ``k`` of the
+    query branch together with unit ``k`` of the reference branch (both heads first)."""
+    from dmlviewer.core.models.two_branch import BRANCHES, TwoBranchModel
+
+    if isinstance(model, TwoBranchModel):
+        per_branch = [[tuple(f"{side}.{n}" for n in unit) for unit in cascade_units(model.branch(side))]
+                      for side in BRANCHES]
+        depth = max(len(units) for units in per_branch)
+        return [tuple(n for units in per_branch if k < len(units) for n in units[k]) for k in range(depth)]
     head, backbone = getattr(model, "head", None), getattr(model, "backbone", None)
     if isinstance(head, nn.Module) and isinstance(backbone, nn.Module):
         head_unit = [n for unit in _layers(head, "head") for n in unit]
@@ -96,6 +105,12 @@ def _label(names: Sequence[str], holders: set[str]) -> str:
     """A unit's name: the module that holds exactly the unit's layers (the longest common dotted
     prefix of ``names`` when no other module with tensors of its own, of ``holders``, lies
     under it: ``stages.3`` for a stage's conv and BatchNorm), else its first layer's name."""
+    sides = {n.split(".", 1)[0] for n in names}
+    if sides == {"query", "reference"}:  # a two-branch unit: named by the query branch's layers
+        strip = len("query.")
+        inner = _label([n[strip:] for n in names if n.startswith("query.")],
+                       {h[strip:] for h in holders if h.startswith("query.")})
+        return f"{inner} (both branches)"
     parts = [n.split(".") for n in names]
     common = []
     for pieces in zip(*parts):
@@ -119,7 +134,8 @@ def cascade_steps(model: nn.Module, max_steps: int | None = None) -> list[Cascad
             raise ValueError(f"max_steps must be positive, got {max_steps}")
         if len(units) > max_steps:
             # the head stays a step of its own (the cascade's first); the rest is split evenly
-            first = 1 if max_steps > 1 and units and units[0][0].startswith("head") else 0
+            top = units[0][0].removeprefix("query.").removeprefix("reference.") if units else ""
+            first = 1 if max_steps > 1 and top.startswith("head") else 0  # a two-branch model's heads, too
             rest = np.array_split(np.arange(first, len(units)), max_steps - first)
             chunks = [[units[0]]] * first + [[units[k] for k in g] for g in rest if len(g)]
     holders = {n for unit in units for n in unit}

@@ -17,23 +17,43 @@ README "Cross-view").
 
 Metrics (:func:`cross_view_recall`): Recall@1, @5 and @1 % of street-to-aerial retrieval on the
 test pairs, each query against every test aerial image (CVUSA's protocol); ``num_queries``.
-The run folder gets ``checkpoint.pt`` (two-branch format, with the metrics) and
-``metrics.jsonl`` (one line per epoch, epoch 0 before training).
+The run folder gets ``checkpoint.pt`` (two-branch format, with the metrics), ``config.json``
+and ``metrics.jsonl`` (one line per epoch, epoch 0 before training).
+
+Resumption (``resume=True``), as one-branch training (:mod:`.loop`) does: the checkpoint is
+written atomically after every epoch and on cancel, and its ``extra["cross_view"]`` holds what
+continuing needs (the options, the optimizer state, the position in the epoch, the metric lines
+so far, a fingerprint of the training pairs, the random generators). The batch order and the
+aerial rotations come from one numpy generator seeded with ``seed`` (the model's initialization
+from torch's, seeded so too); the checkpoint keeps that generator's state at the start of the
+current epoch and torch's generators, and a run resumed mid-epoch replays the epoch's draws up
+to where it stopped. So a resumed run ends bit-identical to an uninterrupted one (same machine,
+torch version and thread count; ``deterministic`` fixes the last to one). The run folder is locked
+while training (a second run on it is refused) and temporary files of a killed run are removed
+when the next one starts; a folder holding a checkpoint is refused without ``resume``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import math
+import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import cv2
 import numpy as np
 import torch
+
+from dmlviewer.core.progress import Cancelled, CancelToken, Progress
+
+from .loop import TrainingError
+from .state import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +81,32 @@ class CrossViewConfig:
     seed: int = 0
     device: str = "cpu"
     extra_model: dict = field(default_factory=dict)
+    resume: bool = False
+    deterministic: bool = False
+
+    #: options a resumed run may change (the dataset may move: its training pairs are fingerprinted)
+    RESUMABLE = ("dataset", "out", "epochs", "device", "resume", "deterministic")
+
+    def differences(self, saved: dict) -> list[str]:
+        """``--option old -> new`` for every option that differs from a run's ``saved`` ones
+        (:meth:`to_dict`) other than :attr:`RESUMABLE`."""
+        mine = self.to_dict()
+        return [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in mine.items()
+                if k not in self.RESUMABLE and k in saved and saved[k] != v]
+
+    def to_dict(self) -> dict:
+        """Plain values (tuples as lists), as ``config.json`` and the checkpoint hold them."""
+        d = asdict(self)
+        d["query_shape"] = list(d["query_shape"])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CrossViewConfig:
+        """The config of :meth:`to_dict` (unknown keys ignored)."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        if "query_shape" in known:
+            known["query_shape"] = tuple(int(v) for v in known["query_shape"])
+        return cls(**known)
 
 
 def soft_margin_triplet_loss(query: torch.Tensor, reference: torch.Tensor, alpha: float = ALPHA) -> torch.Tensor:
@@ -83,9 +129,9 @@ def cross_view_recall(query: np.ndarray, reference: np.ndarray) -> dict:
     true = similarity.diagonal()
     rank = (similarity >= true[:, None]).sum(1) - 1  # 0: the match is first
     n = len(reference)
-    top_percent = max(1, int(math.ceil(0.01 * n)))
+    top_percent = max(1, math.ceil(0.01 * n))
     return {"recall@1": float((rank < 1).mean()), "recall@5": float((rank < 5).mean()),
-            "recall@1%": float((rank < top_percent).mean()), "num_queries": int(len(query))}
+            "recall@1%": float((rank < top_percent).mean()), "num_queries": len(query)}
 
 
 def rotate_about_centre(image: np.ndarray, degrees: float) -> np.ndarray:
@@ -126,68 +172,366 @@ def embed_pairs(model, streets: list[np.ndarray], aerials: list[np.ndarray], dev
     return out[0], out[1]
 
 
-def train_cross_view(config: CrossViewConfig, on_epoch: Callable[[dict], None] | None = None) -> dict:
-    """Train (module docstring); returns the last epoch's record (``epoch``, ``loss``, metrics,
-    ``checkpoint``)."""
-    from dmlviewer.core.data import open_dataset
-    from dmlviewer.core.data.cross_view import cross_view_pairs
-    from dmlviewer.core.models.checkpoint import save_checkpoint
-    from dmlviewer.core.models.device import resolve_device
+CHECKPOINT_NAME = "checkpoint.pt"
+CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.jsonl"
+#: the longest side of a branch's input (the one-branch ``--image-size`` limit)
+MAX_SIDE = 4096
 
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
-    device = resolve_device(config.device)
-    dataset = open_dataset(config.dataset)
-    pairs = cross_view_pairs(dataset)
-    train_idx, test_idx = np.flatnonzero(pairs.split == "train"), np.flatnonzero(pairs.split == "test")
-    if len(train_idx) < 2 or len(test_idx) < 1:
-        raise ValueError(f"{config.dataset}: need at least 2 training pairs and 1 test pair, "
-                         f"got {len(train_idx)} and {len(test_idx)}")
-    train_s, train_a = _load(dataset, pairs.street[train_idx]), _load(dataset, pairs.aerial[train_idx])
-    test_s, test_a = _load(dataset, pairs.street[test_idx]), _load(dataset, pairs.aerial[test_idx])
-    model = build_cross_view_model(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    pre_q, pre_r = model.preprocess_of("query"), model.preprocess_of("reference")
+
+def _kind(path: str) -> str | None:
+    from .config import _kind as kind
+
+    return kind(path)
+
+
+def validate_cross_view(config: CrossViewConfig) -> list[str]:
+    """Everything wrong with ``config`` that can be told without reading the dataset, one
+    sentence each (empty when valid); the dataset itself is checked when the run opens it."""
+    from .config import BACKBONES, POOLINGS
+
+    c, errors = config, []
+    if not c.dataset:
+        errors.append("--dataset is required")
+    elif _kind(c.dataset) != "dir":
+        errors.append(f"dataset folder not found: {c.dataset}")
+    out_kind = _kind(c.out) if c.out else None
+    if not c.out:
+        errors.append("--out is required")
+    elif out_kind not in (None, "dir"):
+        errors.append(f"--out {c.out} exists and is not a folder (the run folder)" if out_kind == "file"
+                      else f"--out {c.out}: {out_kind}")
+    if str(c.backbone).startswith("timm:"):
+        from dmlviewer.core.models.model import check_config, default_config
+
+        try:
+            check_config(default_config(backbone=c.backbone, pretrained=c.pretrained, pooling=c.pooling, dim=c.dim))
+        except ValueError as exc:
+            errors.append(f"--backbone {c.backbone}: {exc}")
+    elif c.backbone not in BACKBONES:
+        errors.append(f"--backbone must be one of {', '.join(BACKBONES)} (got {c.backbone!r})")
+    if c.pooling not in POOLINGS:
+        errors.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {c.pooling!r})")
+    if c.pretrained not in (None, "none", "imagenet"):
+        from dmlviewer.core.files import file_problem
+
+        problem = file_problem(c.pretrained)
+        if problem:
+            errors.append(f"--pretrained file not found: {c.pretrained}" if problem == "file not found"
+                          else f"--pretrained {c.pretrained} {problem}")
+    if not 1 <= c.dim <= 16384:
+        errors.append(f"--dim must be from 1 to 16384 (got {c.dim})")
+    if c.epochs < 1:
+        errors.append(f"--epochs must be at least 1 (got {c.epochs})")
+    if c.batch_pairs < 2:
+        errors.append(f"--classes-per-batch (pairs per batch) must be at least 2 to form negatives (got {c.batch_pairs})")
+    if not (math.isfinite(c.lr) and c.lr > 0):
+        errors.append(f"--lr must be a positive number (got {c.lr})")
+    if not (math.isfinite(c.alpha) and c.alpha > 0):
+        errors.append(f"alpha must be a positive number (got {c.alpha})")
+    if not 32 <= c.reference_size <= MAX_SIDE // 2:
+        errors.append(f"--image-size must be from 32 to {MAX_SIDE // 2} with --branches 2 (got {c.reference_size}): "
+                      "the street panoramas are S/2 x 2S pixels")
+    h, w = (tuple(c.query_shape) + (0, 0))[:2]
+    if 32 <= c.reference_size <= MAX_SIDE // 2 and not (16 <= h <= MAX_SIDE and 16 <= w <= MAX_SIDE):
+        errors.append(f"the panorama input must be from 16 to {MAX_SIDE} px per side (got {h} x {w})")
+    if not 0 <= c.seed < 2**32:
+        errors.append(f"--seed must be from 0 to {2**32 - 1} (got {c.seed})")
+    try:
+        from dmlviewer.core.models.device import resolve_device
+
+        resolve_device(c.device)
+    except ValueError as exc:
+        errors.append(str(exc))
+    held = out_kind == "dir" and _kind(str(Path(c.out) / CHECKPOINT_NAME)) == "file"
+    if c.out and c.resume and not held:
+        errors.append(f"--resume but no checkpoint to resume from: {Path(c.out) / CHECKPOINT_NAME}")
+    if c.out and not c.resume and held:
+        errors.append(f"{c.out} already holds a run ({Path(c.out) / CHECKPOINT_NAME}): pass --resume to continue "
+                      "it or choose another --out")
+    return errors
+
+
+def saved_config(out: str | os.PathLike) -> dict | None:
+    """The options of the two-branch run in ``out`` (its ``config.json``), or ``None`` when there
+    is none or it is unreadable (resumption then says what is wrong)."""
+    path = Path(out) / CONFIG_NAME
+    try:
+        from dmlviewer.core.files import read_regular
+
+        data = json.loads(read_regular(path, 1 << 20).decode("utf-8"))
+    except Exception:  # noqa: BLE001 - any unreadable file: no saved options
+        return None
+    return data if isinstance(data, dict) and "reference_size" in data else None
+
+
+def pairs_fingerprint(dataset, street: np.ndarray, aerial: np.ndarray) -> dict:
+    """What a resumed run must train on: the training pairs' paths (sha256), their number and
+    where they were (for messages)."""
+    digest = hashlib.sha256()
+    for s, a in zip(street, aerial):
+        digest.update(f"{dataset.paths[int(s)]}\0{dataset.paths[int(a)]}\n".encode("utf-8", "surrogateescape"))
+    return {"sha256": digest.hexdigest(), "pairs": len(street), "root": str(dataset.root)}
+
+
+@contextlib.contextmanager
+def _deterministic(config: CrossViewConfig):
+    """``deterministic``: deterministic algorithms and one CPU thread for the run (restored
+    after); see :meth:`.loop.Trainer._deterministic` for why one thread."""
+    if not config.deterministic:
+        yield
+        return
+    before, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+        torch.set_num_threads(threads)
+
+
+def train_cross_view(config: CrossViewConfig, on_epoch: Callable[[dict], None] | None = None,
+                     cancel: CancelToken | None = None) -> dict:
+    """Train (module docstring); returns the last record (``epoch``, ``loss``, metrics,
+    ``checkpoint``, ``cancelled``); ``on_epoch(record)`` after every evaluation (epoch 0 first).
+    Errors as :func:`train_cross_view_events`."""
+    result: dict = {}
+    for event in train_cross_view_events(config, cancel):
+        if event.kind == "eval" and on_epoch is not None:
+            on_epoch(event.data["record"])
+        elif event.kind == "done":
+            result = event.data["result"]
+    return result
+
+
+def train_cross_view_events(config: CrossViewConfig, cancel: CancelToken | None = None) -> Iterator[Progress]:
+    """Generator of the run's progress (the app's training dialog runs it as a job): ``step``
+    (data: epoch, step, loss, losses, lr, overall), ``eval`` (data: epoch, metrics, record),
+    ``checkpoint`` (data: path) and ``done`` (data: result, as :func:`train_cross_view` returns).
+
+    Raises ``ValueError`` for an invalid ``config`` (:func:`validate_cross_view`),
+    :class:`~dmlviewer.core.data.DatasetError` for a dataset that is not a usable cvusa set,
+    :class:`~dmlviewer.core.files.FolderBusy` when another run trains in ``out`` and
+    :class:`~.loop.TrainingError` for a run that cannot start or go on (nothing to resume,
+    other options or pairs than the run's, a non-finite loss: the last good checkpoint is
+    kept). ``cancel`` is checked before each batch: a cancelled run saves its state, which
+    ``resume`` continues exactly, and returns with ``cancelled`` true."""
+    from dmlviewer.core.files import FolderLock, remove_stale_temp_files
+
+    errors = validate_cross_view(config)
+    if errors:
+        raise ValueError("; ".join(errors))
     out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    lines = []
+    created = not out.exists()
+    try:
+        with FolderLock(out, "a training run"):
+            remove_stale_temp_files(out)
+            with _deterministic(config):
+                yield from _Run(config, cancel).events()
+    except Exception:
+        if created:  # a run that could not start leaves no folder behind (only its lock was written)
+            with contextlib.suppress(OSError):
+                (out / FolderLock.NAME).unlink()
+                out.rmdir()
+        raise
 
-    def evaluate(epoch: int, loss: float | None) -> dict:
-        metrics = cross_view_recall(*embed_pairs(model, test_s, test_a, device))
-        record = {"epoch": epoch, "loss": loss, **metrics}
-        lines.append(json.dumps(record))
-        (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-        log.info("epoch %d: loss %s, recall@1 %.3f, recall@5 %.3f, recall@1%% %.3f", epoch,
-                 "-" if loss is None else f"{loss:.4f}", metrics["recall@1"], metrics["recall@5"], metrics["recall@1%"])
-        if on_epoch is not None:
-            on_epoch(record)
-        return record
 
-    record = evaluate(0, None)
-    batch = max(2, min(config.batch_pairs, len(train_idx)))
-    started = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
-        model.train()
-        order = rng.permutation(len(train_idx))
-        losses = []
-        for start in range(0, len(order) - batch + 1, batch):
-            chosen = order[start : start + batch]
-            xq = torch.stack([pre_q(train_s[i]) for i in chosen]).to(device)
-            aerials = [rotate_about_centre(train_a[i], rng.uniform(0, 360)) if config.rotate else train_a[i]
-                       for i in chosen]
-            xr = torch.stack([pre_r(a) for a in aerials]).to(device)
-            loss = soft_margin_triplet_loss(model(xq, "query").embedding, model(xr, "reference").embedding,
-                                            config.alpha)
+class _Run:
+    """One two-branch training run (:func:`train_cross_view`)."""
+
+    def __init__(self, config: CrossViewConfig, cancel: CancelToken | None) -> None:
+        self.config, self.cancel = config, cancel
+        self.out = Path(config.out)
+        self.lines: list[str] = []
+        self.epoch = 0  # completed epochs
+        self.step_in_epoch = 0
+        self.losses: list[float] = []  # of the current epoch
+        self.metrics: dict = {}
+        self.epoch_start: str | None = None  # the numpy generator's state when the epoch under way began
+
+    def _data(self) -> None:
+        from dmlviewer.core.data import DatasetError, open_dataset
+        from dmlviewer.core.data.cross_view import cross_view_pairs
+
+        c = self.config
+        dataset = open_dataset(c.dataset)
+        if dataset.format != "cvusa":
+            raise DatasetError(f"{c.dataset} is a {dataset.format} dataset: train --branches 2 needs a cross-view "
+                               "dataset in CVUSA's layout (splits/train-19zl.csv, splits/val-19zl.csv; "
+                               "make one with make-demo-data --cross-view)")
+        pairs = cross_view_pairs(dataset)
+        train_idx, test_idx = np.flatnonzero(pairs.split == "train"), np.flatnonzero(pairs.split == "test")
+        if len(train_idx) < 2 or len(test_idx) < 1:
+            raise DatasetError(f"{c.dataset}: two-branch training needs at least 2 training pairs and 1 test pair, "
+                               f"got {len(train_idx)} and {len(test_idx)}")
+        self.fingerprint = pairs_fingerprint(dataset, pairs.street[train_idx], pairs.aerial[train_idx])
+        self.train_s, self.train_a = _load(dataset, pairs.street[train_idx]), _load(dataset, pairs.aerial[train_idx])
+        self.test_s, self.test_a = _load(dataset, pairs.street[test_idx]), _load(dataset, pairs.aerial[test_idx])
+        self.batch = max(2, min(c.batch_pairs, len(train_idx)))
+        self.steps_per_epoch = len(train_idx) // self.batch
+
+    def _load_resumable(self) -> dict:
+        """The checkpoint to resume: its model and two-branch training state."""
+        from dmlviewer.core.models.checkpoint import load_checkpoint
+
+        path = self.out / CHECKPOINT_NAME
+        model, info = load_checkpoint(path, self.device)
+        state = (info.get("extra") or {}).get("cross_view")
+        if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+            raise TrainingError(f"cannot resume from {path}: it holds no two-branch training state (it was not "
+                                "written by `dmlviewer train --branches 2`)")
+        return {"model": model, "info": info, "state": state}
+
+    def _resume_state(self, loaded: dict) -> dict:
+        """``loaded`` (:meth:`_load_resumable`) checked against this run's options and pairs."""
+        c, info, state = self.config, loaded["info"], loaded["state"]
+        changed = c.differences(state["config"])
+        if changed:
+            raise TrainingError("cannot resume with different options: " + ", ".join(changed))
+        recorded = state.get("dataset_fingerprint") or {}
+        if recorded.get("sha256") != self.fingerprint["sha256"]:
+            raise TrainingError(f"cannot resume on other pairs: the run trained on {recorded.get('pairs')} pairs of "
+                                f"{recorded.get('root')}, --dataset {c.dataset} lists {self.fingerprint['pairs']} other "
+                                "training pairs; start a new run for this dataset")
+        if int(info["epoch"]) >= c.epochs and not int(state.get("step_in_epoch", 0)):
+            raise TrainingError(f"nothing to resume: the run in {c.out} already finished its {info['epoch']} "
+                                "epoch(s); pass a larger --epochs to train further")
+        return loaded
+
+    def events(self) -> Iterator[Progress]:
+        from dmlviewer.core.files import write_text_atomic
+        from dmlviewer.core.models.device import resolve_device
+
+        c = self.config
+        self.device = resolve_device(c.device)
+        loaded = self._load_resumable() if c.resume else None  # a one-branch run is told before its data is read
+        self._data()
+        resumed = self._resume_state(loaded) if loaded is not None else None
+        self.rng = np.random.default_rng(c.seed)
+        if resumed is None:
+            torch.manual_seed(c.seed)
+            self.model = build_cross_view_model(c)
+        else:
+            self.model = resumed["model"]
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr)
+        self.pre_q, self.pre_r = self.model.preprocess_of("query"), self.model.preprocess_of("reference")
+        write_text_atomic(self.out / CONFIG_NAME, json.dumps(c.to_dict(), indent=2) + "\n")
+        if resumed is None:
+            yield self._evaluate(None)
+        else:
+            state = resumed["state"]
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.epoch = int(resumed["info"]["epoch"])
+            self.step_in_epoch = int(state.get("step_in_epoch", 0))
+            self.losses = [float(x) for x in state.get("epoch_losses", [])]
+            self.lines = [str(x) for x in state.get("records", [])]
+            self.metrics = dict(resumed["info"].get("metrics") or {})
+            write_text_atomic(self.out / METRICS_NAME, "".join(x + "\n" for x in self.lines))
+            try:
+                self.rng.bit_generator.state = json.loads(state["generator"])
+                set_rng_state(state["rng"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise TrainingError(f"cannot resume from {self.out / CHECKPOINT_NAME}: its random generator "
+                                    f"states are unreadable ({str(exc)[:100]})") from None
+            log.info("resuming %s at epoch %d, step %d", self.out, self.epoch + 1, self.step_in_epoch)
+        started = time.perf_counter()
+        total = c.epochs * self.steps_per_epoch
+        while self.epoch < c.epochs:
+            try:
+                finished = yield from self._train_epoch(total)
+            except Cancelled:  # thrown in at a step by a job runner: the state after that step is whole
+                finished = False
+            if not finished:
+                path = self._save()
+                log.info("cancelled at epoch %d, step %d; state saved to %s", self.epoch + 1, self.step_in_epoch, path)
+                yield Progress("checkpoint", self.epoch, c.epochs, "saved on cancel", data={"path": str(path)})
+                result = {**self._last_record(), "checkpoint": str(path), "cancelled": True}
+                yield Progress("done", self.epoch, c.epochs, data={"result": result})
+                return
+            self.epoch += 1
+            loss = float(np.mean(self.losses)) if self.losses else None
+            self.step_in_epoch, self.losses = 0, []
+            yield self._evaluate(loss)
+            path = self._save()
+            yield Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved", data={"path": str(path)})
+        self.model.eval()
+        log.info("trained to epoch %d in %.1f s; checkpoint %s", c.epochs, time.perf_counter() - started,
+                 self.out / CHECKPOINT_NAME)
+        result = {**self._last_record(), "checkpoint": str(self.out / CHECKPOINT_NAME), "cancelled": False}
+        yield Progress("done", c.epochs, c.epochs, data={"result": result})
+
+    def _last_record(self) -> dict:
+        return json.loads(self.lines[-1]) if self.lines else {"epoch": self.epoch, "loss": None, **self.metrics}
+
+    def _train_epoch(self, total: int) -> Iterator[Progress]:
+        """Generator: train the rest of epoch ``self.epoch + 1``, a ``step`` event per batch;
+        *returns* ``False`` when cancelled before its end. The numpy generator is at the
+        epoch's start here (a resumed run's checkpoint holds that state)."""
+        c = self.config
+        rng = self.rng
+        self.epoch_start = json.dumps(rng.bit_generator.state)
+        order = rng.permutation(len(self.train_s))
+        # the draws of the steps already done (a run resumed mid-epoch), so the rest is the same
+        for _ in range(self.step_in_epoch):
+            if c.rotate:
+                rng.uniform(0, 360, size=self.batch)
+        self.model.train()
+        while self.step_in_epoch < self.steps_per_epoch:
+            if self.cancel is not None and self.cancel.cancelled:
+                return False
+            chosen = order[self.step_in_epoch * self.batch : (self.step_in_epoch + 1) * self.batch]
+            angles = rng.uniform(0, 360, size=self.batch) if c.rotate else None
+            xq = torch.stack([self.pre_q(self.train_s[i]) for i in chosen]).to(self.device)
+            aerials = [rotate_about_centre(self.train_a[i], float(angles[k])) if c.rotate else self.train_a[i]
+                       for k, i in enumerate(chosen)]
+            xr = torch.stack([self.pre_r(a) for a in aerials]).to(self.device)
+            loss = soft_margin_triplet_loss(self.model(xq, "query").embedding,
+                                            self.model(xr, "reference").embedding, c.alpha)
             if not torch.isfinite(loss):
-                raise RuntimeError(f"the loss is not finite at epoch {epoch}: lower the learning rate")
-            optimizer.zero_grad(set_to_none=True)
+                path = self.out / CHECKPOINT_NAME
+                kept = f"the last good checkpoint is kept: {path}" if path.exists() else "no checkpoint was written yet"
+                raise TrainingError(f"the loss is not finite at epoch {self.epoch + 1}, step {self.step_in_epoch + 1}; "
+                                    f"training stopped, {kept}. Try a lower --lr.")
+            self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
-            losses.append(float(loss.detach()))
-        record = evaluate(epoch, float(np.mean(losses)))
-    model.eval()
-    metrics = {k: record[k] for k in ("recall@1", "recall@5", "recall@1%", "num_queries")}
-    path = save_checkpoint(out / "checkpoint.pt", model, config.epochs, metrics)
-    log.info("trained %d epochs in %.1f s; checkpoint %s", config.epochs, time.perf_counter() - started, path)
-    return {**record, "checkpoint": str(path)}
+            self.optimizer.step()
+            self.losses.append(float(loss.detach()))
+            self.step_in_epoch += 1
+            done = self.epoch * self.steps_per_epoch + self.step_in_epoch
+            yield Progress("step", done, total, data={
+                "epoch": self.epoch + 1, "step": done, "loss": self.losses[-1], "losses": {},
+                "lr": self.optimizer.param_groups[0]["lr"], "overall": min(0.999, done / max(1, total))})
+        self.epoch_start = None  # the epoch ended: the next starts where the generator is now
+        return True
+
+    def _evaluate(self, loss: float | None) -> Progress:
+        from dmlviewer.core.files import write_text_atomic
+
+        metrics = cross_view_recall(*embed_pairs(self.model, self.test_s, self.test_a, self.device))
+        record = {"epoch": self.epoch, "loss": loss, **metrics}
+        self.metrics = dict(metrics)
+        self.lines.append(json.dumps(record))
+        write_text_atomic(self.out / METRICS_NAME, "".join(x + "\n" for x in self.lines))
+        log.info("epoch %d: loss %s, recall@1 %.3f, recall@5 %.3f, recall@1%% %.3f", self.epoch,
+                 "-" if loss is None else f"{loss:.4f}", metrics["recall@1"], metrics["recall@5"], metrics["recall@1%"])
+        return Progress("eval", self.epoch, self.config.epochs,
+                        data={"epoch": self.epoch, "metrics": dict(metrics), "record": record})
+
+    def _save(self) -> Path:
+        """``checkpoint.pt`` (atomic): the model, its metrics and the training state."""
+        from dmlviewer.core.models.checkpoint import save_checkpoint
+
+        state = {"config": self.config.to_dict(), "optimizer": self.optimizer.state_dict(),
+                 "step_in_epoch": self.step_in_epoch, "epoch_losses": list(self.losses),
+                 "records": list(self.lines), "dataset_fingerprint": dict(self.fingerprint),
+                 # the numpy generator at the start of the epoch under way (cancelled) or of the next one
+                 "generator": self.epoch_start or json.dumps(self.rng.bit_generator.state),
+                 "rng": rng_state()}
+        was_training = self.model.training
+        self.model.eval()
+        path = save_checkpoint(self.out / CHECKPOINT_NAME, self.model, self.epoch, self.metrics,
+                               extra={"cross_view": state})
+        self.model.train(was_training)
+        return path
