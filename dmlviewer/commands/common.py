@@ -16,15 +16,17 @@ non-finite number is written as ``null``, never ``NaN`` or ``Infinity``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +306,28 @@ def drive(job, label: str):
     if tty:
         sys.stderr.write("\n")
     return result
+
+
+@contextlib.contextmanager
+def cancel_on_signals(cancel) -> Iterator[None]:
+    """While the block runs, the first Ctrl-C or SIGTERM cancels ``cancel`` (a
+    :class:`~dmlviewer.core.progress.CancelToken`: the job saves a checkpoint after its batch and
+    stops) and the second aborts; the previous handlers come back afterwards. Only the main
+    thread can take signals; elsewhere this does nothing."""
+
+    def on_signal(signum, frame) -> None:
+        if cancel.cancelled:
+            raise KeyboardInterrupt
+        sys.stderr.write("\ncancelling: saving a checkpoint after this batch (again to abort)\n")
+        cancel.cancel()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def exit_on_sigterm() -> None:

@@ -13,9 +13,7 @@ SIGTERM) cancels cleanly: the loop stops after the current batch and saves a che
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -222,6 +220,7 @@ class _Printer:
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import cancel_on_signals
     from dmlviewer.core.progress import CancelToken
     from dmlviewer.core.train import TrainingError, train, validate
 
@@ -245,15 +244,6 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         raise UsageError("; ".join(errors))
     cancel = CancelToken()
-
-    def on_signal(signum, frame):
-        if cancel.cancelled:
-            raise KeyboardInterrupt
-        sys.stderr.write("\ncancelling: saving a checkpoint after this batch (again to abort)\n")
-        cancel.cancel()
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     printer = _Printer(config)
     recipe = getattr(args, "recipe", "default")
     printer.write(f"recipe {recipe}: loss {config.loss}, lr {config.lr:g} (new layers x{config.head_lr_mult:g}), "
@@ -262,17 +252,15 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = None
     try:
-        for event in train(config, cancel):
-            if event.kind == "done":
-                result = event.data["result"]
-            else:
-                printer.event(event)
+        with cancel_on_signals(cancel):
+            for event in train(config, cancel):
+                if event.kind == "done":
+                    result = event.data["result"]
+                else:
+                    printer.event(event)
     except TrainingError as exc:
         sys.stderr.write(f"dmlviewer train: error: {exc}\n")
         return 1
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     wall = time.perf_counter() - start
     state = "cancelled" if result["cancelled"] else "done"
     chosen = (f"selected epoch {result['selected_epoch']} on {result['selected_on']}"

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +69,7 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.common import cancel_on_signals
     from dmlviewer.core.progress import CancelToken
     from dmlviewer.core.train.cross_view import train_cross_view, validate_cross_view
 
@@ -88,12 +87,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("; ".join(errors))
     cancel = CancelToken()
 
-    def on_signal(signum, frame):
-        if cancel.cancelled:
-            raise KeyboardInterrupt
-        sys.stderr.write("\ncancelling: saving a checkpoint after this batch (again to abort)\n")
-        cancel.cancel()
-
     def on_epoch(record: dict) -> None:
         loss = "-" if record["loss"] is None else f"{record['loss']:.4f}"
         sys.stderr.write(f"epoch {record['epoch']}/{config.epochs}: loss {loss}, recall@1 {record['recall@1']:.3f}, "
@@ -101,15 +94,11 @@ def run(args: argparse.Namespace) -> int:
                          f"({record['num_queries']} queries)\n")
         sys.stderr.flush()
 
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     try:
-        result = train_cross_view(config, on_epoch, cancel)
+        with cancel_on_signals(cancel):
+            result = train_cross_view(config, on_epoch, cancel)
     except ValueError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     if result["cancelled"]:
         sys.stderr.write(f"cancelled: state saved to {result['checkpoint']} after epoch {result['epoch']}; "
                          "continue with --resume\n")

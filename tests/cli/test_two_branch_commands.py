@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_two_branch import tiny_two_branch
 
 from dmlviewer.cli import main
 
@@ -18,12 +19,7 @@ SHAPES = {"query": [32, 128], "reference": [48, 48]}
 
 
 def _two_branch(seed: int = 0):
-    from dmlviewer.core.models.model import default_config
-    from dmlviewer.core.models.two_branch import build_two_branch
-
-    torch.manual_seed(seed)
-    branch = default_config(backbone="small_cnn", dim=16, pooling="gap")
-    return build_two_branch({"branches": {"query": branch, "reference": dict(branch)}, "input_shapes": SHAPES})
+    return tiny_two_branch(SHAPES["query"], SHAPES["reference"][0], seed, pooling="gap")
 
 
 @pytest.fixture(scope="module")

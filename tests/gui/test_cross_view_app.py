@@ -10,13 +10,12 @@ expected lines come from ``core.explain.orientation.pair_orientation`` and the a
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from _mouse import hover, viewport_pos
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
-
-from _mouse import hover, viewport_pos
+from tiny_two_branch import tiny_two_branch
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
@@ -37,16 +36,9 @@ def cross_view_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_branch_ckpt(tmp_path_factory):
-    import torch
-
     from dmlviewer.core.models import save_checkpoint
-    from dmlviewer.core.models.model import default_config
-    from dmlviewer.core.models.two_branch import build_two_branch
 
-    torch.manual_seed(0)
-    branch = default_config(backbone="small_cnn", dim=16)
-    model = build_two_branch({"branches": {"query": branch, "reference": dict(branch)},
-                              "input_shapes": {"query": list(PANORAMA), "reference": [AERIAL, AERIAL]}}).eval()
+    model = tiny_two_branch(PANORAMA, AERIAL)
     path = tmp_path_factory.mktemp("ckpt") / "two.pt"
     save_checkpoint(path, model)
     return path

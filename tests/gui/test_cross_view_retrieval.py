@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import Qt
+from tiny_two_branch import tiny_two_branch
 
 pytestmark = pytest.mark.gui
 
@@ -28,13 +29,8 @@ def cross_view_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_branch_ckpt(tmp_path_factory):
     from dmlviewer.core.models import save_checkpoint
-    from dmlviewer.core.models.model import default_config
-    from dmlviewer.core.models.two_branch import build_two_branch
 
-    torch.manual_seed(0)
-    branch = default_config(backbone="small_cnn", dim=16)
-    model = build_two_branch({"branches": {"query": branch, "reference": dict(branch)},
-                              "input_shapes": {"query": list(PANORAMA), "reference": [AERIAL, AERIAL]}}).eval()
+    model = tiny_two_branch(PANORAMA, AERIAL)
     path = tmp_path_factory.mktemp("ckpt2") / "two.pt"
     save_checkpoint(path, model)
     return path

@@ -13,6 +13,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from tiny_two_branch import tiny_two_branch
 
 from dmlviewer.core.data import load_dataset_image, open_dataset
 from dmlviewer.core.data.cross_view import cross_view_pairs, make_cross_view_data
@@ -30,13 +31,7 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model():
-    from dmlviewer.core.models.model import default_config
-    from dmlviewer.core.models.two_branch import build_two_branch
-
-    torch.manual_seed(0)
-    branch = default_config(backbone="small_cnn", dim=16)
-    return build_two_branch({"branches": {"query": branch, "reference": dict(branch)},
-                             "input_shapes": {"query": list(PANORAMA), "reference": [AERIAL, AERIAL]}}).eval()
+    return tiny_two_branch(PANORAMA, AERIAL)
 
 
 @pytest.fixture(scope="module")

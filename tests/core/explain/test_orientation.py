@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from tiny_two_branch import tiny_two_branch
 
 from dmlviewer.core.explain.orientation import pair_orientation, refined_peak, summarize
 
@@ -61,19 +62,13 @@ def test_summary_counts_errors_within_3_5_degrees():
 
 
 def test_orientation_command_on_a_tiny_cross_view_set(tmp_path, capsys):
-    import torch
 
     from dmlviewer.cli import main
     from dmlviewer.core.data.cross_view import make_cross_view_data
     from dmlviewer.core.models import save_checkpoint
-    from dmlviewer.core.models.model import default_config
-    from dmlviewer.core.models.two_branch import build_two_branch
 
     data = make_cross_view_data(tmp_path / "cv", pairs=8, seed=0, aerial_size=48, panorama_shape=(32, 128))
-    torch.manual_seed(0)
-    branch = default_config(backbone="small_cnn", dim=16)
-    model = build_two_branch({"branches": {"query": branch, "reference": dict(branch)},
-                              "input_shapes": {"query": [32, 128], "reference": [48, 48]}}).eval()
+    model = tiny_two_branch((32, 128), 48)
     save_checkpoint(tmp_path / "two.pt", model)
     assert main(["orientation", "--checkpoint", str(tmp_path / "two.pt"), "--dataset", str(data), "--json",
                  "--per-pair", "--device", "cpu"]) == 0
