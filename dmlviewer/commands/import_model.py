@@ -150,43 +150,20 @@ def run(args: argparse.Namespace) -> int:
 REFERENCE_OPTIONS = ("--reference-arch", "--reference-head", "--reference-prefix", "--reference-image-size",
                      "--reference-mean", "--reference-std", "--reference-pooling", "--reference-gem-p",
                      "--reference-check-against")
-#: reference option -> the query option it defaults to
-INHERITED = {"arch": "--arch", "head": "--head", "prefix": "--prefix", "mean": "--mean", "std": "--std",
-             "pooling": "--pooling", "gem_p": "--gem-p"}
 
 
 def _run_two_branch(args: argparse.Namespace, out: Path) -> int:
-    """Both branches' plans (the reference's first: each file set is read before any report), the
-    report of both, one two-branch checkpoint (issue 25)."""
-    from dmlviewer.core.models.importer import (LayoutError, analyze, check_two_branch_plans,
+    """Both branches' plans (``analyze_two_branch``: the reference's first, each file set read
+    before any report), the report of both, one two-branch checkpoint (issue 25)."""
+    from dmlviewer.core.models.importer import (TWO_BRANCH_INHERITED, analyze_two_branch, check_two_branch_plans,
                                                 describe_reference_check, two_branch_report,
                                                 write_two_branch_checkpoint)
-    from dmlviewer.core.progress import run_to_end
 
-    chosen, inherited = {}, []
-    for key, option in INHERITED.items():
-        own = getattr(args, f"reference_{key}")
-        query_value = getattr(args, key)
-        if own is None and query_value is not None and not (key == "head" and query_value == "auto"):
-            inherited.append(option)
-        chosen[key] = own if own is not None else query_value
-    shape_r, shape_q = args.reference_image_size, args.image_size
-    try:
-        side = "reference"
-        reference = run_to_end(analyze(args.reference_weights, arch=chosen["arch"], head=chosen["head"] or "auto",
-                                       prefix=chosen["prefix"], image_size=max(shape_r) if shape_r else None,
-                                       mean=chosen["mean"], std=chosen["std"], pooling=chosen["pooling"],
-                                       gem_p=chosen["gem_p"], force=args.force))
-        side = "query"
-        query = run_to_end(analyze(args.weights, arch=args.arch, head=args.head, prefix=args.prefix,
-                                   image_size=max(shape_q) if shape_q else None, mean=args.mean, std=args.std,
-                                   pooling=args.pooling, gem_p=args.gem_p, force=args.force))
-    except LayoutError as exc:  # which branch's files were not understood
-        raise LayoutError(f"{side} branch: {exc}", exc.ranking, exc.unmatched) from None
-    if inherited:  # said in the reference branch's report, as what was assumed for it
-        reference.assumptions.append(f"the query's {', '.join(inherited)} (no --reference-* option gave them)")
-    shapes = {"query": tuple(args.image_size) if args.image_size else (query.config["image_size"],) * 2,
-              "reference": tuple(shape_r) if shape_r else (reference.config["image_size"],) * 2}
+    query, reference, shapes = analyze_two_branch(
+        args.weights, args.reference_weights,
+        {key: getattr(args, key) for key in TWO_BRANCH_INHERITED},
+        {key: getattr(args, f"reference_{key}") for key in TWO_BRANCH_INHERITED},
+        query_shape=args.image_size, reference_shape=args.reference_image_size, force=args.force)
     check_two_branch_plans(query, reference)  # before the long report: one line
     sys.stdout.write(two_branch_report(query, reference, shapes, full_mapping=args.full_mapping) + "\n")
     path, diff = write_two_branch_checkpoint(query, reference, out, shapes,

@@ -8,6 +8,13 @@ preprocessing can be overridden; every change re-runs the analysis in a worker t
 newest request wins). "Import and Open" writes the checkpoint to the file the user chose and
 opens it in the main window. A layout that is not recognized shows the closest known layouts and
 the unmatched keys instead, and nothing can be written.
+
+A two-branch (cross-view) model (issue 25), as ``import-model --reference-weights``: the weights
+files are the query branch (e.g. the street encoder), the optional "Reference branch" file the
+reference branch (e.g. the aerial encoder), each with its own input size (``S`` or ``HxW``); the
+options above apply to both branches (said in the reference branch's assumptions). Both are
+recognized with :func:`~dmlviewer.core.models.importer.analyze_two_branch`, branches of different
+embedding widths are refused in the dialog, and one two-branch checkpoint is written.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QGroupBox,
-    QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton, QSpinBox,
+    QHBoxLayout, QHeaderView, QLabel, QLineEdit, QListWidget, QPlainTextEdit, QPushButton,
     QSplitter, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
 )
 
@@ -44,6 +51,56 @@ def _analyze(files: list[str], options: dict, cancel) -> tuple[str, Any]:
         return "plan", run_to_end(analyze(files, cancel=cancel, **options))
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         return "error", exc
+
+
+#: how the dialog names the options a reference branch takes from the query's (its assumptions say so)
+FIELD_NAMES = {"arch": "Architecture field", "head": "Head field", "prefix": "Backbone key prefix field",
+               "mean": "mean field", "std": "std field"}
+MISMATCH_HINT = ("these weights files do not make one two-branch model as they are (the Head field applies to "
+                 "both branches; auto proposes each branch's own head)")
+MIN_SIDE = 32  # as import-model's --image-size
+
+
+def _analyze_two(files: list[str], reference: list[str], options: dict, shapes: tuple, cancel) -> tuple[str, Any]:
+    """Worker: ``("plans", (query plan, reference plan, shapes))`` of a two-branch import, or
+    ``("error", exception)`` (a branch not recognized, or two embedding widths)."""
+    from dmlviewer.core.models import CheckpointError, importer
+
+    try:
+        query, ref, sizes = importer.analyze_two_branch(
+            files, reference, options, None, query_shape=shapes[0], reference_shape=shapes[1], cancel=cancel,
+            names=FIELD_NAMES, not_given="the dialog's options are both branches'")
+        importer.check_two_branch_plans(query, ref, hint=MISMATCH_HINT)
+        return "plans", (query, ref, sizes)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        return "error", exc
+
+
+def _write_two(plans: tuple, out: str) -> tuple[str, Any]:
+    from dmlviewer.core.models import CheckpointError
+    from dmlviewer.core.models.importer import write_two_branch_checkpoint
+
+    query, ref, shapes = plans
+    try:
+        return "written", write_two_branch_checkpoint(query, ref, out, shapes)
+    except (CheckpointError, OSError, ValueError) as exc:
+        return "write-error", exc
+
+
+def _shape(text: str, field: str) -> tuple[int, int] | None:
+    """``(h, w)`` from a side ``S`` or ``HxW`` (``parse_input_shape``), None for an empty field
+    (the architecture's); ValueError naming ``field``."""
+    if not text.strip():
+        return None
+    from dmlviewer.core.models.two_branch import parse_input_shape
+
+    try:
+        shape = parse_input_shape(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+    if min(shape) < MIN_SIDE:
+        raise ValueError(f"{field}: each side must be at least {MIN_SIDE} pixels, got {text.strip()[:40]}")
+    return shape
 
 
 def _write(plan, out: str) -> tuple[str, Any]:
@@ -74,7 +131,8 @@ class ImportDialog(QDialog):
         super().__init__(main_window)
         self.main_window = main_window
         self.setWindowTitle("Import Model")
-        self.plan = None
+        self.plan = None  # the (query branch's) ImportPlan
+        self.two_branch: tuple | None = None  # (query plan, reference plan, shapes) of a two-branch import
         self.written: str | None = None
         self.runner = LatestRunner(self)
         self.runner.result_ready.connect(self._on_result)
@@ -116,9 +174,12 @@ class ImportDialog(QDialog):
         self.prefix = QLineEdit()
         self.prefix.setPlaceholderText("auto")
         self.prefix.setToolTip("Key prefix of the backbone, when the files hold several copies")
-        self.image_size = QSpinBox()
-        self.image_size.setRange(31, 4096)  # the minimum (31) reads "default"
-        self.image_size.setSpecialValueText("default")
+        self.image_size = QLineEdit()
+        self.image_size.setPlaceholderText("default")
+        self.image_size.setMaximumWidth(110)
+        self.image_size.setToolTip("Input size the model expects: a side S (e.g. 224), or HxW (e.g. 64x256) for "
+                                   "the query branch of a two-branch import; empty: the architecture's (224, or "
+                                   "timm's)")
         self.mean = QLineEdit()
         self.mean.setPlaceholderText("default (ImageNet, or timm's)")
         self.std = QLineEdit()
@@ -134,6 +195,24 @@ class ImportDialog(QDialog):
         preprocessing.addWidget(QLabel("std"))
         preprocessing.addWidget(self.std, 1)
         form.addRow("Input size", preprocessing)
+        self.reference = PathEdit("open", "Choose the reference branch's weights file", WEIGHTS_FILTER)
+        self.reference.edit.setPlaceholderText("optional: the reference encoder's weights (e.g. aerial) "
+                                               "→ one two-branch model")
+        self.reference.setToolTip(
+            "A two-branch (cross-view) model: the weights files above are the query branch (e.g. the street "
+            "encoder), this file the reference branch (e.g. the aerial encoder): separate weights, one embedding "
+            "space (both must give the same number of dimensions). The options above apply to both branches; "
+            "the input size is each branch's own.")
+        self.reference_size = QLineEdit()
+        self.reference_size.setPlaceholderText("default")
+        self.reference_size.setMaximumWidth(110)
+        self.reference_size.setToolTip("The reference branch's input size: a side S (e.g. 128) or HxW; "
+                                       "empty: its architecture's (224, or timm's)")
+        reference_row = QHBoxLayout()
+        reference_row.addWidget(self.reference, 1)
+        reference_row.addWidget(QLabel("input size"))
+        reference_row.addWidget(self.reference_size)
+        form.addRow("Reference branch (optional)", reference_row)
         options_box = QGroupBox("Options (each change recognizes again)")
         options_box.setLayout(form)
 
@@ -186,7 +265,8 @@ class ImportDialog(QDialog):
         layout.addWidget(self.buttons)
 
         for signal in (self.arch.currentTextChanged, self.head.textChanged, self.prefix.textChanged,
-                       self.image_size.valueChanged, self.mean.textChanged, self.std.textChanged):
+                       self.image_size.textChanged, self.mean.textChanged, self.std.textChanged,
+                       self.reference.changed, self.reference_size.textChanged):
             signal.connect(lambda *_: self._debounce.start())
         QTimer.singleShot(0, self._fill_architectures)
         screen = (self.main_window.screen() if self.main_window is not None else self.screen()).availableGeometry()
@@ -238,31 +318,58 @@ class ImportDialog(QDialog):
         self.analyze()
 
     # -- analysis
+    def reference_files(self) -> list[str]:
+        """The reference branch's weights file: ``[]`` for a one-branch import."""
+        text = self.reference.text()
+        return [str(settings.expand_user(text))] if text else []
+
+    def shapes(self) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """The query's and the reference's input sizes, ``(h, w)`` or None (ValueError, one line)."""
+        return _shape(self.image_size.text(), "Input size"), _shape(self.reference_size.text(), "Reference input size")
+
     def options(self) -> dict:
-        """The override fields as ``analyze`` keyword arguments (ValueError for a malformed one)."""
+        """The override fields as ``analyze`` keyword arguments (ValueError for a malformed one);
+        ``image_size`` is the query's larger side."""
         arch = self.arch.currentText().strip()
+        try:
+            mean, std = _floats(self.mean.text()), _floats(self.std.text())
+        except ValueError as exc:
+            raise ValueError(f"mean/std: {exc}") from None
+        shape = self.shapes()[0]
         return {
             "arch": None if arch in ("", AUTO, "auto") else arch,
             "head": self.head.text().strip() or "auto",
             "prefix": self.prefix.text().strip() or None,
-            "image_size": self.image_size.value() if self.image_size.value() > self.image_size.minimum() else None,
-            "mean": _floats(self.mean.text()),
-            "std": _floats(self.std.text()),
+            "image_size": max(shape) if shape else None,
+            "mean": mean,
+            "std": std,
         }
 
     def analyze(self) -> None:
         self._debounce.stop()
-        self.plan = None
+        self.plan = self.two_branch = None
         self._update_buttons()
         files = self.file_list()
         if not files:
             self.runner.cancel()
             self._show_message("Add the weights file(s) of your model.")
             return
+        reference = self.reference_files()
         try:
-            options = self.options()
+            options, shapes = self.options(), self.shapes()
+            if not reference and shapes[0] and shapes[0][0] != shapes[0][1]:
+                raise ValueError(f"Input size {shapes[0][0]}x{shapes[0][1]}: a non-square input is for the query "
+                                 "branch of a two-branch import (give a Reference branch file); give one side")
+            if not reference and shapes[1]:
+                raise ValueError("Reference input size: give a Reference branch weights file, or leave it empty")
         except ValueError as exc:
-            self._show_message(f"mean/std: {exc}", error=True)
+            self.runner.cancel()
+            self._show_message(str(exc), error=True)
+            return
+        if reference:
+            self._show_message("Recognizing both branches…")
+            self.runner.submit(lambda cancel: _analyze_two(files, reference, options, shapes, cancel),
+                               cancel_aware=True)
             return
         self._show_message("Recognizing…")
         self.runner.submit(lambda cancel: _analyze(files, options, cancel), cancel_aware=True)
@@ -271,6 +378,8 @@ class ImportDialog(QDialog):
         kind, payload = value
         if kind == "plan":
             self._show_plan(payload)
+        elif kind == "plans":
+            self._show_plans(*payload)
         elif kind == "written":
             self._on_written(*payload)
         elif kind == "write-error":
@@ -303,10 +412,34 @@ class ImportDialog(QDialog):
         self.tabs.setTabText(2, f"Unmatched ({len(plan.unmatched)})")
         self._update_buttons()
 
+    def _show_plans(self, query, reference, shapes: dict) -> None:
+        """A two-branch import: each branch's recognition, and its report as the CLI prints it."""
+        from dmlviewer.core.models.importer import plan_dim, two_branch_report
+
+        self.plan, self.two_branch = query, (query, reference, shapes)
+        parts = []
+        for side, plan in (("query", query), ("reference", reference)):
+            (h, w), head = shapes[side], "proposed" if plan.head_auto else "given"
+            parts.append(f"{side} <b>{plan.arch}</b> at {h}x{w} px, head ({head}) <code>{plan.head_spec}</code> → "
+                         f"{plan.summary()}" + (f", <b>{len(plan.unmatched)} keys unmatched</b>"
+                                                 if plan.unmatched else ""))
+        self._show_message(f"Two-branch model, one space of {plan_dim(query)} dimensions: " + "; ".join(parts))
+        self.summary.setPlainText(two_branch_report(query, reference, shapes))
+        branches = (("query", query), ("reference", reference))
+        self._fill(self.mapping, [(f"{side}: {src}", f"{side}.{dst}") for side, plan in branches
+                                  for src, dst in [*plan.head_mapping.items(), *plan.backbone_mapping.items()]])
+        unmatched = [(f"{side}: {key}", why) for side, plan in branches for key, why in plan.unmatched.items()]
+        self._fill(self.unmatched, unmatched)
+        self._fill(self.ranking, [(f"{side}: {m.name}", len(m.matched), len(m.matched) + len(m.missing)
+                                   + len(m.mismatched), f"{m.jaccard:.2f}") for side, plan in branches
+                                  for m in plan.ranking[:5]])
+        self.tabs.setTabText(2, f"Unmatched ({len(unmatched)})")
+        self._update_buttons()
+
     def _show_error(self, exc: BaseException) -> None:
         from dmlviewer.core.models.importer import LayoutError
 
-        self.plan = None
+        self.plan = self.two_branch = None
         message = str(exc) if not isinstance(exc, FileNotFoundError) else f"file not found: {exc.filename or exc}"
         if any(option in message for option in ("--arch", "--head", "--prefix")):
             message += " (--arch, --head and --prefix are the Architecture, Head and Backbone key prefix fields)"
@@ -341,18 +474,23 @@ class ImportDialog(QDialog):
         out = settings.expand_user(self.out.text())
         if out.suffix == "":
             out = out.with_suffix(".pt")
-        if out.is_dir() or any(Path(f).resolve() == out.resolve() for f in self.file_list() if out.exists()):
+        sources = self.file_list() + (self.reference_files() if self.two_branch else [])
+        if out.is_dir() or any(Path(f).resolve() == out.resolve() for f in sources if out.exists()):
             self._show_message(f"{out} is a folder or one of the weights files: choose another name", error=True)
             return
-        plan = self.plan
+        plan, two_branch = self.plan, self.two_branch
         self.import_button.setEnabled(False)
         self._show_message(f"Writing {out}…")
-        self.runner.submit(lambda: _write(plan, str(out)))
+        if two_branch is not None:
+            self.runner.submit(lambda: _write_two(two_branch, str(out)))
+        else:
+            self.runner.submit(lambda: _write(plan, str(out)))
 
     def _on_written(self, path, diff: float) -> None:
         self.written = str(path)
-        self._show_message(f"Wrote {path} (folding check {diff:.2g}: the folded head against its own source "
-                           "layers; the embeddings were not compared with your model).")
+        branches = "two branches; " if self.two_branch is not None else ""
+        self._show_message(f"Wrote {path} ({branches}folding check {diff:.2g}: the folded head against its own "
+                           "source layers; the embeddings were not compared with your model).")
         if self.main_window is not None and hasattr(self.main_window, "open_checkpoint"):
             if not self.main_window.open_checkpoint(str(path)):
                 return

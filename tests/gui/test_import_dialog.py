@@ -49,7 +49,7 @@ def test_import_and_open(window, qtbot, tmp_path, demo_root, wait_ready):
     assert dialog.plan.config["dim"] == 64 and dialog.unmatched.rowCount() == 4
     out = tmp_path / "folder" / "imported.pt"
     dialog.out.setText(str(out))
-    dialog.image_size.setValue(64)
+    dialog.image_size.setText("64")
     qtbot.waitUntil(lambda: dialog.plan is not None and dialog.plan.config["image_size"] == 64, timeout=60000)
     assert dialog.import_button.isEnabled()
     qtbot.mouseClick(dialog.import_button, Qt.LeftButton)

@@ -68,7 +68,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dmlviewer.core.progress import CancelToken, Progress
+from dmlviewer.core.progress import CancelToken, Progress, run_to_end
 
 from .backbones import BACKBONES, CHECKPOINT_FORMAT, format_keys, read_weights_file
 from .checkpoint import check_finite  # the one NaN/Inf check of every door that reads weights
@@ -1878,14 +1878,63 @@ def plan_dim(plan: ImportPlan) -> int:
     return int(plan.config["dim"] or candidate(plan.arch).channels)
 
 
-def check_two_branch_plans(query: ImportPlan, reference: ImportPlan) -> None:
+def check_two_branch_plans(query: ImportPlan, reference: ImportPlan,
+                           hint: str = "check --head and --reference-head") -> None:
     """``LayoutError`` (one line) when the two imported branches cannot share one embedding space:
-    their embedding widths differ (a similarity between them would be undefined)."""
+    their embedding widths differ (a similarity between them would be undefined). ``hint`` ends
+    the line: what to change, in the words of the door (options, or the app's fields)."""
     dq, dr = plan_dim(query), plan_dim(reference)
     if dq != dr:
         raise LayoutError(f"the two branches must embed into one space: the query branch ({query.arch}, "
                           f"{query.summary()}) gives {dq} dimensions, the reference branch ({reference.arch}, "
-                          f"{reference.summary()}) {dr}; check --head and --reference-head")
+                          f"{reference.summary()}) {dr}; {hint}")
+
+
+#: a reference-branch option -> the name of the query option it defaults to (the command line's)
+TWO_BRANCH_INHERITED = {"arch": "--arch", "head": "--head", "prefix": "--prefix", "mean": "--mean", "std": "--std",
+                        "pooling": "--pooling", "gem_p": "--gem-p"}
+
+
+def analyze_two_branch(query_paths: Sequence[str | os.PathLike], reference_paths: Sequence[str | os.PathLike],
+                       query_options: dict, reference_options: dict | None = None,
+                       query_shape: Sequence[int] | None = None, reference_shape: Sequence[int] | None = None,
+                       force: bool = False, cancel: CancelToken | None = None,
+                       names: dict | None = None, not_given: str = "no --reference-* option gave them",
+                       ) -> tuple[ImportPlan, ImportPlan, dict]:
+    """Both branches' plans of a two-branch import (issue 25) and their input shapes:
+    ``(query plan, reference plan, {"query": (h, w), "reference": (h, w)})``.
+
+    ``query_options``/``reference_options``: :func:`analyze` keyword arguments (``arch``,
+    ``head``, ``prefix``, ``mean``, ``std``, ``pooling``, ``gem_p``); a reference option that is
+    ``None`` is the query's, said in the reference plan's assumptions (``names``: how the door
+    calls each option, default the command line's; ``not_given``: why the query's was taken).
+    The shapes are ``(h, w)`` or ``None`` (the branch's architecture's side). The reference is
+    read first (each file set is read before any report); a ``LayoutError`` says which branch."""
+    reference_options = reference_options or {}
+    names = {**TWO_BRANCH_INHERITED, **(names or {})}
+    chosen, inherited = {}, []
+    for key in TWO_BRANCH_INHERITED:
+        own, query_value = reference_options.get(key), query_options.get(key)
+        if own is None and query_value is not None and not (key == "head" and query_value == "auto"):
+            inherited.append(names[key])
+        chosen[key] = own if own is not None else query_value
+    chosen["head"] = chosen["head"] or "auto"
+    query_kwargs = {key: query_options.get(key) for key in TWO_BRANCH_INHERITED}
+    query_kwargs["head"] = query_kwargs["head"] or "auto"
+    try:
+        side = "reference"
+        reference = run_to_end(analyze(reference_paths, image_size=max(reference_shape) if reference_shape else None,
+                                       force=force, cancel=cancel, **chosen))
+        side = "query"
+        query = run_to_end(analyze(query_paths, image_size=max(query_shape) if query_shape else None,
+                                   force=force, cancel=cancel, **query_kwargs))
+    except LayoutError as exc:  # which branch's files were not understood
+        raise LayoutError(f"{side} branch: {exc}", exc.ranking, exc.unmatched) from None
+    if inherited:  # said in the reference branch's report, as what was assumed for it
+        reference.assumptions.append(f"the query's {', '.join(inherited)} ({not_given})")
+    shapes = {"query": tuple(query_shape) if query_shape else (query.config["image_size"],) * 2,
+              "reference": tuple(reference_shape) if reference_shape else (reference.config["image_size"],) * 2}
+    return query, reference, shapes
 
 
 def two_branch_report(query: ImportPlan, reference: ImportPlan, shapes: dict, full_mapping: bool = False) -> str:
