@@ -60,6 +60,10 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     """The QApplication (created once): Qt's messages routed to the log, names for
     QSettings/QStandardPaths, Fusion dark palette and the app's style sheet."""
     install_qt_message_handler()
+    # Qt splits the raster fills of every image draw over a thread pool and waits for it; the
+    # panes' draws are small, so on a machine whose cores are busy the wait was most of a hover's
+    # tail latency (issue 24). Read once by Qt at the first paint; a value set outside wins.
+    os.environ.setdefault("QT_NO_GUI_THREADPOOL", "1")
     app = QApplication.instance()
     if app is None:
         app = QApplication(argv if argv is not None else sys.argv[:1])

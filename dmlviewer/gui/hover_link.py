@@ -3,8 +3,8 @@
 Hovering a point of one pane draws a crosshair there and, on the other pane, the partial map
 of that point; a click pins the point (the partial map stays while the mouse moves on);
 :meth:`HoverLink.unpin` (Escape) releases it. Mouse moves are coalesced: the first move after a
-quiet period is drawn at once, later ones at most every ``interval_ms`` (the newest wins), so
-hovering never queues work. Each drawn event is one call of ``render(side, x, y)``, which the
+quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
+previous drawing (the newest wins), so hovering never queues work, however long a drawing takes. Each drawn event is one call of ``render(side, x, y)``, which the
 owner implements with the core's precomputed hover renderer (a small array operation).
 
 Rows (issue 24, two models): more pairs of panes showing the same two photographs can follow
@@ -131,13 +131,16 @@ class HoverLink(QObject):
             return
         side, x, y = self._pending
         self._pending = None
-        self._last = time.perf_counter()
         self.hover = (side, x, y)
         for row in self._shown():
             row.panes[side].set_crosshair((x, y))
             row.panes[1 - side].set_crosshair(None)
         if self.pinned is None:
             self._show(side, x, y, pinned=False)
+        # The interval counts from the end of this drawing: when drawing takes about as long as
+        # the interval (two models, a fine grid, a slow machine), moves are still coalesced
+        # instead of each being drawn at once, back to back.
+        self._last = time.perf_counter()
 
     def _moved(self, side: int, x: float, y: float) -> None:
         if not self.enabled:

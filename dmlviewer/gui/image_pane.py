@@ -19,10 +19,13 @@ draws a rectangle and emits ``region_selected((y0, x0, y1, x1))`` in pixel-edge 
 
 from __future__ import annotations
 
+import functools
+import re
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from dmlviewer.gui.colormaps import colorbar_map, overlay_lut
@@ -32,6 +35,20 @@ MARKER_COLORS = [
     "#e6194b", "#3cb44b", "#ffe119", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6",
     "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3",
 ]
+
+
+_DIGITS = re.compile(r"\d")
+
+
+@functools.lru_cache(maxsize=8)
+def _tabular_digits(font_key: str) -> bool:
+    """Whether all ten digits have one width in the font (``QFont.toString()``) and its bold
+    (true of most UI fonts): then a read-out that changes in its digits only keeps its size."""
+    font = QFont()
+    font.fromString(font_key)
+    bold = QFont(font)
+    bold.setBold(True)
+    return all(len({QFontMetricsF(f).horizontalAdvance(str(d)) for d in range(10)}) == 1 for f in (font, bold))
 
 
 #: Width of the colour bar's axis: tick values (up to "-0.0125") plus the rotated title.
@@ -54,6 +71,14 @@ class PaneViewBox(pg.ViewBox):
         self.region_item.hide()
         self.addItem(self.region_item, ignoreBounds=True)
 
+    def itemBoundsChanged(self, item) -> None:
+        """Only items that count for auto-range concern it. pyqtgraph queues an auto-range and
+        repaints the whole view whenever any child moves; the marks (crosshair, pin, markers)
+        and the overlay are added with ``ignoreBounds``, so for them that was a full repaint of
+        the pane per hover event (issue 24) that changed nothing."""
+        if item in self.addedItems:
+            super().itemBoundsChanged(item)
+
     def mouseDragEvent(self, ev, axis=None) -> None:  # noqa: N802 - pyqtgraph API
         shift = (ev.modifiers() | self.press_modifiers) & Qt.ShiftModifier
         if ev.button() == Qt.LeftButton and (self.region_mode or shift):
@@ -67,6 +92,25 @@ class PaneViewBox(pg.ViewBox):
                 self.region_drawn.emit(rect)
             return
         super().mouseDragEvent(ev, axis)
+
+
+class OverlayItem(pg.ImageItem):
+    """The overlay ``ImageItem``; a new image marks the viewport area under it for repainting
+    directly. ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport
+    one event loop pass later: a repaint of the viewport in between (the hover benchmark's, or
+    another pane's synchronous repaint, which paints the whole window's pending areas) was then
+    followed by a second paint of the same pixels (issue 24)."""
+
+    def __init__(self, graphics: pg.GraphicsView) -> None:
+        super().__init__(axisOrder="row-major")
+        self._graphics = graphics
+
+    def update(self, *args) -> None:
+        if args or self.scene() is None or not self.isVisible():
+            super().update(*args)
+            return
+        area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
+        self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
 
 
 class ImagePane(QWidget):
@@ -102,7 +146,7 @@ class ImagePane(QWidget):
         # The photograph only changes with the pair or the zoom: keep it rendered at screen
         # resolution so that a hover repaints the overlay, not the scaled photograph.
         self.image_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-        self.overlay_item = pg.ImageItem(axisOrder="row-major")
+        self.overlay_item = OverlayItem(self.graphics)
         self.overlay_item.setAutoDownsample(False)
         self.overlay_item.setZValue(10)
         self.overlay_item.setOpacity(0.6)
@@ -153,6 +197,7 @@ class ImagePane(QWidget):
         self._overlay_shape: tuple[int, int] | None = None
         self._lut: np.ndarray | None = None
         self._colorbar_key: tuple | None = None
+        self._readout_key: str | None = None  # the read-out text last sized, digits as 0
         self._inside = False
         self.view.region_drawn.connect(self._on_region)
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
@@ -266,7 +311,11 @@ class ImagePane(QWidget):
             return
         if html != self.readout.text():
             self.readout.setText(html)
-            self._place_readout()
+            # Digits have one width (tabular figures): a text that differs from the last placed
+            # one in its digits only keeps the label's size, so hovering does not lay it out
+            # again per event (issue 24).
+            if _DIGITS.sub("0", html) != self._readout_key:
+                self._place_readout()
         self.readout.show()
         self.readout.raise_()
 
@@ -274,6 +323,8 @@ class ImagePane(QWidget):
         """Size the read-out to its text, but no wider than the view left of the colour bar: on
         a narrow pane (an 800 px window) its lines wrap instead of running into the bar's numbers."""
         label = self.readout
+        tabular = _tabular_digits(label.font().toString())
+        self._readout_key = _DIGITS.sub("0", label.text()) if tabular else None
         label.setWordWrap(False)
         label.adjustSize()
         room = self.graphics.width() - int(self.colorbar.geometry().width()) - label.x() - 8
