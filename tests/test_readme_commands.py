@@ -3,7 +3,8 @@
 The ``dmlviewer`` commands of the README's ``bash`` blocks are extracted (continuation lines
 joined, comments dropped, ``&&`` chains split) and run in README order in one folder, on tiny
 inputs: the files they name (``a.jpg``, ``resnet18_embedding.pth``, pytorch-metric-learning's
-trunk and embedder files, ``my_resnet50.pth``, door 4's ``my_models.py`` and ``run.ckpt``) are
+trunk and embedder files, ``my_resnet50.pth``, door 4's ``my_models.py`` and ``run.ckpt``, the
+cross-view section's ``street.pth``, ``aerial.pth``, ``cross_models.py``, ``pano.png`` and ``aerial.png``) are
 made there with random weights, and the sizes are cut down (demo data of 6 classes x 4 images, 1 epoch at 64 px, 2 faithfulness pairs:
 :data:`TINY`). Commands the test cannot run are listed in :func:`skip_reason` with the reason.
 The inline command of door 3 (``--backbone timm:... --pretrained FILE``) and every complete
@@ -134,6 +135,17 @@ def _make_inputs(folder: Path) -> None:
     torch.save(net.state_dict(), folder / "trunk_best12.pth")
     torch.save(PmlMLP([512, 256, 64]).state_dict(), folder / "embedder_best12.pth")
     torch.save(torchvision.models.resnet50(weights=None, num_classes=128).state_dict(), folder / "my_resnet50.pth")
+    # cross-view: a street and an aerial encoder trained elsewhere, the code that builds them, and an image pair
+    (folder / "cross_models.py").write_text("import torchvision\nfrom torch import nn\n\n\ndef _encoder(dim):\n"
+                                            "    net = torchvision.models.resnet18(weights=None)\n"
+                                            "    net.fc = nn.Linear(512, dim)\n    return net\n\n\n"
+                                            "def build_pair(dim=64):\n    return _encoder(dim), _encoder(dim)\n")
+    for name in ("street.pth", "aerial.pth"):
+        encoder = torchvision.models.resnet18(weights=None)
+        encoder.fc = nn.Linear(512, 64)
+        torch.save(encoder.state_dict(), folder / name)
+    cv2.imwrite(str(folder / "pano.png"), rng.integers(0, 256, (64, 256, 3), dtype=np.uint8))
+    cv2.imwrite(str(folder / "aerial.png"), rng.integers(0, 256, (128, 128, 3), dtype=np.uint8))
 
 
 def _run(argv: list[str], folder: Path) -> tuple[int, str]:
