@@ -1437,11 +1437,22 @@ class MainWindow(QMainWindow):
 
 
 def model_summary(model) -> str:
-    """One line: backbone, pooling, grouping head and embedding size."""
-    c = model.config
-    grouping = c.get("grouping", "none")
-    head = c.get("pooling", "?") + ("" if grouping == "none" else f" + {grouping}-grouping ×{c.get('groups')}")
-    return f"{c.get('backbone', '?')} · {head} · {getattr(model, 'dim', None) or c.get('dim', '?')}-d"
+    """One line: backbone, pooling, grouping head and embedding size; a two-branch model's
+    branches as ``query / reference`` where they differ."""
+    from dmlviewer.core.models.two_branch import BRANCHES, TwoBranchModel
+
+    def parts(c: dict) -> tuple[str, str]:
+        grouping = c.get("grouping", "none")
+        head = c.get("pooling", "?") + ("" if grouping == "none" else f" + {grouping}-grouping ×{c.get('groups')}")
+        return c.get("backbone", "?"), head
+
+    if isinstance(model, TwoBranchModel):
+        sides = [parts(model.branch(side).config) for side in BRANCHES]
+        backbone, head = (" / ".join(dict.fromkeys(p[i] for p in sides)) for i in (0, 1))
+        backbone = "two-branch " + backbone
+    else:
+        backbone, head = parts(model.config)
+    return f"{backbone} · {head} · {getattr(model, 'dim', None) or model.config.get('dim', '?')}-d"
 
 
 def rule_summary(rule: str) -> str:

@@ -35,7 +35,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDialog, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
     QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton,
-    QSpinBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
+    QSizePolicy, QSpinBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.core.progress import Progress
@@ -143,6 +143,11 @@ def _dspin(lo: float, hi: float, step: float, decimals: int) -> QDoubleSpinBox:
     return box
 
 
+#: The metric plot's title for one-branch (False) and two-branch (True) runs.
+METRIC_TITLES = {False: "Recall@1 and NMI per epoch (0: before training)",
+                 True: "Street-to-aerial Recall@1, @5 and @1 % per epoch (0: before training)"}
+
+
 class TrainingForm(QWidget):
     """Widgets for the options of a :class:`TrainConfig` (``config()`` / ``set_config()``).
 
@@ -233,6 +238,8 @@ class TrainingForm(QWidget):
                                  "(chosen by itself for a cvusa dataset)")
         self.branches_note = QLabel()
         self.branches_note.setWordWrap(True)
+        # wraps to the form's width instead of widening the form past its scroll area
+        self.branches_note.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self._dataset_format: str | None = None  # of the folder in the dataset field, when it is a dataset
         self.batch_label = QLabel()
         self.loss_params = QLabel()
@@ -425,7 +432,7 @@ class TrainingForm(QWidget):
             "Batch (classes) is the pairs per batch; Image size S gives aerial images of S x S and street "
             "panoramas of S/2 x 2S. The fields that do not apply are greyed out." if two else "")
         if two:
-            self.batch_label.setText(f"= {w['classes_per_batch'].value()} street/aerial pairs")
+            self.batch_label.setText(f"= {w['classes_per_batch'].value()} pairs")  # short: a longer label widened the form
             self._update_weights_status()
             return
         w["groups"].setEnabled(w["grouping"].currentData() != "none")
@@ -613,7 +620,7 @@ class TrainingMonitor(QWidget):
         self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
         self.terms_plot.setLabel("left", "term")
         self.terms_legend = add_legend(self.terms_plot, "top-right")
-        self.metric_plot = pg.PlotWidget(title="Recall@1 and NMI per epoch (0: before training)")
+        self.metric_plot = pg.PlotWidget(title=METRIC_TITLES[False])
         self.metric_plot.setLabel("bottom", "epoch")
         self.metric_plot.setLabel("left", "score")
         self.metric_plot.setYRange(0, 1)
@@ -653,7 +660,9 @@ class TrainingMonitor(QWidget):
         self._timer.timeout.connect(self.refresh)
         self._timer.start()
 
-    def reset(self) -> None:
+    def reset(self, two_branch: bool = False) -> None:
+        """Empty plots and log for a new run (``two_branch``: its metrics are street-to-aerial retrieval's)."""
+        self.metric_plot.setTitle(METRIC_TITLES[two_branch])
         for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
                                      (self.terms_plot, self.terms_legend, self.term_series),
                                      (self.metric_plot, self.metric_legend, self.metric_series)):
@@ -1046,7 +1055,7 @@ class TrainingDialog(QDialog):
         self.save_settings()
         self.checkpoint = None
         self.open_button.setEnabled(False)
-        self.monitor.reset()
+        self.monitor.reset(self.form.two_branch())
         if self.form.two_branch():  # the same core as train --branches 2
             self.monitor.append_log(f"training a two-branch (cross-view) model into {config.out}")
             job = (train_cross_view_events, (self.form.cross_view_config(),), {})

@@ -199,3 +199,12 @@ def test_a_broken_headings_file_gives_the_estimates_without_the_truth(window, tm
     assert got is not None and got["true_heading_deg"] is None
     assert all(got[name]["error_deg"] is None for name in ("partial_map", "overall_map"))
     assert not window.dialogs  # said in the log, never a dialog or a traceback for an extra
+
+
+def test_the_status_bar_names_both_branches_of_a_two_branch_model():
+    from dmlviewer.gui.main_window import model_summary
+
+    assert model_summary(tiny_two_branch(PANORAMA, AERIAL)) == "two-branch small_cnn · gap · 16-d"
+    mixed = tiny_two_branch(PANORAMA, AERIAL)
+    mixed.reference.config["pooling"] = "gmp"  # the line reads each branch's own config
+    assert model_summary(mixed) == "two-branch small_cnn · gap / gmp · 16-d"

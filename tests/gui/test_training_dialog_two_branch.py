@@ -52,6 +52,10 @@ def test_a_cvusa_dataset_chooses_two_branches_and_greys_out_what_does_not_apply(
     assert not form.recipe.isEnabled()
     for name, widget in w.items():
         assert widget.isEnabled() == (name in TWO_BRANCH_FIELDS), name
+    # the note wraps and the batch line stays short: the form fits its scroll area (no clipped fields)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    assert form.minimumSizeHint().width() <= form.parentWidget().width()
     w["device"].setCurrentIndex(w["device"].findData("cpu"))
     assert dialog.start_button.isEnabled(), dialog.problems.text()
     w["classes_per_batch"].setValue(1)
@@ -97,6 +101,7 @@ def test_two_branch_run_through_the_dialog(qtbot, dialog, runner, data, tmp_path
     assert len(steps) == 4 and list(loss_x) == [1, 2, 3, 4]  # 6 training pairs in batches of 3, 2 epochs
     assert dialog.monitor.progress.value() == 1000
     assert dialog.checkpoint == str(out / "checkpoint.pt")
+    assert "Street-to-aerial" in dialog.monitor.metric_plot.plotItem.titleLabel.text
     # the finished run's folder chosen again: Resume continues it through the same core
     _type(qtbot, w["out"], str(out))
     assert not dialog.start_button.isEnabled()
