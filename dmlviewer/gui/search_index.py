@@ -4,7 +4,9 @@ When a feature file of at least :data:`INDEX_MIN_ROWS` rows is opened and faiss 
 (the ``search`` extra), one job in the job queue (visible and cancellable in the Jobs dock)
 builds the index if it is missing or stale (another checkpoint or extraction) and loads it;
 ``index_ready`` then hands it to the retrieval panel. Until then, and always for smaller files
-or without faiss, retrieval is exact (streamed from the file in chunks).
+or without faiss, retrieval is exact (streamed from the file in chunks). A cross-view feature
+file (a per-row ``branch``) gets no index: each query searches only the other branch's rows,
+exactly (``core.evaluate.retrieval``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class IndexKeeper(QObject):
         runner.job_cancelled.connect(self._on_ended)
 
     def set_features(self, features) -> None:
+        from dmlviewer.core.evaluate.retrieval import branch_column
         from dmlviewer.core.evaluate.search import faiss_module, prepare_index
 
         if self.job is not None:
@@ -45,6 +48,13 @@ class IndexKeeper(QObject):
         self.features = features
         self.index_ready.emit(None)
         if features is None or len(features) < INDEX_MIN_ROWS or not hasattr(features, "iter_chunks"):
+            return
+        try:
+            cross_view = branch_column(features) is not None
+        except ValueError:  # a bad 'branch' column: the retrieval panel says so
+            cross_view = True
+        if cross_view:  # each query searches a gallery subset, exactly
+            self.status.emit("exact search (cross-view: a query searches the other branch's images)")
             return
         if faiss_module() is None:
             self.status.emit("exact search (install the search extra for an index)")

@@ -78,6 +78,16 @@ def test_a_street_query_lists_the_aerial_images_of_its_split(window, cross_view_
     assert {r["path"] for r in panel.results} == test_aerials
     assert not window.dialogs
 
+    # however large, a cross-view file gets no approximate index (a query searches a subset, exactly)
+    from dmlviewer.gui import search_index
+
+    search_index.INDEX_MIN_ROWS, large = 1, search_index.INDEX_MIN_ROWS
+    try:
+        window.index_keeper.set_features(feats)
+    finally:
+        search_index.INDEX_MIN_ROWS = large
+    assert window.index_keeper.job is None and panel.index is None
+
 
 def test_a_two_branch_model_on_data_without_branches_says_why_it_does_not_retrieve(window, demo_root,
                                                                                    two_branch_ckpt, wait_ready,
