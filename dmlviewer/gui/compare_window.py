@@ -125,10 +125,15 @@ def leaders(rows: list[tuple[str, dict[str, float | None]]]) -> dict[str, str | 
     return out
 
 
+#: what core.explain.randomization appends to a two-branch model's depth labels
+BOTH_BRANCHES = " (both branches)"
+
+
 def _short_label(label: str) -> str:
     """A randomized depth's label short enough for an axis tick: "head", or the last two parts
-    of a layer's name ("stages.3"; a merged step "a .. b": its first layer's)."""
-    first = label.split(" .. ")[0]
+    of a layer's name ("stages.3"; a merged step "a .. b": its first layer's; a two-branch
+    model's without its "(both branches)", which the caption says once)."""
+    first = label.removesuffix(BOTH_BRANCHES).split(" .. ")[0]
     if first == "head" or first.startswith("head."):
         return "head"
     return ".".join(first.split(".")[-2:])
@@ -505,9 +510,14 @@ class CompareWindow(QWidget):
         ticks = [(0, "trained")] + [(int(d["depth"]), f"+{_short_label(str(d['label']))}") for d in depths]
         plot.getAxis("bottom").setTicks([ticks])
         plot.setXRange(-0.2, max(xs) + 0.2)
-        labels = "; ".join(f"{d['depth']}: {d['label']}" for d in depths)
-        self.check_status.setText(f"Model {getattr(self, '_check_model', 'A')}, {result.get('num_pairs')} pairs. "
-                                  f"Depths: {labels}. A method that explains the model falls towards 0.")
+        both = bool(depths) and all(str(d["label"]).endswith(BOTH_BRANCHES) for d in depths)
+        labels = "; ".join(f"{d['depth']}: {str(d['label']).removesuffix(BOTH_BRANCHES) if both else d['label']}"
+                           for d in depths)
+        # short enough for two lines in a narrow window; the layers of each depth in the tooltip
+        self.check_status.setText(f"Model {getattr(self, '_check_model', 'A')}, {result.get('num_pairs')} pairs, "
+                                  f"{len(depths)} depths" + (" (both branches each)" if both else "")
+                                  + ". A method that explains the model falls towards 0.")
+        self.check_status.setToolTip(f"Layers re-initialized at each depth: {labels}")
 
     # -- opening pairs
     def _on_row(self, row: int, _column: int) -> None:

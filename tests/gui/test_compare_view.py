@@ -477,3 +477,11 @@ def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_e
     first = leaders(diagnosis_figures(both))
     assert first["Localization train (Decomposition)"] == "B" and first["Recall@1 test"] == "B"
     assert first["Recall@1 train"] == "A" and first["Localization train (Decomposition+Bias)"] is None
+
+
+def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_suffix():
+    from dmlviewer.gui.compare_window import _short_label
+
+    assert _short_label("backbone.net.stages.3 (both branches)") == "stages.3"
+    assert _short_label("head.projection.out (both branches)") == "head"
+    assert _short_label("backbone.net.stages.1 .. backbone.net.stages.0") == "stages.1"

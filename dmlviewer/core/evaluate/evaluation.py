@@ -52,7 +52,12 @@ class _NoFile:
 
 def query_gallery(dataset, rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Query and gallery masks over ``rows`` where the dataset divides its test images into
-    queries and a gallery (In-Shop); ``(None, None)``: every item against all the others."""
+    queries and a gallery (In-Shop); cross-view data (``branches``) in every split: street
+    images the queries, aerial images the gallery; ``(None, None)``: every item against all the
+    others."""
+    if dataset.branches is not None:
+        branches = dataset.branches[rows]
+        return branches == "query", branches == "reference"
     if dataset.roles is None:
         return None, None
     roles = dataset.roles[rows]

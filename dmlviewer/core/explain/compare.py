@@ -142,13 +142,32 @@ def retrieval_figures(model: torch.nn.Module, dataset, split: str | None, device
     labels = subset.labels[rows]
     queries, gallery = query_gallery(subset, rows)
     metrics = retrieval_metrics(emb, labels, (1,), device, queries=queries, gallery=gallery)
-    _, nn_rows = nearest_neighbors(emb, 1, device)
+    if subset.branches is None:
+        _, nn_rows = nearest_neighbors(emb, 1, device)
+    else:  # cross-view: a street image's nearest is an aerial image, and an aerial image's a street
+        nn_rows = _nearest_across(emb, subset.branches[rows] == "query", device)
     nearest = {int(indices[r]): int(indices[rows[n]]) for r, n in zip(rows, nn_rows[:, 0])}
     same = {int(indices[r]): bool(labels[n] == labels[k]) for k, (r, n) in enumerate(zip(rows, nn_rows[:, 0]))}
     result = {"recall@1": metrics["recall@1"], "map@r": metrics["map@r"], "num_queries": metrics["num_queries"],
               "nearest": nearest, "same_class": same}
     yield Progress("done", 1, 1, data={"result": result})
     return result
+
+
+def _nearest_across(embeddings: np.ndarray, street: np.ndarray, device) -> np.ndarray:
+    """Per row, the nearest row (cosine) of the other side of ``street`` (N x 1, as
+    :func:`~dmlviewer.core.evaluate.metrics.nearest_neighbors`' indices)."""
+    from dmlviewer.core.evaluate.metrics import iter_nearest_neighbors
+
+    emb = torch.nn.functional.normalize(torch.as_tensor(embeddings, dtype=torch.float32, device=device), dim=1)
+    out = np.zeros((len(emb), 1), dtype=np.int64)
+    for side in (street, ~street):
+        mine, other = np.flatnonzero(side), np.flatnonzero(~side)
+        if len(mine) == 0 or len(other) == 0:
+            raise ValueError("cross-view figures need street and aerial images in the split")
+        for start, _sims, idx in iter_nearest_neighbors(emb[mine], emb[other], 1):
+            out[mine[start:start + len(idx)], 0] = other[idx[:, 0].cpu().numpy()]
+    return out
 
 
 def has_boxes(dataset, split: str | None) -> bool:

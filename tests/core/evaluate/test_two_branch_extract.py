@@ -247,3 +247,26 @@ def test_evaluations_recall_is_trainings_cross_view_recall():
         reference = np.round(rng.normal(size=(n_ref, dim)), 1)  # rounding makes ties
         reference[1] = reference[0]
         assert one_match_recall(query, reference) == cross_view_recall(query, reference)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_compare_figures_of_a_two_branch_model_are_street_to_aerial_in_either_split(model, root, split):
+    """The Compare window's figures (core.explain.compare.retrieval_figures): Recall@1 over the
+    split's streets against its aerial images, also in the training split, where CVUSA names no
+    queries (it read nan), and each image's nearest is one of the other side."""
+    from dmlviewer.core.evaluate.evaluation import cross_view_metrics
+    from dmlviewer.core.evaluate.extract import embed_dataset
+    from dmlviewer.core.explain.compare import retrieval_figures
+
+    dataset = open_dataset(root)
+    figures = run_to_end(retrieval_figures(model, dataset, split))
+    subset = dataset.select_split(split)
+    embedded = run_to_end(embed_dataset(model, subset, 64, "cpu", 0))
+    rows = embedded["rows"]
+    want = cross_view_metrics(embedded["embeddings"], subset.labels[rows], subset.branches[rows], (1,))
+    assert figures["recall@1"] == pytest.approx(want["recall@1"]) and figures["num_queries"] == PAIRS // 2
+    indices = dataset.indices(split)
+    assert set(figures["nearest"]) == set(indices.tolist())
+    for image, nearest in figures["nearest"].items():
+        assert dataset.image_branch(image) != dataset.image_branch(nearest)
+        assert figures["same_class"][image] == (dataset.labels[image] == dataset.labels[nearest])
