@@ -497,14 +497,17 @@ class MainWindow(QMainWindow):
                 continue
             info, source = slot.info, slot.source
             rule = info.get("rule") or ""
-            text = " · ".join(filter(None, (model_summary(slot.model), rule_summary(rule))))
+            summary = model_summary(slot.model)
+            text = " · ".join(filter(None, (summary, rule_summary(rule))))
             where = (source.path or source.entry) if source is not None and source.persistent else None
-            if comparing:
-                text = f"{'A' if name == 'primary' else 'B'}: {self._display_name(name)} · {text}"
+            if comparing:  # two labels share the bar: name and rule; the architecture in the tooltip
+                text = " · ".join(filter(None, (f"{'A' if name == 'primary' else 'B'}: {self._display_name(name)}",
+                                                rule_summary(rule))))
             label.setText(text)
-            label.setToolTip(f"{where or info.get('label')}\nepoch {info.get('epoch')}\n"
+            label.setToolTip(f"{where or info.get('label')}\n{summary}\nepoch {info.get('epoch')}\n"
                              f"sha256 {(info.get('sha256') or '')[:16]}…\ndecomposition: {rule}")
         self.compare_label.setVisible(comparing)
+        self.device_label.setVisible(not comparing)  # room for B's label; the toolbar names the device
         if getattr(self, "compare_window", None) is not None:
             self.compare_window.refresh()
         title = "dmlviewer" + (f": {Path(self.dataset_path).name}" if self.dataset is not None else "")

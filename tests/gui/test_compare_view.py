@@ -77,6 +77,8 @@ def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
     assert window.compare_label.isVisible()
     assert window.model_label.text().startswith("A: small.pt") and window.compare_label.text().startswith("B: other.pt")
     assert "decomposition" in window.compare_label.text()  # its rule
+    # two labels share the bar: name and rule; the architecture is in the tooltip
+    assert "small_cnn" in window.compare_label.toolTip() and "small_cnn" not in window.compare_label.text()
     assert "A: small.pt vs B: other.pt" in window.windowTitle()
     a, b = view.explanation.similarity, view.compare_explanation.similarity
     assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()

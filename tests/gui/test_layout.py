@@ -12,6 +12,7 @@ import threading
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QApplication
 
 from dmlviewer.core.progress import Progress
 
@@ -98,8 +99,18 @@ def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_wi
     text = ("query (120, 45): this position explains +1.25% of the similarity " + "x" * 200
             + "   [pinned, Esc to release]")
     bar = win.statusBar()
+    labels = (win.job_status, win.similarity_label, win.dataset_label, win.model_label, win.device_label)
+    for widget, words in zip(labels[1:], ("similarity +0.7821", "demo-data (cub): 800 images, 20 classes",
+                                          "small_cnn · gmp + c-grouping ×4 · 128-d · exact decomposition",
+                                          "device: cpu")):  # the demo's
+        widget.setText(words)
+    QApplication.processEvents()
+    widths = [w.width() for w in labels]
+    assert all(w.width() >= w.sizeHint().width() for w in labels[1:])  # whole texts at 1366 px
     bar.showMessage(text)
+    QApplication.processEvents()
     label = bar.message_label
+    assert [w.width() for w in labels] == widths  # the message takes what the labels leave: they do not jitter
     assert bar.currentMessage() == text and label.text() == text and label.toolTip() == text
     assert label.isVisible() and label.width() < label.fontMetrics().horizontalAdvance(text)
     shown = label.fontMetrics().elidedText(text, label.mode, label.contentsRect().width())
