@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_two_branch import save_encoders
 from torch import nn
 
 from dmlviewer.cli import main
@@ -47,28 +48,11 @@ def _complete(e) -> float:
 
 # ------------------------------------------------------------------------------ import-model
 
-def _resnet(seed: int, dim: int) -> nn.Module:
-    import torchvision
-
-    torch.manual_seed(seed)
-    net = torchvision.models.resnet18(num_classes=dim).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # non-trivial BatchNorm statistics, as a trained network has
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-    return net
-
-
 @pytest.fixture(scope="module")
 def encoders(tmp_path_factory):
     """A street and an aerial resnet18 (16-d embeddings) and a 10-d aerial one, as state dicts."""
     folder = tmp_path_factory.mktemp("two_branch_import")
-    nets = {"street": _resnet(0, 16), "aerial": _resnet(1, 16), "aerial10": _resnet(2, 10)}
-    for name, net in nets.items():
-        torch.save(net.state_dict(), folder / f"{name}.pth")
-    return folder, nets
+    return folder, save_encoders(folder)
 
 
 def _import(folder, *extra) -> list[str]:

@@ -11,33 +11,16 @@ import pytest
 import torch
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from torch import nn
+from tiny_two_branch import save_encoders
 
 QUERY_SHAPE, REFERENCE_SHAPE = (32, 128), (64, 64)  # a 1:4 street panorama, a square aerial image
-
-
-def _resnet(seed: int, dim: int) -> nn.Module:
-    import torchvision
-
-    torch.manual_seed(seed)
-    net = torchvision.models.resnet18(num_classes=dim).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # non-trivial BatchNorm statistics, as a trained network has
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
-                m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
-    return net
 
 
 @pytest.fixture(scope="module")
 def encoders(tmp_path_factory):
     """A street and an aerial resnet18 (16-d) and a 10-d aerial one, saved as state dicts."""
     folder = tmp_path_factory.mktemp("two_branch_dialog")
-    nets = {"street": _resnet(0, 16), "aerial": _resnet(1, 16), "aerial10": _resnet(2, 10)}
-    for name, net in nets.items():
-        torch.save(net.state_dict(), folder / f"{name}.pth")
-    return folder, nets
+    return folder, save_encoders(folder)
 
 
 def _fill(dialog, qtbot, folder, reference: str, out) -> None:
