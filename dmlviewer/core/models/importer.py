@@ -60,7 +60,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -222,6 +222,29 @@ _TV_VIT_TOP = (("class_token", "cls_token"), ("conv_proj.", "patch_embed.proj.")
                ("encoder.pos_embedding", "pos_embed"), ("encoder.ln.", "norm."), ("heads.head.", "head."))
 
 
+def _first_replace(text: str, table: Sequence[tuple[str, str]]) -> str:
+    """``text`` with its first prefix in ``table`` (``(old, new)`` pairs) replaced."""
+    for old, new in table:
+        if text.startswith(old):
+            return new + text[len(old):]
+    return text
+
+
+def _rename_keys(sources: Sources, rename: Callable[[str, torch.Tensor], tuple[str, torch.Tensor] | None],
+                 note: str) -> None:
+    """Every key of ``sources`` through ``rename`` (``(key, tensor) -> (new key, tensor)``, or
+    None to drop the key), each keeping its file of origin; ``note`` says what was renamed."""
+    renamed: dict[str, torch.Tensor] = {}
+    origin: dict[str, int] = {}
+    for key, t in sources.tensors.items():
+        out = rename(key, t)
+        if out is not None:
+            renamed[out[0]] = out[1]
+            origin[out[0]] = sources.origin[key]
+    sources.tensors, sources.origin = renamed, origin
+    sources.notes.append(note)
+
+
 #: cnnimageretrieval-pytorch's ``features`` (``list(resnet.children())[:-2]``) indices -> names
 _CIRTORCH_RESNET = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
 
@@ -235,18 +258,15 @@ def convert_cirtorch_resnet(sources: Sources) -> str | None:
     if prefix is None or prefix + "features.1.running_mean" not in sources.tensors:
         return None
     head = prefix + "features."
-    renamed: dict[str, torch.Tensor] = {}
-    origin: dict[str, int] = {}
-    for key, t in sources.tensors.items():
-        new = key
+
+    def rename(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
         if key.startswith(head):
             index, _, rest = key[len(head):].partition(".")
             if index in _CIRTORCH_RESNET:
-                new = f"{prefix}{_CIRTORCH_RESNET[index]}.{rest}"
-        renamed[new] = t
-        origin[new] = sources.origin[key]
-    sources.tensors, sources.origin = renamed, origin
-    sources.notes.append("cnnimageretrieval layout (features.N of a ResNet) renamed to torchvision's")
+                return f"{prefix}{_CIRTORCH_RESNET[index]}.{rest}", t
+        return key, t
+
+    _rename_keys(sources, rename, "cnnimageretrieval layout (features.N of a ResNet) renamed to torchvision's")
     return prefix
 
 
@@ -319,28 +339,16 @@ def convert_torchvision_regnet(sources: Sources) -> bool:
     block = re.compile(re.escape(prefix) + r"trunk_output\.block(\d+)\.block\d+-(\d+)\.(.*)")
     top = ((prefix + "stem.0.", prefix + "stem.conv."), (prefix + "stem.1.", prefix + "stem.bn."),
            (prefix + "fc.", prefix + "head.fc."))
-    renamed: dict[str, torch.Tensor] = {}
-    origin: dict[str, int] = {}
-    for key, t in sources.tensors.items():
-        new = key
+
+    def rename(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
         found = block.fullmatch(key)
         if found:
-            rest = found.group(3)
-            for old, repl in _TV_REGNET_BLOCK:
-                if rest.startswith(old):
-                    rest = repl + rest[len(old):]
-                    break
-            new = f"{prefix}s{found.group(1)}.b{int(found.group(2)) + 1}.{rest}"
-        else:
-            for old, repl in top:
-                if key.startswith(old):
-                    new = repl + key[len(old):]
-                    break
-        renamed[new] = t
-        origin[new] = sources.origin[key]
-    sources.tensors, sources.origin = renamed, origin
-    sources.notes.append("torchvision RegNet layout (trunk_output.blockI) renamed to timm's, which computes the same "
-                         "function")
+            rest = _first_replace(found.group(3), _TV_REGNET_BLOCK)
+            return f"{prefix}s{found.group(1)}.b{int(found.group(2)) + 1}.{rest}", t
+        return _first_replace(key, top), t
+
+    _rename_keys(sources, rename, "torchvision RegNet layout (trunk_output.blockI) renamed to timm's, which computes "
+                 "the same function")
     return True
 
 
@@ -371,35 +379,23 @@ def convert_torchvision_convnext(sources: Sources) -> bool:
     if prefix is None or prefix + "features.1.0.layer_scale" not in sources.tensors:
         return False
     feature = re.compile(re.escape(prefix) + r"features\.(\d+)\.(.*)")
-    renamed: dict[str, torch.Tensor] = {}
-    origin: dict[str, int] = {}
-    for key, t in sources.tensors.items():
-        new = key
+    top = ((prefix + "classifier.0.", prefix + "head.norm."), (prefix + "classifier.2.", prefix + "head.fc."))
+
+    def rename(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
         found = feature.fullmatch(key)
-        if found:
-            index, rest = int(found.group(1)), found.group(2)
-            if index == 0:
-                new = f"{prefix}stem.{rest}"
-            elif index % 2 == 0:
-                new = f"{prefix}stages.{index // 2}.downsample.{rest}"
-            else:
-                block, _, rest = rest.partition(".")
-                for old, repl in _TV_CONVNEXT_BLOCK:
-                    if rest.startswith(old):
-                        rest = repl + rest[len(old):]
-                        break
-                if rest == "gamma":
-                    t = t.reshape(-1)
-                new = f"{prefix}stages.{index // 2}.blocks.{block}.{rest}"
-        elif key.startswith(prefix + "classifier.0."):
-            new = prefix + "head.norm." + key[len(prefix + "classifier.0."):]
-        elif key.startswith(prefix + "classifier.2."):
-            new = prefix + "head.fc." + key[len(prefix + "classifier.2."):]
-        renamed[new] = t
-        origin[new] = sources.origin[key]
-    sources.tensors, sources.origin = renamed, origin
-    sources.notes.append("torchvision ConvNeXt layout (features.N, classifier.0/2) renamed to timm's (stem, stages, "
-                         "head.norm, head.fc), which computes the same function")
+        if not found:
+            return _first_replace(key, top), t
+        index, rest = int(found.group(1)), found.group(2)
+        if index == 0:
+            return f"{prefix}stem.{rest}", t
+        if index % 2 == 0:
+            return f"{prefix}stages.{index // 2}.downsample.{rest}", t
+        block, _, rest = rest.partition(".")
+        rest = _first_replace(rest, _TV_CONVNEXT_BLOCK)
+        return f"{prefix}stages.{index // 2}.blocks.{block}.{rest}", t.reshape(-1) if rest == "gamma" else t
+
+    _rename_keys(sources, rename, "torchvision ConvNeXt layout (features.N, classifier.0/2) renamed to timm's (stem, "
+                 "stages, head.norm, head.fc), which computes the same function")
     return True
 
 
@@ -424,36 +420,27 @@ def convert_torchvision_swin(sources: Sources) -> bool:
     if prefix is None or prefix + "features.2.reduction.weight" not in sources.tensors:
         return False
     feature = re.compile(re.escape(prefix) + r"features\.(\d+)\.(.*)")
-    renamed: dict[str, torch.Tensor] = {}
-    origin: dict[str, int] = {}
-    for key, t in sources.tensors.items():
-        new = key
+    top = ((prefix + "head.", prefix + "head.fc."),)
+
+    def rename(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor] | None:
         found = feature.fullmatch(key)
-        if key.endswith(".attn.relative_position_index") and found:
+        if not found:
+            return _first_replace(key, top), t
+        if key.endswith(".attn.relative_position_index"):
             sources.ignored[key] = "Swin's relative position index (computed from the window size)"
-            continue
-        if found:
-            index, rest = int(found.group(1)), found.group(2)
-            if index == 0:
-                rest = {"0": "proj", "2": "norm"}.get(rest.partition(".")[0], rest.partition(".")[0]) + \
-                    "." + rest.partition(".")[2]
-                new = f"{prefix}patch_embed.{rest}"
-            elif index % 2 == 0:
-                new = f"{prefix}layers.{index // 2}.downsample.{rest}"
-            else:
-                block, _, rest = rest.partition(".")
-                for old, repl in _TV_SWIN_BLOCK:
-                    if rest.startswith(old):
-                        rest = repl + rest[len(old):]
-                        break
-                new = f"{prefix}layers.{index // 2}.blocks.{block}.{rest}"
-        elif key.startswith(prefix + "head."):
-            new = prefix + "head.fc." + key[len(prefix + "head."):]
-        renamed[new] = t
-        origin[new] = sources.origin[key]
-    sources.tensors, sources.origin = renamed, origin
-    sources.notes.append("torchvision Swin layout (features.N, head) renamed to timm's (patch_embed, layers, head.fc), "
-                         "which computes the same function")
+            return None
+        index, rest = int(found.group(1)), found.group(2)
+        if index == 0:
+            layer, _, rest = rest.partition(".")
+            layer = {"0": "proj", "2": "norm"}.get(layer, layer)
+            return f"{prefix}patch_embed.{layer}.{rest}", t
+        if index % 2 == 0:
+            return f"{prefix}layers.{index // 2}.downsample.{rest}", t
+        block, _, rest = rest.partition(".")
+        return f"{prefix}layers.{index // 2}.blocks.{block}.{_first_replace(rest, _TV_SWIN_BLOCK)}", t
+
+    _rename_keys(sources, rename, "torchvision Swin layout (features.N, head) renamed to timm's (patch_embed, layers, "
+                 "head.fc), which computes the same function")
     return True
 
 
@@ -468,29 +455,18 @@ def convert_torchvision_vit(sources: Sources) -> bool:
     if prefix + "heads.pre_logits.weight" in sources.tensors:
         raise LayoutError("torchvision ViT with a representation layer (heads.pre_logits + Tanh): dmlviewer's "
                           "head cannot hold a Tanh")
-    renamed: dict[str, torch.Tensor] = {}
-    origin: dict[str, int] = {}
     layers = prefix + "encoder.layers.encoder_layer_"
-    for key, t in sources.tensors.items():
-        new = key
+
+    def rename(key: str, t: torch.Tensor) -> tuple[str, torch.Tensor]:
         if key.startswith(layers):
             index, _, rest = key[len(layers):].partition(".")
-            for old, repl in _TV_VIT_BLOCK:
-                if rest.startswith(old):
-                    rest = repl + rest[len(old):]
-                    break
-            new = f"{prefix}blocks.{index}.{rest}"
-        elif key.startswith(prefix):
-            rest = key[len(prefix):]
-            for old, repl in _TV_VIT_TOP:
-                if rest.startswith(old):
-                    new = prefix + repl + rest[len(old):]
-                    break
-        renamed[new] = t
-        origin[new] = sources.origin[key]
-    sources.tensors, sources.origin = renamed, origin
-    sources.notes.append("torchvision ViT layout (conv_proj, encoder.layers) renamed to timm's, which computes "
-                         "the same function")
+            return f"{prefix}blocks.{index}.{_first_replace(rest, _TV_VIT_BLOCK)}", t
+        if key.startswith(prefix):
+            return prefix + _first_replace(key[len(prefix):], _TV_VIT_TOP), t
+        return key, t
+
+    _rename_keys(sources, rename, "torchvision ViT layout (conv_proj, encoder.layers) renamed to timm's, which "
+                 "computes the same function")
     return True
 
 
