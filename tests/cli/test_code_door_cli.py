@@ -17,26 +17,7 @@ from dmlviewer.cli import build_parser, main
 from dmlviewer.core.data import open_dataset
 from dmlviewer.core.models.code_door import open_code_model
 from dmlviewer.core.models.source import ModelSource
-
-USER_MODELS = '''
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self, dim=8):
-        super().__init__()
-        self.trunk = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(),
-                                   nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU())
-        self.fc = nn.Linear(16, dim)
-
-    def forward(self, x):
-        return self.fc(torch.amax(self.trunk(x), dim=(2, 3)))
-
-
-def build_model(dim=8):
-    return Net(dim)
-'''
+from user_model_source import USER_MODELS
 
 
 @pytest.fixture(scope="module")

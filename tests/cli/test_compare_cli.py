@@ -10,6 +10,7 @@ import torch
 
 from dmlviewer.cli import main
 from dmlviewer.core.models import build_model, default_config, save_checkpoint
+from user_model_source import USER_MODELS
 
 AGREEMENT_KEYS = {"overall_map_spearman", "peak_distance", "iou", "point_to_point_spearman"}
 PAIR_KEYS = {"rank", "query", "reference", "query_path", "reference_path", "split", "similarity",
@@ -97,27 +98,10 @@ def test_missing_dataset_exits_2(setup, capsys):
     assert rc == 2 and len(err) == 1 and f"dataset folder not found: {missing}" in err[0]
 
 
-USER_MODEL = '''
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self, dim=8):
-        super().__init__()
-        self.trunk = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU(),
-                                   nn.Conv2d(16, 16, 3, 2, 1), nn.ReLU())
-        self.fc = nn.Linear(16, dim)
-
-    def forward(self, x):
-        return self.fc(torch.amax(self.trunk(x), dim=(2, 3)))
-'''
-
-
 def test_code_door_model_on_either_command(setup, capsys):
     """``--model FILE.py:NAME`` gives the second model, or the one model of ``--randomize``
     (a module without head/backbone: its layers top down, the last registered first)."""
-    (setup["folder"] / "user_net.py").write_text(USER_MODEL)
+    (setup["folder"] / "user_net.py").write_text(USER_MODELS)
     entry = f"{setup['folder']}/user_net.py:Net"
     common = ["--dataset", setup["root"], "--pairs", "2", "--limit", "2", "--size", "64", "--device", "cpu", "--json"]
     doc = _json(capsys, ["compare", "--checkpoint", setup["a"], "--model", entry, "--model-args", '{"dim": 6}', *common])
