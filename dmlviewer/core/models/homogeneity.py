@@ -27,10 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .output import EXACT, FIRST_ORDER
-from .tail import METADATA_OPS, TailReport, op_name, tensors_in
+from .tail import FollowingMode, TailReport, tensors_in
 
 #: the largest floor of a clamp from below that is taken as zero (GeM's eps is 1e-6)
 CLAMP_FLOOR = 1e-6
@@ -89,7 +88,7 @@ def _is_zero(value) -> bool:
     return number == 0.0
 
 
-class DegreeTracker(TorchFunctionMode):
+class DegreeTracker(FollowingMode):
     """Follows the degree of homogeneity of every tensor derived from ``leaf`` (module
     docstring); ``degree(tensor)`` is a number, or None where homogeneity ended. ``leaf`` may be
     given later by :meth:`start` (the feature layer's output in the middle of a forward pass, so
@@ -117,15 +116,10 @@ class DegreeTracker(TorchFunctionMode):
     def _derived(self, value) -> bool:
         return isinstance(value, torch.Tensor) and id(value) in self._degree
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        name = op_name(func)
-        if name in METADATA_OPS:
-            return result
-        inputs = tensors_in(args, []) + tensors_in(kwargs, [])
-        if not any(id(t) in self._degree for t in inputs):
-            return result
+    def follows(self, tensor: torch.Tensor) -> bool:
+        return id(tensor) in self._degree
+
+    def on_op(self, name: str, args: tuple, kwargs: dict, inputs: list[torch.Tensor], result) -> None:
         try:
             degree = self._rule(name, args, kwargs, inputs)
         except Exception:  # noqa: BLE001 - arguments of an unforeseen kind: not known to be homogeneous
@@ -137,7 +131,6 @@ class DegreeTracker(TorchFunctionMode):
             if t.is_floating_point() or t.is_complex():  # masks and indices stay constants
                 self._degree[id(t)] = degree
                 self._keep.append(t)
-        return result
 
     def _rule(self, name: str, args: tuple, kwargs: dict, inputs: list) -> float | None:
         derived = [self._degree[id(t)] for t in inputs if id(t) in self._degree]

@@ -115,6 +115,29 @@ def tensors_in(obj, out: list) -> list:
     return out
 
 
+class FollowingMode(TorchFunctionMode):
+    """A ``TorchFunctionMode`` that runs every torch function and hands :meth:`on_op` those that
+    read a tensor it follows (:meth:`follows`): the one op loop of :class:`TailRecorder` and
+    :class:`~.homogeneity.DegreeTracker`. Metadata reads (:data:`METADATA_OPS`) are skipped."""
+
+    def follows(self, tensor: torch.Tensor) -> bool:
+        raise NotImplementedError
+
+    def on_op(self, name: str, args: tuple, kwargs: dict, inputs: list[torch.Tensor], result) -> None:
+        raise NotImplementedError
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = op_name(func)
+        if name in METADATA_OPS:
+            return result
+        inputs = tensors_in(args, []) + tensors_in(kwargs, [])
+        if any(self.follows(t) for t in inputs):
+            self.on_op(name, args, kwargs, inputs, result)
+        return result
+
+
 @dataclass
 class TailReport:
     """What :class:`TailRecorder` saw after the feature layer in one forward pass."""
@@ -140,7 +163,7 @@ class TailReport:
         return "exact" + held
 
 
-class TailRecorder(TorchFunctionMode):
+class TailRecorder(FollowingMode):
     """Follows tensors derived from the feature map through the rest of a forward pass.
 
     ``start(tensor)`` marks the feature map; after the forward, ``raw_for(output)`` gives the
@@ -202,16 +225,11 @@ class TailRecorder(TorchFunctionMode):
             return
         self._separable = False
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        name = op_name(func)
-        if name in METADATA_OPS:
-            return result
-        inputs = tensors_in(args, []) + tensors_in(kwargs, [])
+    def follows(self, tensor: torch.Tensor) -> bool:
+        return id(tensor) in self._derived
+
+    def on_op(self, name: str, args: tuple, kwargs: dict, inputs: list[torch.Tensor], result) -> None:
         derived = [t for t in inputs if id(t) in self._derived]
-        if not derived:
-            return result
         outputs = tensors_in(result, [])
         ids = tuple(id(t) for t in derived)
         for t in outputs:
@@ -235,7 +253,6 @@ class TailRecorder(TorchFunctionMode):
         info["numerator_derived"] = bool(inputs) and id(inputs[0]) in self._derived
         self._ops.append((name, id(outputs[0]) if outputs else -1, info))
         self._follow_channels(name, args, kwargs, derived, outputs, info)
-        return result
 
     def _is_norm_of(self, denominator: torch.Tensor, vector: torch.Tensor) -> bool:
         """True when ``denominator`` is a norm of ``vector`` (maybe clamped, offset or reshaped)."""
