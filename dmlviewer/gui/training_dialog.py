@@ -996,6 +996,8 @@ class TrainingDialog(QDialog):
 
     def revalidate(self) -> list[str]:
         problems = self.problems_list()
+        if self.job is None or self.job.ended:  # the plot names what the next run will measure
+            self.monitor.metric_plot.setTitle(METRIC_TITLES[self.form.two_branch()])
         if problems:
             items = "".join(f"<li>{breakable(_escape(p))}</li>" for p in problems)
             self.problems.setText(f"<span style='color:#eb5757'><b>Cannot start:</b><ul style='margin:0'>"

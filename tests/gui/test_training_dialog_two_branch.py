@@ -52,6 +52,7 @@ def test_a_cvusa_dataset_chooses_two_branches_and_greys_out_what_does_not_apply(
     assert not form.recipe.isEnabled()
     for name, widget in w.items():
         assert widget.isEnabled() == (name in TWO_BRANCH_FIELDS), name
+    assert "Street-to-aerial" in dialog.monitor.metric_plot.plotItem.titleLabel.text  # before the run, too
     # the note wraps and the batch line stays short: the form fits its scroll area (no clipped fields)
     dialog.show()
     qtbot.waitExposed(dialog)
