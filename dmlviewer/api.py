@@ -19,8 +19,10 @@ order otherwise; ``Explanation.rule`` and the app say which.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -213,6 +215,8 @@ def _dataset_folder(dataset: Any, labels: Sequence[Any] | None) -> str:
     if labels is not None and len(labels) != len(items):
         raise ValueError(f"{len(labels)} labels for {len(items)} images")
     root = Path(tempfile.mkdtemp(prefix="dmlviewer-images-"))
+    # The viewer reads the images while it is open; the folder goes when the process ends.
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     for i, item in enumerate(items):
         label = str(labels[i]) if labels is not None else "images"
         folder = root / label.replace("/", "_")

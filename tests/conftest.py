@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -12,6 +14,7 @@ if os.environ["QT_QPA_PLATFORM"] == "offscreen":
     # Qt's offscreen screen is 800 x 800 unless configured; the app fits its windows to the
     # screen, so the tests get a desktop-sized one (1600 x 1000).
     _screen = Path(tempfile.mkdtemp(prefix="dmlviewer-screen-")) / "screen.json"
+    atexit.register(shutil.rmtree, _screen.parent, ignore_errors=True)
     _screen.write_text(json.dumps({"screens": [
         {"name": "desktop", "x": 0, "y": 0, "width": 1600, "height": 1000, "logicalDpi": 96,
          "logicalBaseDpi": 96, "dpr": 1}]}))

@@ -9,7 +9,9 @@ never touch the user's files.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 _HOME = Path(tempfile.mkdtemp(prefix="dmlviewer-gui-tests-"))
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 for _var, _sub in (("XDG_DATA_HOME", "data"), ("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config")):
     os.environ[_var] = str(_HOME / _sub)
 # The output folder defaults to <documents>/dmlviewer: Qt reads the documents folder from here.
