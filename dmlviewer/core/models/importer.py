@@ -140,13 +140,16 @@ class LayoutError(CheckpointError):
 @dataclass
 class Sources:
     """The tensors of the weights files, merged: ``tensors`` (key -> tensor, in file order),
-    ``origin`` (key -> file index), ``notes`` (what unwrapping did), ``ignored`` (entry -> why)."""
+    ``origin`` (key -> file index), ``notes`` (what unwrapping did), ``ignored`` (entry -> why),
+    ``meta`` (a file's top-level ``meta`` dict, as cnnimageretrieval-pytorch saves its input
+    normalization and pooling; the first file's that has one)."""
 
     files: list[str]
     tensors: dict[str, torch.Tensor]
     origin: dict[str, int]
     notes: list[str] = field(default_factory=list)
     ignored: dict[str, str] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
 
 
 def _tensor_dict(value) -> bool:
@@ -199,6 +202,8 @@ def read_sources(paths: Sequence[str | os.PathLike]) -> Sources:
         if data.get("format") == CHECKPOINT_FORMAT:
             raise CheckpointError(f"{path} is already a dmlviewer checkpoint: open it directly")
         label = Path(path).name
+        if not sources.meta and isinstance(data.get("meta"), dict):
+            sources.meta = dict(data["meta"])
         tensors = _unwrap(data, label, sources.notes, sources.ignored)
         check_finite(tensors, path)
         for prefix in _STRIP:
@@ -268,6 +273,35 @@ def convert_cirtorch_resnet(sources: Sources) -> str | None:
 
     _rename_keys(sources, rename, "cnnimageretrieval layout (features.N of a ResNet) renamed to torchvision's")
     return prefix
+
+
+#: cnnimageretrieval-pytorch's global poolings (``meta["pooling"]``) -> dmlviewer's; GeM's ``p``
+#: is a weight (``pool.p``) and is read from it
+_CIRTORCH_POOLING = {"mac": "gmp", "spoc": "gap", "gem": None}
+
+
+def _cirtorch_meta(meta: dict, pooling_given: bool, mean, std) -> tuple[str | None, list | None, list | None,
+                                                                        list[str]]:
+    """What cnnimageretrieval's ``meta`` says that a weights file cannot: ``(pooling, mean, std,
+    notes)`` (pooling None: not said, or given by the user), what the user gave winning. Regional
+    pooling, local whitening and poolings that dmlviewer does not decompose are refused
+    (``LayoutError``), not approximated."""
+    pooling = None
+    notes = []
+    if meta.get("regional") or meta.get("local_whitening"):
+        raise LayoutError("cnnimageretrieval model with " + ("regional pooling" if meta.get("regional") else
+                          "local whitening") + " (its meta says so), which dmlviewer does not decompose")
+    kind = meta.get("pooling")
+    if isinstance(kind, str) and kind.lower() not in _CIRTORCH_POOLING:
+        raise LayoutError(f"cnnimageretrieval pooling {kind!r} (its meta says so) is not one dmlviewer "
+                          "decomposes (mac, spoc, gem)")
+    if not pooling_given and isinstance(kind, str) and _CIRTORCH_POOLING[kind.lower()]:
+        pooling = _CIRTORCH_POOLING[kind.lower()]
+        notes.append(f"pooling {pooling} from the file's meta ({kind})")
+    if not mean and not std and _triple(meta.get("mean")) and _triple(meta.get("std")):
+        mean, std = [float(v) for v in meta["mean"]], [float(v) for v in meta["std"]]
+        notes.append(f"input normalization from the file's meta: mean {_fmt(mean)}, std {_fmt(std)}")
+    return pooling, mean, std, notes
 
 
 def _cirtorch_whitening(prefix: str, layers: list[Layer], force: bool) -> list[str]:
@@ -1350,7 +1384,7 @@ class ImportPlan:
         lines.append(f"dmlviewer model: {self.arch} -> {self.summary()} (embedding dimension {dim})")
         lines.append(f"decomposition rule: {self.rule_line()}")
         lines.append(f"input: {self.config['image_size']} px, mean {_fmt(self.config['mean'])}, "
-                     f"std {_fmt(self.config['std'])} (not stored in weights files: check them)")
+                     f"std {_fmt(self.config['std'])} (check them against your training code)")
         lines.append("mapping:")
         mapping = self.backbone_mapping
         if full_mapping:
@@ -1529,12 +1563,12 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     hf_notes = []
+    head_pools = head.strip().lower().split(",")[0].split("=")[0] in ("gap", "gmp", "gem")  # --head gives it
     if any(Path(p).is_dir() for p in paths):
         if len(paths) > 1:
             raise LayoutError("give a Hugging Face folder alone, not with other weights files")
         weights, hf = read_hf_folder(paths[0])
         paths = [weights]
-        head_pools = head.strip().lower().split(",")[0].split("=")[0] in ("gap", "gmp", "gem")
         arch = arch or hf["arch"]
         pooling = pooling or (None if head_pools else hf["pooling"])
         image_size, mean, std = image_size or hf["image_size"], mean or hf["mean"], std or hf["std"]
@@ -1548,6 +1582,12 @@ def analyze(paths: Sequence[str | os.PathLike], arch: str | None = None, head: s
     tv_convnext = convert_torchvision_convnext(sources)
     tv_swin = convert_torchvision_swin(sources)
     cirtorch = convert_cirtorch_resnet(sources)
+    if cirtorch is not None and sources.meta:
+        meta_pool, mean, std, meta_notes = _cirtorch_meta(sources.meta, bool(pooling) or head_pools, mean, std)
+        pooling = pooling or meta_pool
+        sources.notes += meta_notes
+        for key in [k for k in sources.ignored if k.endswith("['meta']")]:
+            sources.ignored[key] = "read for the pooling and input normalization (cnnimageretrieval's meta)"
     convert_dinov2_hub(sources)
     recognized = None
     for event in _recognize(sources, arch, prefix, cancel):

@@ -211,10 +211,10 @@ class ImageRetrievalNet(nn.Module):
     resnet's children but avgpool and fc, L2N after the pooling and after ``whiten``; the output
     is D x N (descriptors as columns)."""
 
-    def __init__(self, p: float, whiten: bool) -> None:
+    def __init__(self, p: float | None, whiten: bool) -> None:
         super().__init__()
         self.features = nn.Sequential(*list(torchvision.models.resnet18().children())[:-2])
-        self.pool = CirtorchGeM(p)
+        self.pool = CirtorchGeM(p) if p is not None else nn.AdaptiveMaxPool2d(1)  # None: MAC
         self.whiten = nn.Linear(512, 512, bias=True) if whiten else None
 
     def forward(self, x):
@@ -237,6 +237,31 @@ def test_cnnimageretrieval_gem_resnet(tmp_path, randomize):
     x = torch.randn(2, 3, SIZE, SIZE)
     with torch.no_grad():
         assert float((model(x).embedding - source(x).T).abs().max()) <= 1e-5
+
+
+def test_cnnimageretrieval_meta_gives_pooling_and_normalization(tmp_path, randomize):
+    """cnnimageretrieval saves its pooling and input normalization in ``meta``, not in the
+    weights: a MAC model with its own mean/std imports with both, with no assumption about them."""
+    torch.manual_seed(10)
+    source = randomize(ImageRetrievalNet(None, whiten=False)).eval()
+    meta = {"architecture": "resnet18", "local_whitening": False, "pooling": "mac", "regional": False,
+            "whitening": False, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "outputdim": 512}
+    torch.save({"epoch": 1, "meta": meta, "state_dict": source.state_dict()}, tmp_path / "mac.pth")
+    plan = _plan([tmp_path / "mac.pth"])
+    assert plan.config["pooling"] == "gmp"
+    assert plan.config["mean"] == pytest.approx(meta["mean"]) and plan.config["std"] == pytest.approx(meta["std"])
+    assert "pooling" not in plan.assumption_line() and "normalization" not in plan.assumption_line()
+    model, _ = load_checkpoint(write_checkpoint(plan, tmp_path / "c.pt")[0])
+    x = torch.randn(2, 3, SIZE, SIZE)
+    with torch.no_grad():
+        assert float((model(x).embedding - source(x).T).abs().max()) <= 1e-5
+    given = _plan([tmp_path / "mac.pth"], mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), pooling="gap")
+    assert given.config["mean"] == pytest.approx([0.485, 0.456, 0.406]) and given.config["pooling"] == "gap"
+    for change, message in (({"regional": True}, "regional pooling"), ({"local_whitening": True}, "local whitening"),
+                            ({"pooling": "rmac"}, "'rmac'")):
+        torch.save({"meta": {**meta, **change}, "state_dict": source.state_dict()}, tmp_path / "other.pth")
+        with pytest.raises(LayoutError, match=message):
+            _plan([tmp_path / "other.pth"])
 
 
 def test_cnnimageretrieval_whitening_after_normalization_is_refused(tmp_path, randomize):
