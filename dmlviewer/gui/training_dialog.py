@@ -843,6 +843,7 @@ class TrainingDialog(QDialog):
         self.job: Job | None = None
         self.run_config = None  # the TrainConfig of the last run started
         self.checkpoint: str | None = None  # the last run's checkpoint, to open
+        self._progress_cache: tuple = (None, None)  # (run folder checkpoint's path, mtime, size), its progress
         self.form = TrainingForm()
         self.monitor = TrainingMonitor()
         self.problems = QLabel()
@@ -978,7 +979,26 @@ class TrainingDialog(QDialog):
         elif config.resume and not held and config.out:
             problems.append(f"nothing to resume: the {folder} holds no {config.checkpoint_path.name}; untick "
                             f"{resume} to start a new run there")
+        elif held and config.resume:
+            done, within = self._saved_progress(config.checkpoint_path) or (0, True)
+            if done >= config.epochs and not within:
+                problems.append(f"nothing to resume: the run in the {folder} already finished its {done} epoch(s); "
+                                f"raise “{self.form.labels.get('epochs', 'Epochs')}” above {done} to train it further")
         return problems
+
+    def _saved_progress(self, path) -> tuple[int, bool] | None:
+        """``core.train.saved_run.saved_progress`` of the run folder's checkpoint, read again
+        only when the file changes (the form revalidates on every edit)."""
+        from dmlviewer.core.train.saved_run import saved_progress
+
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if self._progress_cache[0] != key:
+            self._progress_cache = (key, saved_progress(path))
+        return self._progress_cache[1]
 
     def _two_branch_problems(self, held: bool) -> list[str]:
         """``validate_cross_view`` of a two-branch run, in the dialog's words, and a dataset that

@@ -147,7 +147,12 @@ def test_two_epoch_training_through_the_dialog(qtbot, dialog, runner, demo, tmp_
     assert not dialog.start_button.isEnabled()
     assert "the “Run folder” already holds a run (checkpoint.pt): tick “Resume the run in this folder”" in text
     assert f"e.g. {tmp_path / 'run-2'}" in text and "--" not in text
+    # resuming the finished run needs more epochs: said before Start, as the trainer would refuse it
     dialog.form.widgets["resume"].setChecked(True)
+    assert not dialog.start_button.isEnabled()
+    assert ("nothing to resume: the run in the “Run folder” already finished its 2 epoch(s); raise “Epochs” above 2"
+            in dialog.problems.text())
+    dialog.form.widgets["epochs"].setValue(3)
     assert dialog.start_button.isEnabled(), dialog.problems.text()
     qtbot.mouseClick(dialog.open_button, Qt.LeftButton)
     assert dialog.opened == [str(checkpoint)]

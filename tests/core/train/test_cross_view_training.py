@@ -12,6 +12,7 @@ import torch
 
 from dmlviewer.core.train.cross_view import (CrossViewConfig, cross_view_recall, rotate_about_centre,
                                              soft_margin_triplet_loss, train_cross_view)
+from dmlviewer.core.train.saved_run import saved_progress
 
 
 def test_soft_margin_triplet_loss_is_cvm_nets_formula():
@@ -71,3 +72,4 @@ def test_two_branch_training_runs_and_writes_a_two_branch_checkpoint(tmp_path):
     model, info = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert isinstance(model, TwoBranchModel) and info["metrics"]["recall@1"] == record["recall@1"]
     assert model.input_shapes == {"query": (32, 128), "reference": (48, 48)}
+    assert saved_progress(tmp_path / "run" / "checkpoint.pt") == (2, False)  # what the training dialog reads

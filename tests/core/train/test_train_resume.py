@@ -1,4 +1,5 @@
-"""A run killed (SIGKILL) or cancelled and then resumed ends exactly like an uninterrupted run."""
+"""A run killed (SIGKILL) or cancelled and then resumed ends exactly like an uninterrupted run;
+how far a saved run got is read without loading (or unpickling) it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from dmlviewer.core.progress import CancelToken, run_to_end
 from dmlviewer.core.train import train
+from dmlviewer.core.train.saved_run import saved_progress
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +87,24 @@ def test_cancel_mid_epoch_then_resume_matches(tiny_config, tmp_path, uninterrupt
     assert events[-1].data["result"]["cancelled"]
     saved = torch.load(out / "checkpoint.pt", weights_only=True)
     assert saved["epoch"] == 1 and saved["extra"]["sampler"]["start"] == 1
+    assert saved_progress(out / "checkpoint.pt") == (1, True)  # what the training dialog reads
 
     result = run_to_end(train(tiny_config(out, resume=True)))
     assert result["steps"] == 6
     _assert_same_run(uninterrupted, out)
+    assert saved_progress(out / "checkpoint.pt") == (3, False)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.mkdir, (self.target,))
+
+
+def test_saved_progress_reads_nothing_it_would_have_to_unpickle(tmp_path):
+    """The dialog reads run folders it did not write: a pickle that would run code is not run."""
+    bad = _RunsCode()
+    bad.target = str(tmp_path / "ran")
+    torch.save({"epoch": 3, "payload": bad}, tmp_path / "checkpoint.pt")
+    assert saved_progress(tmp_path / "checkpoint.pt") is None and not (tmp_path / "ran").exists()
+    (tmp_path / "empty.pt").write_bytes(b"")
+    assert saved_progress(tmp_path / "empty.pt") is None and saved_progress(tmp_path / "missing.pt") is None
