@@ -203,9 +203,16 @@ REFERENCE_WEIGHTS_HELP = ("two-branch --model (NAME returns a (query, reference)
                           "both branches (keys query.* and reference.*)")
 INPUT_SHAPES_HELP = ("two-branch --model: the query's and the reference's input shapes, each a side or HxW, e.g. "
                      "64x256,128 (a 1:4 street panorama and a 128 x 128 aerial image); default: 224 each")
+FEATURE_LAYER_HELP = ("--model: the module whose output is the feature map the maps decompose (a name from "
+                      "named_modules(), e.g. layer4 or trunk.3); default: the last layer with a spatial output. A "
+                      "two-branch --model takes QUERY_LAYER,REFERENCE_LAYER")
+OUTPUT_HELP = ("--model whose forward returns a tuple, list, dict or object: the key, index or attribute that "
+               "holds the embedding (e.g. embeddings or 0); default: a tensor as it is, a tuple's first element, "
+               "a dict's embedding, embeddings or features")
 #: the options that only --model uses (command_model_source refuses them with --checkpoint)
 CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
-                ("--reference-weights", "reference_weights"), ("--input-shapes", "input_shapes"))
+                ("--reference-weights", "reference_weights"), ("--input-shapes", "input_shapes"),
+                ("--feature-layer", "feature_layer"), ("--model-output", "model_output"))
 
 
 def json_object(text: str) -> dict:
@@ -222,16 +229,42 @@ def json_object(text: str) -> dict:
 def add_model_options(p: argparse.ArgumentParser, required: bool = True, checkpoint_help: str = CHECKPOINT_HELP,
                       what: str = "") -> None:
     """``--checkpoint`` or ``--model`` (one of them, ``required`` or not), with ``--model-args``,
-    ``--weights``, ``--reference-weights`` and ``--input-shapes``: the model options of every
-    command that opens a model (DESIGN.md, the code-and-weights door; the last two for a
-    two-branch model, issue 25). ``what``: appended to the help (e.g. " (for --region)")."""
+    ``--weights``, ``--reference-weights``, ``--input-shapes`` (these two for a two-branch model,
+    issue 25), ``--feature-layer`` and ``--model-output``: the model options of every command that
+    opens a model (DESIGN.md, the code-and-weights door). ``what``: appended to the help (e.g.
+    " (for --region)")."""
     group = p.add_mutually_exclusive_group(required=required)
     group.add_argument("--checkpoint", metavar="C", help=checkpoint_help + what)
     group.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + what)
+    add_code_options(p)
+
+
+def add_code_options(p: argparse.ArgumentParser) -> None:
+    """The options that go with ``--model`` (``CODE_OPTIONS``)."""
     p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)
     p.add_argument("--weights", metavar="FILE", help=WEIGHTS_HELP)
     p.add_argument("--reference-weights", metavar="FILE", help=REFERENCE_WEIGHTS_HELP)
     p.add_argument("--input-shapes", type=input_shapes_type, metavar="Q,R", help=INPUT_SHAPES_HELP)
+    p.add_argument("--feature-layer", type=_layer_name, metavar="NAME", help=FEATURE_LAYER_HELP)
+    p.add_argument("--model-output", type=_output_key, metavar="KEY", help=OUTPUT_HELP)
+
+
+def _layer_name(text: str) -> str:
+    """argparse type: a module name, or two separated by a comma (``--feature-layer``)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not 1 <= len(parts) <= 2 or not all(parts) or not all(
+            all(piece.isidentifier() or piece.isdigit() for piece in part.split(".")) for part in parts):
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a module name like layer4 or trunk.3 (two-branch: "
+                                         "QUERY_LAYER,REFERENCE_LAYER)")
+    return ",".join(parts)
+
+
+def _output_key(text: str) -> str | int:
+    """argparse type: an index (digits) or a key (``--model-output``)."""
+    text = text.strip()
+    if not text or len(text) > 200:
+        raise argparse.ArgumentTypeError("give the key, attribute or index of the embedding, e.g. embeddings or 0")
+    return int(text) if text.isdigit() else text
 
 
 def command_model_source(args: argparse.Namespace):
@@ -243,10 +276,11 @@ def command_model_source(args: argparse.Namespace):
 
     entry = getattr(args, "model", None)
     if entry:
-        shapes = getattr(args, "input_shapes", None)
+        given = {"input_shapes": getattr(args, "input_shapes", None),
+                 "feature_layer": getattr(args, "feature_layer", None), "output": getattr(args, "model_output", None)}
         source = ModelSource("code", entry=entry, args=args.model_args or {}, weights=args.weights,
                              reference_weights=getattr(args, "reference_weights", None),
-                             options={"input_shapes": shapes} if shapes else {})
+                             options={k: v for k, v in given.items() if v is not None})
     else:
         for option, attr in CODE_OPTIONS:
             if getattr(args, attr, None) is not None:

@@ -35,10 +35,8 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, INPUT_SHAPES_HELP, MODEL_ARGS_HELP, MODEL_HELP,
-                                      PROTOCOLS, REFERENCE_WEIGHTS_HELP, WEIGHTS_HELP, add_device, drive,
-                                      input_shapes_type, int_range, json_object, open_command_model, print_json,
-                                      seed_type, thresholds_type)
+from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, MODEL_HELP, PROTOCOLS, add_code_options, add_device,
+                                      drive, int_range, open_command_model, print_json, seed_type, thresholds_type)
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", action="append", default=None, metavar="C",
                    help=CHECKPOINT_HELP + "; give two to compare them (A first), one with --randomize")
     p.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + "; counts as the last model")
-    p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)
-    p.add_argument("--weights", metavar="FILE", help=WEIGHTS_HELP)
-    p.add_argument("--reference-weights", metavar="FILE", help=REFERENCE_WEIGHTS_HELP)
-    p.add_argument("--input-shapes", type=input_shapes_type, metavar="Q,R", help=INPUT_SHAPES_HELP)
+    add_code_options(p)
     p.add_argument("--randomize", action="store_true",
                    help="compare the model with copies whose layers are re-initialized from the top down "
                         "(cascading randomization check; one model only)")
@@ -97,9 +92,8 @@ def _sources(args: argparse.Namespace) -> list[argparse.Namespace]:
     models = [argparse.Namespace(checkpoint=c, model=None, model_args=None, weights=None)
               for c in args.checkpoint or []]
     if args.model:
-        models.append(argparse.Namespace(checkpoint=None, model=args.model, model_args=args.model_args,
-                                         weights=args.weights, reference_weights=args.reference_weights,
-                                         input_shapes=args.input_shapes))
+        models.append(argparse.Namespace(checkpoint=None, model=args.model,
+                                         **{attr: getattr(args, attr) for _, attr in CODE_OPTIONS}))
     else:
         for option, attr in CODE_OPTIONS:
             if getattr(args, attr, None) is not None:

@@ -169,6 +169,16 @@ def build_cases() -> list[Case]:
                                      "--dataset", "{demo}"], "--randomize"),
         "compare_model_args_bad_json": (["compare", "--checkpoint", "{ckpt}", "--model", "{tmp}/m.py:build",
                                          "--model-args", "[1, 2", "--dataset", "{demo}"], "--model-args"),
+        "explain_feature_layer_no_model": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--feature-layer",
+                                                    "layer4"), "only used with --model"),
+        "explain_feature_layer_path": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--feature-layer",
+                                                "../../etc/passwd"), "--feature-layer"),
+        "explain_feature_layer_three": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--feature-layer",
+                                                 "a,b,c"), "--feature-layer"),
+        "explain_model_output_huge": (_explain("{ckpt}", "{img}", "{img2}", "{tmp}/o.npz", "--model-output",
+                                               "k" * 5000), "--model-output"),
+        "compare_model_output_no_model": (["compare", "--checkpoint", "{ckpt}", "--checkpoint", "{ckpt}",
+                                           "--model-output", "0", "--dataset", "{demo}"], "only used with --model"),
     }
     for name, (argv, has) in bad_args.items():
         add(Case("args", name, argv=argv, has=has))

@@ -95,8 +95,55 @@ def test_every_command_that_takes_a_checkpoint_takes_the_model_options():
         assert "run as" in help_text and "Python" in help_text, name
 
 
+DICT_MODEL = USER_MODELS + '''
+
+class Tagged(Net):
+    """Returns its embedding beside its logits, under a key dmlviewer does not guess."""
+
+    def forward(self, x):
+        return {"logits": x.mean(dim=(1, 2, 3)), "emb": super().forward(x)}
+'''
+
+
+def test_feature_layer_and_model_output_choose_the_map_and_the_embedding(user, tmp_path, capsys):
+    """``--feature-layer`` decomposes an earlier map of the same embedding, as the Python door's
+    ``feature_layer=`` does; ``--model-output`` picks the embedding from a dict output."""
+    import dmlviewer
+
+    query, reference = str(user["dataset"].abspath(0)), str(user["dataset"].abspath(5))
+    runs = {}
+    for layer in (None, "trunk.2"):
+        out = tmp_path / f"{layer}.npz"
+        chosen = ["--feature-layer", layer] if layer else []
+        assert main(["explain", *_model(user), *chosen, "--query", query, "--reference", reference,
+                     "--out", str(out), "--device", "cpu"]) == 0
+        runs[layer] = np.load(out)
+    auto, early = runs[None], runs["trunk.2"]
+    # the same embedding, decomposed over a map of twice the resolution (before the second stride)
+    assert float(early["similarity"]) == pytest.approx(float(auto["similarity"]), abs=1e-6)
+    assert early["point_to_point"].shape[0] == 2 * auto["point_to_point"].shape[0]
+    python = dmlviewer.explain(user["net"], query, reference, feature_layer="trunk.2")  # both 224 px
+    assert python.point_to_point.shape == early["point_to_point"].shape and str(early["rule"]) == python.rule
+    assert np.allclose(early["point_to_point"], python.point_to_point, atol=1e-6)
+
+    (user["folder"] / "tagged.py").write_text(textwrap.dedent(DICT_MODEL))
+    tagged = ["--model", f"{user['folder']}/tagged.py:Tagged", "--model-args", '{"dim": 6}', "--weights",
+              user["weights"]]
+    pair = ["--query", query, "--reference", reference, "--device", "cpu"]
+    assert main(["explain", *tagged, *pair, "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--model-output" in err, err
+    assert main(["explain", *tagged, "--model-output", "emb", *pair, "--out", str(tmp_path / "t.npz")]) == 0
+    assert float(np.load(tmp_path / "t.npz")["similarity"]) == pytest.approx(float(auto["similarity"]), abs=1e-6)
+
+
 @pytest.mark.parametrize("argv, pattern", [
     (["--checkpoint", "x.pt", "--model", "m.py:f"], r"not allowed with argument"),
+    (["--checkpoint", "{weights}", "--feature-layer", "trunk.2"], r"--feature-layer is only used with --model"),
+    (["--checkpoint", "{weights}", "--model-output", "0"], r"--model-output is only used with --model"),
+    (["--model", "{entry}", "--feature-layer", "trunk/2"], r"--feature-layer: .*not a module name"),
+    (["--model", "{entry}", "--model-args", '{{"dim": 6}}', "--weights", "{weights}", "--feature-layer", "nope"],
+     r"nope"),
     ([], r"one of the arguments --checkpoint --model is required"),
     (["--model", "{entry}", "--model-args", "{{dim: 6}}"], r"--model-args: not valid JSON"),
     (["--model", "{entry}", "--model-args", "[6]"], r"--model-args: expected a JSON object"),

@@ -83,7 +83,7 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
                     break
             if value is None:
                 raise ModelError(f"the model returned a {type(result).__name__}: pass output= (an index, a key or "
-                                 "a function) to say which part is the embedding")
+                                 "a function; --model-output on the command line) to say which part is the embedding")
     elif isinstance(output, int):
         try:
             value = result[output]
