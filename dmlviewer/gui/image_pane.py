@@ -288,9 +288,11 @@ class ImagePane(QWidget):
             self.colorbar.axis.setLabel(label)
         self._colorbar_key = key
 
-    def set_title(self, html: str) -> None:
+    def set_title(self, html: str, tooltip: str | None = None) -> None:
+        """The caption above the view; its tooltip (default: the caption) says it whole, as a
+        narrow pane cuts the caption off at its right edge."""
         self.title.setText(html)
-        self.title.setToolTip(html)  # a narrow pane cuts the caption off at its right edge
+        self.title.setToolTip(html if tooltip is None else tooltip)
 
     def show_message(self, text: str | None) -> None:
         """A centred notice over the view (e.g. "preparing…"); None hides it."""

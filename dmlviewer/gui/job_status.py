@@ -23,12 +23,15 @@ MESSAGE_MIN_WIDTH = 240
 
 
 class FittedLabel(ElidedLabel):
-    """An elided one-line label that asks for its text's width, up to ``max_width``."""
+    """An elided one-line label that asks for its text's width, up to ``max_width``; a
+    ``whole`` one is never narrower than that (numbers such as a similarity are not elided:
+    the labels beside it give way)."""
 
     def __init__(self, text: str = "", max_width: int = 260, mode: Qt.TextElideMode = Qt.ElideMiddle,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, whole: bool = False) -> None:
         super().__init__(text, mode, parent)
         self.max_width = max_width
+        self.whole = whole
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt API
@@ -41,7 +44,8 @@ class FittedLabel(ElidedLabel):
         return QSize(min(width, self.max_width), super().sizeHint().height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt API
-        return QSize(min(self.sizeHint().width(), 40), super().minimumSizeHint().height())
+        width = self.sizeHint().width()
+        return QSize(width if self.whole else min(width, 40), super().minimumSizeHint().height())
 
 
 class MessageStatusBar(QStatusBar):

@@ -208,7 +208,7 @@ class MainWindow(QMainWindow):
         self.compare_label.setObjectName("compareModelLabel")
         self.compare_label.hide()
         self.dataset_label = FittedLabel("no dataset", max_width=320)
-        self.similarity_label = FittedLabel("", max_width=200)  # room for "A +0.1234 · B +0.1234"
+        self.similarity_label = FittedLabel("", max_width=200, whole=True)  # "A +0.1234 · B +0.1234", never elided
         self.similarity_label.setObjectName("similarityLabel")
         for label in (self.similarity_label, self.dataset_label, self.model_label, self.compare_label,
                       self.device_label):

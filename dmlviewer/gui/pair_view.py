@@ -99,6 +99,12 @@ INFO_LINES = 3
 MAX_OVERLAY_SIDE = 640
 
 
+def _role(title: str) -> str:
+    """The first bold part of a pane caption ("<b ...>Query</b>"), or its first word."""
+    head, sep, _ = title.partition("</b>")
+    return head + sep if title.startswith("<b") and sep else title.split(" ", 1)[0]
+
+
 @dataclass
 class PairImages:
     """What the pair view shows: two photographs and their captions."""
@@ -613,8 +619,10 @@ class PairView(QWidget):
         b = "<b>A − B</b> · " if self.difference else f"<b>B</b> {html.escape(self.compare_name)} · "
         for pane, title in zip(self.panes, (images.query_title, images.reference_title)):
             pane.set_title(a + title)
+        # row B shows the same two images as row A: its captions name the model and the role only,
+        # so that the model's name is not cut off (the whole caption is the tooltip)
         for pane, title in zip(self.compare_panes, (images.query_title, images.reference_title)):
-            pane.set_title(b + title)
+            pane.set_title(b + _role(title), tooltip=b + title)
 
     def _set_compare_state(self, state: str, message: str | None = None) -> None:
         self.compare_state = state

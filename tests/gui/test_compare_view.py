@@ -83,6 +83,11 @@ def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
     a, b = view.explanation.similarity, view.compare_explanation.similarity
     assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()
     assert window.similarity_label.text() == f"A {a:+.4f} · B {b:+.4f}"
+    # row B shows row A's images: its captions name the model and the role; the tooltip has the rest
+    for top, bottom, role in zip(view.panes, view.compare_panes, ("Query", "Reference")):
+        file = top.title.text().split(" · ")[-1]  # "file.jpg #index", A's caption's last part
+        assert f"<b>B</b> other.pt · " in bottom.title.text() and role in bottom.title.text()
+        assert file not in bottom.title.text() and file in bottom.title.toolTip()
     # The second row shows model B's overall maps (positive sign, each pane its own scale).
     for pane, side in zip(view.compare_panes, ("query", "reference")):
         np.testing.assert_allclose(pane.overlay_image(), view.compare_explanation.overall("decomposition", side,
@@ -262,6 +267,17 @@ def test_two_rows_fit_1366x768(compared, qtbot):
     for pane in view.all_panes:  # each photograph's area stays usable (about 310 x 250 px measured)
         width, height = pane.view.width(), pane.view.height()
         assert width >= 200 and height >= 200, (pane.title.text(), width, height)
+    # both similarities read in full in a crowded status bar (long names, a hover message): the
+    # names give way
+    window.dataset_label.setText("demo-data (cub): 800 images, 20 classes")
+    window.model_label.setText("A: demo_checkpoint.pt · exact decomposition")
+    window.compare_label.setText("B: imagenet:efficientnet_lite0 · exact decomposition")
+    window.statusBar().showMessage("query (20, 92): this position explains 12.3 % of the similarity [pinned, "
+                                   "Esc to release]")
+    qtbot.wait(50)
+    label = window.similarity_label
+    assert label.text().startswith("A +") and " · B " in label.text()
+    assert label.contentsRect().width() >= label.fontMetrics().horizontalAdvance(label.text()), label.width()
 
 
 def test_difference_renderer_brings_two_grids_onto_one():
