@@ -197,6 +197,8 @@ class ImagePane(QWidget):
         self._overlay_shape: tuple[int, int] | None = None
         self._lut: np.ndarray | None = None
         self._colorbar_key: tuple | None = None
+        self._colorbar_label = ""  # the whole title; the bar shows it elided to its length
+        self.colorbar.axis.geometryChanged.connect(self._fit_colorbar_label)
         self._readout_key: str | None = None  # the read-out text last sized, digits as 0
         self._inside = False
         self.view.region_drawn.connect(self._on_region)
@@ -285,8 +287,20 @@ class ImagePane(QWidget):
             self.colorbar.setColorMap(colorbar_map(name, signed))
         self.colorbar.setLevels(levels)
         if label != (self._colorbar_key or ("",) * 5)[4]:
-            self.colorbar.axis.setLabel(label)
+            self._colorbar_label = label
+            self._fit_colorbar_label()
         self._colorbar_key = key
+
+    def _fit_colorbar_label(self) -> None:
+        """The colour bar's title elided to the bar's length (a pane of half the height, as
+        when comparing two models, cut it off mid-word); the bar's tooltip has it whole."""
+        axis, label = self.colorbar.axis, self._colorbar_label
+        room = axis.geometry().height() - 4
+        text = QFontMetricsF(axis.label.font()).elidedText(label, Qt.ElideRight, max(room, 0.0)) if label else ""
+        if text != axis.labelText:
+            axis.setLabel(text)
+            axis.resizeEvent()  # pyqtgraph centres the title only on a resize: centre this one
+        self.colorbar.setToolTip(label)
 
     def set_title(self, html: str, tooltip: str | None = None) -> None:
         """The caption above the view; its tooltip (default: the caption) says it whole, as a

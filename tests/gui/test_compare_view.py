@@ -267,6 +267,16 @@ def test_two_rows_fit_1366x768(compared, qtbot):
     for pane in view.all_panes:  # each photograph's area stays usable (about 310 x 250 px measured)
         width, height = pane.view.width(), pane.view.height()
         assert width >= 200 and height >= 200, (pane.title.text(), width, height)
+        # the colour bar's title lies along the bar, whole or elided, never cut off by the pane's edge
+        axis = pane.colorbar.axis
+        label, length = axis.label, axis.geometry().height()
+        bottom, extent = label.pos().y(), label.boundingRect().width()  # drawn upwards from its position
+        assert 0 <= bottom - extent and bottom <= length, (axis.labelText, bottom, extent, length)
+        assert pane.colorbar.toolTip() in ("similarity share per cell", "fraction of this map's maximum")
+        # a new title (another map, another scale) is centred on the bar too, not only after a resize
+        pane.set_colorbar("jet", False, (0.0, 1.0), "share")
+        bottom, extent = label.pos().y(), label.boundingRect().width()
+        assert abs((bottom - extent / 2) - length / 2) <= 2, (bottom, extent, length)
     # both similarities read in full in a crowded status bar (long names, a hover message): the
     # names give way
     window.dataset_label.setText("demo-data (cub): 800 images, 20 classes")
