@@ -241,6 +241,9 @@ class TrainingForm(QWidget):
         # wraps to the form's width instead of widening the form past its scroll area
         self.branches_note.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self._dataset_format: str | None = None  # of the folder in the dataset field, when it is a dataset
+        #: the recipe fields of the last two-branch run set up (remembered settings), shown
+        #: instead of the cross-view defaults when Branches becomes 2
+        self.cross_view_values: dict = {}
         self.batch_label = QLabel()
         self.loss_params = QLabel()
         self.loss_params.setWordWrap(True)
@@ -376,14 +379,25 @@ class TrainingForm(QWidget):
         if fmt is not None and self.branches.currentData() != wanted:
             _set_combo(self.branches, wanted)  # _on_branches follows
 
-    def _on_branches(self, *_: Any) -> None:
-        """Two branches: the cross-view recipe's values in the fields that apply to it."""
-        if self.two_branch():
-            from dmlviewer.core.train.cross_view import CrossViewConfig
+    def cross_view_defaults(self) -> dict:
+        """The two-branch recipe's values of the fields it sets (``CrossViewConfig``'s)."""
+        from dmlviewer.core.train.cross_view import CrossViewConfig
 
-            d, w = CrossViewConfig("", ""), self.widgets
-            for name, value in (("pooling", d.pooling), ("dim", d.dim), ("lr", d.lr), ("epochs", d.epochs),
-                                ("classes_per_batch", d.batch_pairs), ("image_size", d.reference_size)):
+        d = CrossViewConfig("", "")
+        return {"pooling": d.pooling, "dim": d.dim, "lr": d.lr, "epochs": d.epochs,
+                "classes_per_batch": d.batch_pairs, "image_size": d.reference_size}
+
+    def cross_view_fields(self) -> dict:
+        """The form's values of the fields :meth:`cross_view_defaults` sets (to remember)."""
+        c = self.config()
+        return {name: getattr(c, name) for name in self.cross_view_defaults()}
+
+    def _on_branches(self, *_: Any) -> None:
+        """Two branches: the remembered two-branch values (else the cross-view recipe's) in the
+        fields that apply to it."""
+        if self.two_branch():
+            w = self.widgets
+            for name, value in {**self.cross_view_defaults(), **self.cross_view_values}.items():
                 widget = w[name]
                 widget.blockSignals(True)
                 _set_combo(widget, value) if isinstance(widget, QComboBox) else widget.setValue(value)
@@ -810,6 +824,8 @@ TWO_BRANCH_FIELDS = ("dataset", "out", "resume", "backbone", "pretrained", "pool
 
 #: QSettings key of the last settings used in the dialog (JSON of a TrainConfig).
 LAST_SETTINGS_KEY = "training/last_settings"
+#: the recipe fields of the last two-branch run set up (TrainingForm.cross_view_fields)
+CROSS_VIEW_SETTINGS_KEY = "training/last_cross_view_settings"
 #: Options not carried over from one opening to the next (a new run goes to a new folder).
 _NOT_REMEMBERED = ("out", "resume")
 
@@ -918,17 +934,23 @@ class TrainingDialog(QDialog):
 
     # -- remembered settings
     def save_settings(self) -> None:
-        """Remember the form's settings for the next opening (run folder and resume excepted)."""
+        """Remember the form's settings for the next opening (run folder and resume excepted);
+        a two-branch form's recipe fields are remembered apart, so that neither kind of run
+        inherits the other's epochs, sizes or rates."""
         from dmlviewer.gui import settings
 
         try:
             data = self.form.config().to_dict()
         except (TypeError, ValueError):
             return
-        for key in _NOT_REMEMBERED:
-            data.pop(key, None)
         store = settings.app_settings()
-        store.setValue(LAST_SETTINGS_KEY, json.dumps(data))
+        if self.form.two_branch():
+            self.form.cross_view_values = self.form.cross_view_fields()
+            store.setValue(CROSS_VIEW_SETTINGS_KEY, json.dumps(self.form.cross_view_values))
+        else:
+            for key in _NOT_REMEMBERED:
+                data.pop(key, None)
+            store.setValue(LAST_SETTINGS_KEY, json.dumps(data))
         store.sync()
 
     def restore_settings(self) -> bool:
@@ -937,6 +959,7 @@ class TrainingDialog(QDialog):
         from dmlviewer.core.train.config import TrainConfig
         from dmlviewer.gui import settings
 
+        self._restore_cross_view_values()
         text = settings.app_settings().value(LAST_SETTINGS_KEY, "")
         if not text:
             return False
@@ -1035,6 +1058,18 @@ class TrainingDialog(QDialog):
         self.cancel_button.setEnabled(running and not self.job.cancel_requested)
         self.form.setEnabled(not running)
         self.load_button.setEnabled(not running)
+
+    def _restore_cross_view_values(self) -> None:
+        """The remembered two-branch recipe fields, those that still fit the form's options."""
+        from dmlviewer.gui import settings
+
+        try:
+            saved = json.loads(str(settings.app_settings().value(CROSS_VIEW_SETTINGS_KEY, "") or "{}"))
+        except ValueError:
+            saved = {}
+        defaults = self.form.cross_view_defaults()
+        self.form.cross_view_values = {k: v for k, v in (saved if isinstance(saved, dict) else {}).items()
+                                       if k in defaults and type(v) is type(defaults[k])}
 
     def load_settings(self, path: str | None = None) -> bool:
         """Fill the form from a run folder's ``config.json`` (asks for the folder if not given)."""

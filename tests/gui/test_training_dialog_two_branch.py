@@ -131,3 +131,35 @@ def test_settings_load_from_a_two_branch_run_folder(qtbot, dialog, data, tmp_pat
     w["resume"].setChecked(True)
     w["epochs"].setValue(2)
     assert dialog.start_button.isEnabled(), dialog.problems.text()
+
+
+def test_two_branch_settings_are_remembered_apart_from_one_branch_settings(qtbot, runner, data):
+    """A cross-view run's epochs, rate and sizes come back the next time a cvusa dataset is
+    chosen (they were replaced by the cross-view defaults), and a one-branch form does not
+    inherit them; nor does the cross-view form inherit the one-branch settings."""
+    one = TrainingDialog(runner, dataset=str(data["demo"]))
+    qtbot.addWidget(one)
+    one.form.widgets["epochs"].setValue(3)
+    one.form.widgets["lr"].setValue(0.002)
+    one.save_settings()
+
+    first = TrainingDialog(runner, dataset=str(data["cv"]))
+    qtbot.addWidget(first)
+    w = first.form.widgets
+    from dmlviewer.core.train.cross_view import CrossViewConfig
+
+    assert first.form.two_branch() and w["epochs"].value() == CrossViewConfig("", "").epochs  # the recipe's
+    w["epochs"].setValue(11)
+    w["lr"].setValue(0.0005)
+    w["image_size"].setValue(96)
+    first.show()
+    first.close()  # hiding the dialog remembers its settings
+
+    second = TrainingDialog(runner, dataset=str(data["cv"]))
+    qtbot.addWidget(second)
+    c = second.form.config()
+    assert second.form.two_branch() and (c.epochs, c.lr, c.image_size) == (11, 0.0005, 96)
+    single = TrainingDialog(runner, dataset=str(data["demo"]))
+    qtbot.addWidget(single)
+    c = single.form.config()
+    assert not single.form.two_branch() and (c.epochs, c.lr) == (3, 0.002)
