@@ -15,6 +15,11 @@ reference branch (e.g. the aerial encoder), each with its own input size (``S`` 
 options above apply to both branches (said in the reference branch's assumptions). Both are
 recognized with :func:`~dmlviewer.core.models.importer.analyze_two_branch`, branches of different
 embedding widths are refused in the dialog, and one two-branch checkpoint is written.
+
+"Check against" (``import-model --check-against``, and ``--reference-check-against`` for the
+reference branch): images and the user's own model's embeddings of them; the model to be written
+must reproduce them, else nothing is written and the dialog names the fields to look at. What was
+compared (or not) is said in the main window's status bar once the checkpoint opens.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dmlviewer.gui.worker import LatestRunner
 log = logging.getLogger(__name__)
 
 WEIGHTS_FILTER = "Weights (*.pth *.pt *.bin *.ckpt *.tar *.safetensors);;All files (*)"
+CHECK_FILTER = "Images and embeddings (*.npz *.pt);;All files (*)"
 AUTO = "auto (recognize)"
 
 
@@ -76,13 +82,13 @@ def _analyze_two(files: list[str], reference: list[str], options: dict, shapes: 
         return "error", exc
 
 
-def _write_two(plans: tuple, out: str) -> tuple[str, Any]:
+def _write_two(plans: tuple, out: str, checks: tuple = (None, None)) -> tuple[str, Any]:
     from dmlviewer.core.models import CheckpointError
     from dmlviewer.core.models.importer import write_two_branch_checkpoint
 
     query, ref, shapes = plans
     try:
-        return "written", write_two_branch_checkpoint(query, ref, out, shapes)
+        return "written", write_two_branch_checkpoint(query, ref, out, shapes, check_against=checks)
     except (CheckpointError, OSError, ValueError) as exc:
         return "write-error", exc
 
@@ -103,14 +109,34 @@ def _shape(text: str, field: str) -> tuple[int, int] | None:
     return shape
 
 
-def _write(plan, out: str) -> tuple[str, Any]:
+def _write(plan, out: str, check: str | None = None) -> tuple[str, Any]:
     from dmlviewer.core.models import CheckpointError
     from dmlviewer.core.models.importer import write_checkpoint
 
     try:
-        return "written", write_checkpoint(plan, out)
+        return "written", write_checkpoint(plan, out, check_against=check)
     except (CheckpointError, OSError, ValueError) as exc:
         return "write-error", exc
+
+
+#: the command line's names in the importer's messages -> the dialog's fields
+DIALOG_TERMS = (("--reference-check-against", "“Reference check”"), ("--check-against", "“Check against”"))
+
+
+def write_error_text(exc: BaseException) -> str:
+    """One line for a write that failed, in the dialog's words: a model whose embeddings differ
+    from the user's names the fields to look at (the command line's names --force, which the
+    dialog does not offer: clearing the check field writes without comparing)."""
+    from dmlviewer.core.models.importer import describe_reference_check
+
+    check = getattr(exc, "reference_check", None)
+    if check is not None:
+        return (f"{describe_reference_check(check)}: not written. Check the Head field (its pooling), the input "
+                "size and mean/std; or clear the check field to write it without comparing")
+    text = str(exc)
+    for option, field in DIALOG_TERMS:
+        text = text.replace(option, field)
+    return text
 
 
 def _floats(text: str) -> list[float] | None:
@@ -213,6 +239,22 @@ class ImportDialog(QDialog):
         reference_row.addWidget(QLabel("input size"))
         reference_row.addWidget(self.reference_size)
         form.addRow("Reference branch (optional)", reference_row)
+        check_tip = ("A .npz (or .pt) holding 'images' (N x 3 x H x W, preprocessed as your model expects) and "
+                     "'embeddings' (N x D: your model's outputs on them). The written model must reproduce "
+                     "them (max relative difference 1e-4), else nothing is written.")
+        self.check = PathEdit("open", "Choose the images and embeddings of your model", CHECK_FILTER)
+        self.check.edit.setPlaceholderText("optional: .npz of images and your embeddings")
+        self.check.setToolTip(check_tip)
+        self.reference_check = PathEdit("open", "Choose the reference branch's images and embeddings", CHECK_FILTER)
+        self.reference_check.edit.setPlaceholderText("optional: the same for the reference branch")
+        self.reference_check.setToolTip(check_tip + " For the reference branch, with its own images.")
+        checks_row = QHBoxLayout()
+        checks_row.addWidget(self.check, 1)
+        checks_row.addWidget(QLabel("reference"))
+        checks_row.addWidget(self.reference_check, 1)
+        form.addRow("Check against", checks_row)
+        self.reference_check.setEnabled(False)  # until a reference branch is given
+        self.reference.changed.connect(lambda *_: self.reference_check.setEnabled(bool(self.reference.text())))
         options_box = QGroupBox("Options (each change recognizes again)")
         options_box.setLayout(form)
 
@@ -383,7 +425,7 @@ class ImportDialog(QDialog):
         elif kind == "written":
             self._on_written(*payload)
         elif kind == "write-error":
-            self._show_message(f"not written: {payload}", error=True)
+            self._show_message(f"not written: {write_error_text(payload)}", error=True)
             self._update_buttons()
         else:
             self._show_error(payload)
@@ -478,22 +520,42 @@ class ImportDialog(QDialog):
         if out.is_dir() or any(Path(f).resolve() == out.resolve() for f in sources if out.exists()):
             self._show_message(f"{out} is a folder or one of the weights files: choose another name", error=True)
             return
+        checks = [str(settings.expand_user(edit.text())) if edit.text() and edit.isEnabled() else None
+                  for edit in (self.check, self.reference_check)]
         plan, two_branch = self.plan, self.two_branch
         self.import_button.setEnabled(False)
-        self._show_message(f"Writing {out}…")
+        self._show_message(f"Writing {out}" + (" after comparing the embeddings…" if any(checks) else "…"))
         if two_branch is not None:
-            self.runner.submit(lambda: _write_two(two_branch, str(out)))
+            self.runner.submit(lambda: _write_two(two_branch, str(out), tuple(checks)))
         else:
-            self.runner.submit(lambda: _write(plan, str(out)))
+            self.runner.submit(lambda: _write(plan, str(out), checks[0]))
+
+    def written_text(self, path, diff: float) -> str:
+        """What the written checkpoint was checked against: its folding, and the user's
+        embeddings where a check file was given (per branch)."""
+        from dmlviewer.core.models.importer import describe_reference_check
+
+        plans = (("query branch", self.two_branch[0]), ("reference branch", self.two_branch[1])) \
+            if self.two_branch is not None else (("", self.plan),)
+        branches = "two branches; " if self.two_branch is not None else ""
+        parts = [f"Wrote {path} ({branches}folding check {diff:.2g}: the folded head against its own source layers)"]
+        for side, plan in plans:
+            label = f"{side}: " if side else ""
+            if plan.reference_check:
+                parts.append(label + describe_reference_check(plan.reference_check))
+            else:
+                parts.append(f"{label}embeddings NOT compared with your model (give a Check against file)")
+        return ". ".join(parts) + "."
 
     def _on_written(self, path, diff: float) -> None:
         self.written = str(path)
-        branches = "two branches; " if self.two_branch is not None else ""
-        self._show_message(f"Wrote {path} ({branches}folding check {diff:.2g}: the folded head against its own "
-                           "source layers; the embeddings were not compared with your model).")
+        text = self.written_text(path, diff)
+        self._show_message(text)
         if self.main_window is not None and hasattr(self.main_window, "open_checkpoint"):
             if not self.main_window.open_checkpoint(str(path)):
                 return
+            if callable(getattr(self.main_window, "statusBar", None)):  # the dialog closes: the bar says it
+                self.main_window.statusBar().showMessage(text, 30000)
         self.accept()
 
     def done(self, result: int) -> None:  # noqa: D401 - Qt override

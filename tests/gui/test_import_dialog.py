@@ -75,3 +75,50 @@ def test_unknown_layout_shows_closest_layouts_and_cannot_import(window, qtbot, t
     assert dialog.ranking.item(0, 0).text() == "resnet34"
     assert dialog.tabs.currentWidget() is dialog.ranking
     assert window.dialogs == []
+
+
+def test_check_against_compares_the_embeddings_before_writing(window, qtbot, tmp_path):
+    """The Check against field compares the model to be written with the user's own embeddings:
+    a match is said in the main window's status bar once it opens; a mismatch writes nothing
+    and is said in the dialog's words (no command-line options)."""
+    import numpy as np
+
+    from dmlviewer.gui.import_dialog import ImportDialog
+
+    files = _weights(tmp_path)
+    trunk = torchvision.models.resnet18()
+    trunk.fc = nn.Identity()
+    trunk.load_state_dict(torch.load(files[0], weights_only=True))
+    embedder = nn.Sequential(nn.ReLU(), nn.Linear(512, 64), nn.Linear(64, 16))
+    embedder.load_state_dict({k[4:]: v for k, v in torch.load(files[1], weights_only=True).items()
+                              if k.startswith("net.")})
+    images = torch.randn(4, 3, 64, 64)
+    with torch.no_grad():
+        embeddings = embedder(trunk.eval()(images))
+    np.savez(tmp_path / "mine.npz", images=images.numpy(), embeddings=embeddings.numpy())
+    np.savez(tmp_path / "other.npz", images=images.numpy(), embeddings=embeddings.numpy()[::-1].copy())
+
+    dialog = ImportDialog(window, files)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.image_size.setText("64")
+    qtbot.waitUntil(lambda: dialog.plan is not None and dialog.plan.config["image_size"] == 64, timeout=120000)
+    assert not dialog.reference_check.isEnabled()  # no reference branch
+    bad = tmp_path / "bad.pt"
+    dialog.out.setText(str(bad))
+    dialog.check.setText(str(tmp_path / "other.npz"))
+    qtbot.mouseClick(dialog.import_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: "not written" in dialog.status.text(), timeout=120000)
+    text = dialog.status.text()
+    assert "they DIFFER" in text and "--" not in text and "Check the Head field" in text
+    assert not bad.exists() and dialog.isVisible() and dialog.import_button.isEnabled()
+
+    good = tmp_path / "good.pt"
+    dialog.out.setText(str(good))
+    dialog.check.setText(str(tmp_path / "mine.npz"))
+    qtbot.mouseClick(dialog.import_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: window.checkpoint_path == str(good), timeout=120000)
+    said = window.statusBar().currentMessage()
+    assert "embeddings vs. mine.npz (4 images)" in said and "they match within" in said, said
+    saved = torch.load(good, weights_only=True)["extra"]["import"]["reference_check"]
+    assert saved["passed"] and saved["images"] == 4

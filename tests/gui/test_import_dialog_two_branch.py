@@ -52,9 +52,19 @@ def test_two_branch_import_and_open(window, qtbot, tmp_path, demo_root, wait_rea
     assert "input: 32x128 px" in report and "input: 64x64 px" in report
     shown = {dialog.mapping.item(r, 1).text() for r in range(dialog.mapping.rowCount())}
     assert dialog.import_button.isEnabled()
+    # the reference branch is checked against the aerial encoder's own embeddings, the query is not
+    aerial_images = torch.randn(3, 3, *REFERENCE_SHAPE)
+    with torch.no_grad():
+        np.savez(tmp_path / "aerial_ref.npz", images=aerial_images.numpy(),
+                 embeddings=nets["aerial"].eval()(aerial_images).numpy())
+    assert dialog.reference_check.isEnabled()
+    dialog.reference_check.setText(str(tmp_path / "aerial_ref.npz"))
     qtbot.mouseClick(dialog.import_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: window.model is not None and window.checkpoint_path == str(out), timeout=120000)
     assert not dialog.isVisible() and "two branches" in dialog.status.text()
+    said = window.statusBar().currentMessage()
+    assert "reference branch: embeddings vs. aerial_ref.npz (3 images)" in said and "they match within" in said
+    assert "query branch: embeddings NOT compared with your model" in said
 
     written = torch.load(out, weights_only=True)["state_dict"]
     assert shown and shown <= set(written)  # the Mapping tab names the written checkpoint's keys

@@ -1849,9 +1849,11 @@ def _checked_model(plan: ImportPlan, check_against: str | os.PathLike | None, fo
         check = compare_with_reference(model, check_against)
         if not check["passed"] and not force:
             where = "" if option == "--check-against" else f"{option}: "
-            raise LayoutError(f"{where}{describe_reference_check(check)}: not written; check the pooling "
-                              "(--pooling, --gem-p), the head (--head) and the input, or give --force to write "
-                              "it anyway")
+            error = LayoutError(f"{where}{describe_reference_check(check)}: not written; check the pooling "
+                                "(--pooling, --gem-p), the head (--head) and the input, or give --force to write "
+                                "it anyway")
+            error.reference_check = check  # the app words its own message from it
+            raise error
         check["forced"] = not check["passed"]
         plan.reference_check = check
     return model, diff
