@@ -264,6 +264,12 @@ def test_two_branch_code_model_on_the_command_line(user, tmp_path, capsys):
                  str(folder / "aerial.png"), "--out", str(out)]) == 0
     z = np.load(out)
     assert tuple(z["grid_query"]) == (8, 32) and tuple(z["grid_reference"]) == (16, 16)
+    # --feature-layer Q,R: each branch at its own layer, as the Python door's feature_layer="4,2"
+    assert main(["explain", *base, "--feature-layer", "4,2", "--query", str(folder / "street.png"), "--reference",
+                 str(folder / "aerial.png"), "--out", str(tmp_path / "split.npz")]) == 0
+    split = np.load(tmp_path / "split.npz")
+    assert tuple(split["grid_query"]) == (8, 32) and tuple(split["grid_reference"]) == (32, 32)
+    assert float(split["similarity"]) == pytest.approx(float(z["similarity"]), abs=1e-5)
     assert main(["explain", "--checkpoint", "x.pt", "--reference-weights", str(folder / "aerial.pth"),
                  "--query", "a.png", "--reference", "b.png", "--out", str(tmp_path / "o.npz")]) == 2
     assert "--reference-weights is only used with --model" in capsys.readouterr().err
