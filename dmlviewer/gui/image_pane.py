@@ -29,6 +29,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from dmlviewer.gui.colormaps import colorbar_map, overlay_lut
+from dmlviewer.gui.widgets import ElidedRichLabel
 
 #: Distinct colours for numbered markers (correspondences).
 MARKER_COLORS = [
@@ -123,9 +124,8 @@ class ImagePane(QWidget):
 
     def __init__(self, title: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.title = QLabel(title)
+        self.title = ElidedRichLabel(title)
         self.title.setObjectName("paneTitle")
-        self.title.setTextFormat(Qt.RichText)
         # A long caption must not widen the pane (the two panes share the width equally).
         self.title.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.graphics = pg.GraphicsLayoutWidget()
@@ -303,10 +303,11 @@ class ImagePane(QWidget):
         self.colorbar.setToolTip(label)
 
     def set_title(self, html: str, tooltip: str | None = None) -> None:
-        """The caption above the view; its tooltip (default: the caption) says it whole, as a
-        narrow pane cuts the caption off at its right edge."""
+        """The caption above the view, ending in "…" where a narrow pane cuts it; its tooltip
+        (default: the caption) says it whole."""
         self.title.setText(html)
-        self.title.setToolTip(html if tooltip is None else tooltip)
+        if tooltip is not None:
+            self.title.setToolTip(tooltip)
 
     def show_message(self, text: str | None) -> None:
         """A centred notice over the view (e.g. "preparing…"); None hides it."""

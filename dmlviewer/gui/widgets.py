@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QScreen
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QScreen, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFileDialog, QFrame, QHBoxLayout,
                                QLabel, QLayout, QLineEdit, QScrollArea, QSizePolicy, QSlider, QToolButton, QWidget,
                                QWidgetItem)
@@ -273,6 +273,74 @@ class ElidedLabel(QLabel):
         painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine,
                          self.fontMetrics().elidedText(self.text(), self.mode, rect.width()))
         painter.end()
+
+
+class ElidedRichLabel(QLabel):
+    """A one-line rich-text label (a pane's caption) that ends in "…" where its width cuts it,
+    formatting kept, instead of being cut mid-letter; ``text()`` and the tooltip are the whole
+    caption."""
+
+    #: room kept beside the text (QLabel's own rendering is a pixel or two wider than the layout)
+    SLACK = 4
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(Qt.RichText)
+        self._full = ""
+        self._fitted_width = -1
+        self.setText(text)
+
+    def text(self) -> str:
+        return self._full
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        self._full = text
+        self.setToolTip(text)
+        self._fitted_width = -1
+        self._fit()
+
+    def elided(self) -> bool:
+        """Whether the caption shown is shorter than the whole one."""
+        return super().text() != self._full
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        width = self.contentsRect().width() - self.SLACK
+        if width == self._fitted_width:
+            return
+        self._fitted_width = width
+        doc = QTextDocument()
+        doc.setDefaultFont(self.font())
+        doc.setDocumentMargin(0)
+        doc.setHtml(self._full)
+        if width <= 0 or doc.idealWidth() <= width:
+            QLabel.setText(self, self._full)
+            return
+        end = doc.characterCount() - 1
+        low, high = 0, end  # the longest prefix (in characters) that fits with the ellipsis
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self._prefix(mid, end).idealWidth() <= width:
+                low = mid
+            else:
+                high = mid - 1
+        QLabel.setText(self, self._prefix(low, end).toHtml())
+
+    def _prefix(self, count: int, end: int) -> QTextDocument:
+        """The caption's first ``count`` characters and "…", formatting kept."""
+        doc = QTextDocument()
+        doc.setDefaultFont(self.font())
+        doc.setDocumentMargin(0)
+        doc.setHtml(self._full)
+        cursor = QTextCursor(doc)
+        cursor.setPosition(count)
+        cursor.setPosition(end, QTextCursor.KeepAnchor)
+        cursor.removeSelectedText()
+        cursor.insertText("…")
+        return doc
 
 
 def format_eta(seconds: float | None) -> str:

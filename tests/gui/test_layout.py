@@ -197,3 +197,34 @@ def test_the_hover_read_out_wraps_left_of_the_colour_bar_on_a_narrow_window(size
     reference.show_readout("<b>+21.3%</b> of the similarity of model A, the open checkpoint<br>peak 0.24")
     assert readout.wordWrap() and readout.geometry().right() < reference.colorbar.geometry().left()
     assert readout.height() >= readout.heightForWidth(readout.width())  # no line cut off
+
+
+def test_a_pane_caption_too_long_for_its_pane_ends_in_an_ellipsis_and_keeps_its_colours(sized_window, qtbot):
+    """At 1366 px a long caption does not fit its pane: it shows "…" where it is cut (it was cut
+    mid-letter), keeps its coloured role, and says the whole caption in text() and the tooltip;
+    a wider pane shows it whole again."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QLabel
+
+    def plain(html: str) -> tuple[str, float]:
+        doc = QTextDocument()
+        doc.setDefaultFont(title.font())
+        doc.setDocumentMargin(0)
+        doc.setHtml(html)
+        return doc.toPlainText(), doc.idealWidth()
+
+    win = sized_window(1366, 768)
+    pane = win.pair_view.panes[0]
+    title = pane.title
+    whole = ("<b style='color:#2f80ed'>Query</b> <b>014.triangle_red_checker_with_a_long_class_name</b> · "
+             "triangle_red_checker_with_a_long_file_name_0014.jpg <span style='color:#888'>#533</span>")
+    pane.set_title(whole)
+    text, width = plain(whole)
+    assert width > title.contentsRect().width()  # it does not fit at 1366 px
+    assert title.elided() and title.text() == whole and title.toolTip() == whole
+    shown_text, shown_width = plain(QLabel.text(title))  # what the label shows
+    assert shown_text.endswith("…") and shown_width <= title.contentsRect().width()
+    assert text.startswith(shown_text[:-1]) and len(shown_text) > 10  # a prefix of the caption
+    assert "#2f80ed" in QLabel.text(title).lower()  # the role keeps its colour
+    title.resize(4000, title.height())
+    assert not title.elided() and plain(QLabel.text(title))[0] == text
