@@ -4,6 +4,8 @@ street and an aerial resnet18 encoder "trained elsewhere" for the import and cod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 
@@ -18,6 +20,13 @@ def tiny_two_branch(query_shape: tuple[int, int], reference_size: int, seed: int
     return build_two_branch({"branches": {"query": branch, "reference": dict(branch)},
                              "input_shapes": {"query": list(query_shape),
                                               "reference": [reference_size, reference_size]}}).eval()
+
+
+def tiny_two_branch_checkpoint(folder, query_shape: tuple[int, int], reference_size: int) -> Path:
+    """:func:`tiny_two_branch` saved as ``folder/two.pt`` (a dmlviewer checkpoint); its path."""
+    from dmlviewer.core.models import save_checkpoint
+
+    return save_checkpoint(Path(folder) / "two.pt", tiny_two_branch(query_shape, reference_size))
 
 
 def resnet_encoder(seed: int, dim: int) -> torch.nn.Module:

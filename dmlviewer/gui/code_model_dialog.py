@@ -63,6 +63,17 @@ def callables_in(path: str | Path) -> list[str]:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")]
 
 
+def _existing_file(text: str, what: str) -> str:
+    """The absolute path of the file a field names ("" for an empty field); ValueError when it
+    is not there."""
+    if not text.strip():
+        return ""
+    path = settings.expand_user(text.strip())
+    if not path.is_file():
+        raise ValueError(f"the {what} {path} does not exist")
+    return str(path.resolve())
+
+
 def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = "",
                 reference_weights: str = "", input_shapes: str = ""):
     """A ``ModelSource(kind="code")`` from the dialog's fields; ``ValueError`` with one line
@@ -94,18 +105,8 @@ def code_source(module: str, name: str, args_text: str = "", weights: str = "", 
             raise ValueError(f"the keyword arguments are not JSON: {exc}") from None
         if not isinstance(args, dict):
             raise ValueError('the keyword arguments must be a JSON object, e.g. {"num_classes": 0}')
-    weights = weights.strip()
-    if weights:
-        path = settings.expand_user(weights)
-        if not path.is_file():
-            raise ValueError(f"the weights file {path} does not exist")
-        weights = str(path.resolve())
-    reference_weights = reference_weights.strip()
-    if reference_weights:
-        path = settings.expand_user(reference_weights)
-        if not path.is_file():
-            raise ValueError(f"the reference weights file {path} does not exist")
-        reference_weights = str(path.resolve())
+    weights = _existing_file(weights, "weights file")
+    reference_weights = _existing_file(reference_weights, "reference weights file")
     options = {"feature_layer": feature_layer.strip()} if feature_layer.strip() else {}
     if input_shapes.strip():
         try:

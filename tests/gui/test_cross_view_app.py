@@ -15,7 +15,7 @@ import pytest
 from _mouse import hover, viewport_pos
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
-from tiny_two_branch import tiny_two_branch
+from tiny_two_branch import tiny_two_branch, tiny_two_branch_checkpoint
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
@@ -36,12 +36,7 @@ def cross_view_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_branch_ckpt(tmp_path_factory):
-    from dmlviewer.core.models import save_checkpoint
-
-    model = tiny_two_branch(PANORAMA, AERIAL)
-    path = tmp_path_factory.mktemp("ckpt") / "two.pt"
-    save_checkpoint(path, model)
-    return path
+    return tiny_two_branch_checkpoint(tmp_path_factory.mktemp("ckpt"), PANORAMA, AERIAL)
 
 
 @pytest.fixture

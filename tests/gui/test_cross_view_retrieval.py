@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from PySide6.QtCore import Qt
-from tiny_two_branch import tiny_two_branch
+from tiny_two_branch import tiny_two_branch_checkpoint
 
 pytestmark = pytest.mark.gui
 
@@ -28,12 +28,7 @@ def cross_view_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_branch_ckpt(tmp_path_factory):
-    from dmlviewer.core.models import save_checkpoint
-
-    model = tiny_two_branch(PANORAMA, AERIAL)
-    path = tmp_path_factory.mktemp("ckpt2") / "two.pt"
-    save_checkpoint(path, model)
-    return path
+    return tiny_two_branch_checkpoint(tmp_path_factory.mktemp("ckpt2"), PANORAMA, AERIAL)
 
 
 def test_a_street_query_lists_the_aerial_images_of_its_split(window, cross_view_root, two_branch_ckpt, wait_ready,

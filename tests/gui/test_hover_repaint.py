@@ -86,11 +86,16 @@ def test_a_pin_and_markers_do_not_move_the_view(pane):
     assert np.allclose(pane.view.viewRange(), before)
 
 
-def test_a_new_overlay_is_painted_once(pane):
-    viewport = pane.graphics.viewport()
+def _log_after_a_first_overlay(pane) -> PaintLog:
+    """The viewport's paints from now on, a first overlay already drawn and settled."""
     pane.set_rgba(_rgba(10))
     _settle()
-    log = PaintLog(viewport)
+    return PaintLog(pane.graphics.viewport())
+
+
+def test_a_new_overlay_is_painted_once(pane):
+    viewport = pane.graphics.viewport()
+    log = _log_after_a_first_overlay(pane)
     pane.set_rgba(_rgba(200))
     viewport.repaint()  # as the hover benchmark does: the overlay is on screen now
     painted = len(log.regions)
@@ -101,10 +106,7 @@ def test_a_new_overlay_is_painted_once(pane):
 
 
 def test_a_new_overlay_is_repainted_without_a_synchronous_repaint(pane):
-    viewport = pane.graphics.viewport()
-    pane.set_rgba(_rgba(10))
-    _settle()
-    log = PaintLog(viewport)
+    log = _log_after_a_first_overlay(pane)
     pane.set_rgba(_rgba(90))
     _settle()
     assert log.regions, "a new overlay must be repainted by the event loop"
