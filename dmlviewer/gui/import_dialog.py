@@ -133,6 +133,8 @@ def write_error_text(exc: BaseException) -> str:
     if check is not None:
         return (f"{describe_reference_check(check)}: not written. Check the Head field (its pooling), the input "
                 "size and mean/std; or clear the check field to write it without comparing")
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
     text = str(exc)
     for option, field in DIALOG_TERMS:
         text = text.replace(option, field)

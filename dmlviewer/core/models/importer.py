@@ -1772,23 +1772,68 @@ def check_head(plan: ImportPlan, model: EmbeddingModel, samples: int = 64) -> fl
     return float((ours - ref).abs().max() / ref.abs().max().clamp(min=1e-12))
 
 
+#: the largest reference file (``--check-against``), on disk and each of its arrays in memory:
+#: a check needs a few preprocessed images, not thousands
+MAX_REFERENCE_BYTES = 2 << 30
+
+
+def _read_reference_npz(path: Path) -> dict:
+    """``images`` and ``embeddings`` of a ``numpy.savez`` file, each array's header read first
+    so that a header claiming a huge or non-numeric array is refused before anything is
+    allocated (``allow_pickle=False``)."""
+    import zipfile
+
+    import numpy as np
+
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"--check-against {path}: not a .npz archive (numpy.savez)")
+    values = {}
+    with zipfile.ZipFile(path) as archive:
+        for key in ("images", "embeddings"):
+            if f"{key}.npy" not in archive.namelist():
+                continue
+            with archive.open(f"{key}.npy") as member:
+                fmt = np.lib.format
+                reader = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(
+                    fmt.read_magic(member))
+                if reader is None:
+                    raise CheckpointError(f"--check-against {path}: its {key} is in an .npy format version "
+                                          "this reader does not take (numpy.savez writes 1.0)")
+                shape, _, dtype = reader(member)
+                if dtype.kind not in "biuf" or int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > MAX_REFERENCE_BYTES:
+                    raise CheckpointError(f"--check-against {path}: its {key} ({dtype} {list(shape)}) is not an "
+                                          f"array of numbers of at most {MAX_REFERENCE_BYTES >> 30} GiB")
+            with archive.open(f"{key}.npy") as member:
+                values[key] = torch.from_numpy(np.array(np.lib.format.read_array(member, allow_pickle=False)))
+    return values
+
+
 def read_reference(path: str | os.PathLike) -> tuple[torch.Tensor, torch.Tensor]:
     """``(images N x 3 x H x W, embeddings N x D)`` float32 from a reference file (``.npz``, or a
     ``.pt`` dict read with ``weights_only=True``) holding ``images`` (already preprocessed) and
     ``embeddings`` (the user's model's outputs on them); ``CheckpointError`` (one line) otherwise."""
+    from dmlviewer.core.files import file_problem
+
+    from .backbones import _load_error_reason
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(2, "not found", str(path))
+    problem = file_problem(path, MAX_REFERENCE_BYTES)
+    if problem:
+        raise CheckpointError(f"--check-against {path}: {problem}")
     try:
         if path.suffix.lower() == ".npz":
-            import numpy as np
-
-            with np.load(path, allow_pickle=False) as data:
-                values = {k: torch.from_numpy(np.asarray(data[k])) for k in ("images", "embeddings") if k in data}
+            values = _read_reference_npz(path)
         else:
             values = torch.load(path, map_location="cpu", weights_only=True)
+    except CheckpointError:
+        raise
+    except MemoryError:
+        raise CheckpointError(f"--check-against {path}: not enough memory to read it") from None
     except Exception as exc:  # noqa: BLE001 - any unreadable file is one line
-        raise CheckpointError(f"--check-against {path}: cannot read it ({' '.join(str(exc).split())[:200]})") from None
+        raise CheckpointError(f"--check-against {path}: cannot read it ({_load_error_reason(exc)[:200]}); nothing "
+                              "in it was run") from None
     if not isinstance(values, dict) or not all(isinstance(values.get(k), torch.Tensor)
                                                for k in ("images", "embeddings")):
         raise CheckpointError(f"--check-against {path}: give a .npz or .pt holding the tensors 'images' "

@@ -277,3 +277,32 @@ def test_cnnimageretrieval_whitening_after_normalization_is_refused(tmp_path, ra
     with torch.no_grad():
         before = nn.functional.normalize(source.pool(source.features(x)).flatten(1), dim=1)
         assert float((model(x).embedding - before).abs().max()) <= 1e-5
+
+
+def test_a_hostile_reference_file_is_one_line_and_nothing_is_allocated_or_run(tmp_path):
+    """``--check-against`` (and the dialog's Check against) reads files we did not write: a text
+    file, an .npz whose header claims 12 GB, an object array and a pickle that would run code
+    are refused in one line, before anything is allocated or run."""
+    import os
+    import zipfile
+
+    from dmlviewer.core.models.importer import read_reference
+
+    (tmp_path / "text.npz").write_text("hello")
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:  # a header only: no data behind it
+        with archive.open("images.npy", "w") as member:
+            header = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.float32))
+            np.lib.format.write_array_header_1_0(member, {**header, "shape": (20000, 3, 224, 224)})
+    np.savez(tmp_path / "objects.npz", images=np.array([{"a": 1}], dtype=object), embeddings=np.zeros((1, 4)))
+
+    class RunsCode:
+        def __reduce__(self):
+            return (os.mkdir, (str(tmp_path / "ran"),))
+
+    torch.save({"images": RunsCode()}, tmp_path / "payload.pt")
+    for name, message in (("text.npz", "not a .npz archive"), ("huge.npz", r"\[20000, 3, 224, 224\].*at most 2 GiB"),
+                          ("objects.npz", "object"), ("payload.pt", "nothing in it was run")):
+        with pytest.raises(CheckpointError, match=message) as caught:
+            read_reference(tmp_path / name)
+        assert "\n" not in str(caught.value)
+    assert not (tmp_path / "ran").exists()
