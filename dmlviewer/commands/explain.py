@@ -117,8 +117,11 @@ def timm_weights_advice(checkpoint: str, exc: Exception) -> str | None:
 def grad_bank_from_features(model, features_path: str, device, save: bool = False):
     """The :class:`GradWeightBank` of a feature file. When the file has no ``grad_weights`` they
     are computed from the images it lists; with ``save`` they are stored in it (the file is
-    rewritten atomically), otherwise the file is left as it is and the user is told."""
+    rewritten atomically), otherwise the file is left as it is and the user is told. A file that
+    cannot give them is a ``UsageError`` (one line)."""
     import numpy as np
+
+    from dmlviewer.cli import UsageError
 
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.evaluate import read_features
@@ -131,12 +134,13 @@ def grad_bank_from_features(model, features_path: str, device, save: bool = Fals
     if weights is None:
         root = features.attrs.get("dataset_root")
         if not root:
-            raise ValueError(f"{features_path} has no grad_weights and no dataset_root to compute them from")
+            raise UsageError(f"{features_path} has no grad_weights and no dataset_root to compute them from (write "
+                             "the file with evaluate, which records its dataset, or store grad weights in it)")
         dataset = open_dataset(root, features.attrs.get("dataset_format") or None)
         index = {p: i for i, p in enumerate(dataset.paths)}
         missing = [p for p in features.paths if p not in index]
         if missing:
-            raise ValueError(f"{features_path}: {len(missing)} stored image(s) are not in {root}, e.g. {missing[0]}")
+            raise UsageError(f"{features_path}: {len(missing)} stored image(s) are not in {root}, e.g. {missing[0]}")
         rows = dataset.subset([index[p] for p in features.paths])
         log.info("computing grad weights of %d images in %s", len(rows), features_path)
         result = run_to_end(compute_grad_weights(model, rows, device=device))
@@ -149,5 +153,5 @@ def grad_bank_from_features(model, features_path: str, device, save: bool = Fals
                         "--save-grad-weights stores them there)", features_path)
     weights = np.asarray(weights, dtype=np.float32)
     if weights.ndim != 2 or len(weights) != len(features):
-        raise ValueError(f"{features_path}: grad_weights of shape {weights.shape} for {len(features)} images")
+        raise UsageError(f"{features_path}: grad_weights of shape {weights.shape} for {len(features)} images")
     return GradWeightBank(features.embeddings, weights)

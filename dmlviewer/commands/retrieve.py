@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import print_json
     from dmlviewer.core.evaluate import open_features, retrieve
+    from dmlviewer.core.evaluate.store import StoreError
 
     if not Path(args.features).exists():
         raise UsageError(f"feature file not found: {args.features}")
@@ -79,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--region needs --checkpoint or --model (the model that computes the region's feature)")
         results = _region_results(args, source, features, index)
     else:
-        results = retrieve(features, args.query, args.k, index=index)
+        try:
+            results = retrieve(features, args.query, args.k, index=index)
+        except StoreError:
+            raise  # a bad file: the cli's one line
+        except ValueError as exc:  # a zero query vector
+            raise UsageError(f"{args.features}: {exc}") from None
     query = {"index": args.query, "path": features.paths[args.query], "label": int(features.labels[args.query])}
     if args.region:
         query["region"] = list(args.region)

@@ -89,13 +89,30 @@ def class_names(attrs: dict) -> list[str]:
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
+class ClassNames:
+    """The class names of a feature file's ``attrs`` (shared by :class:`Features` and
+    :class:`FeatureFile`)."""
+
+    attrs: dict[str, Any]
+
+    @property
+    def class_names(self) -> list[str]:
+        return class_names(self.attrs)
+
+    def class_name(self, label: int) -> str:
+        """The name of class ``label`` from the ``class_names`` attribute (a JSON list, written
+        since feature files carry it), else ``"class <label>"``."""
+        names = self.class_names
+        return names[label] if 0 <= label < len(names) else f"class {label}"
+
+
 class StoreError(ValueError):
     """A feature file that cannot be read or written as this schema: not HDF5, truncated,
     another ``format_version``, missing or inconsistent datasets, bad arrays or attributes."""
 
 
 @dataclass
-class Features:
+class Features(ClassNames):
     """The content of one feature file (loaded eagerly; the file is closed)."""
 
     path: Path
@@ -127,16 +144,6 @@ class Features:
     def model_config(self) -> dict:
         """The ``model_config`` attribute parsed from JSON (``{}`` when unknown)."""
         return json.loads(self.attrs.get("model_config") or "{}")
-
-    def class_name(self, label: int) -> str:
-        """The name of class ``label`` from the ``class_names`` attribute (a JSON list, written
-        since feature files carry it), else ``"class <label>"``."""
-        names = self.class_names
-        return names[label] if 0 <= label < len(names) else f"class {label}"
-
-    @property
-    def class_names(self) -> list[str]:
-        return class_names(self.attrs)
 
     def indices(self, split: str | None = None) -> np.ndarray:
         """Rows whose ``split`` is ``split`` (all rows for ``None`` or ``"all"``)."""
@@ -473,7 +480,7 @@ def read_features(path: str | Path, include_raw: bool = True, include_groups: bo
     return features
 
 
-class FeatureFile:
+class FeatureFile(ClassNames):
     """A feature file read lazily (see the module docstring); ``len()`` is the number of rows.
 
     ``labels``, ``split`` and ``paths`` are read on first use and kept (for a million rows
@@ -504,10 +511,6 @@ class FeatureFile:
     @property
     def created(self) -> str:
         return str(self.attrs.get("created", ""))
-
-    @property
-    def class_names(self) -> list[str]:
-        return class_names(self.attrs)
 
     @property
     def model_config(self) -> dict:
