@@ -61,10 +61,11 @@ def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = 
     ``rule_detail``): BatchNorm then uses its running statistics and Dropout is off."""
     import dataclasses
 
-    from dmlviewer.core.explain import METHODS, Explanation, explain_pair
+    from dmlviewer.core.explain import Explanation, explain_pair
+    from dmlviewer.core.explain import methods as registry
 
-    if method not in METHODS or method == "grad_transfer":
-        raise ValueError(f"method must be one of {', '.join(m for m in METHODS if m != 'grad_transfer')}, got {method!r}")
+    if method not in registry.methods("python"):
+        raise ValueError(f"method must be one of {', '.join(registry.methods('python'))}, got {method!r}")
     with _module_restored(model):
         m, info = open_model(model, feature_layer=feature_layer, output=output, transform=transform, size=size,
                              device=device)

@@ -110,19 +110,20 @@ def _sources(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 def _methods(args: argparse.Namespace) -> list[str]:
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.explain.pair import METHODS
-    from dmlviewer.core.explain.randomization import CHECK_METHODS
+    from dmlviewer.core.explain import methods as registry
+
+    checked = registry.methods("sanity_check")
 
     names = [n.strip() for v in (args.method or []) for n in v.split(",") if n.strip()]
     if args.randomize:
         if not names or names == ["all"]:
-            return list(CHECK_METHODS)
-        bad = [n for n in names if n not in CHECK_METHODS]
+            return list(checked)
+        bad = [n for n in names if n not in checked]
         if bad:
-            raise UsageError(f"unknown method {bad[0]!r} for --randomize; choose from {', '.join(CHECK_METHODS)}, all")
+            raise UsageError(f"unknown method {bad[0]!r} for --randomize; choose from {', '.join(checked)}, all")
         return list(dict.fromkeys(names))
     names = names or ["decomposition"]
-    choices = [m for m in METHODS if m != "grad_transfer"]
+    choices = registry.methods("compare")
     if len(names) != 1 or names[0] not in choices:
         raise UsageError(f"comparing two models measures one method's agreement: --method one of {', '.join(choices)}")
     return names

@@ -18,12 +18,9 @@ import logging
 from pathlib import Path
 
 from dmlviewer.commands.common import add_model_options, add_save_grad_weights
+from dmlviewer.core.explain import methods as registry
 
 log = logging.getLogger(__name__)
-
-#: the overall-map methods (``dmlviewer.core.explain.METHODS``; repeated so that building the
-#: parser does not import torch)
-METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
-    p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
+    p.add_argument("--method", default="decomposition", choices=registry.methods("explain"),
+                   help="overall map method")
     p.add_argument("--out", required=True, help="output .npz (.npz is added to a name without it)")
     p.add_argument("--features", help="feature file with grad_weights (for --method grad_transfer); it is only "
                                       "read, unless --save-grad-weights")
@@ -93,8 +91,8 @@ def check_two_branch_options(model, size: int | None, method: str | None = None)
     if size is not None:
         raise UsageError(f"--size does not apply to a two-branch model: each branch takes its own input shape "
                          f"({shapes}); leave --size out")
-    if method == "grad_transfer":
-        raise UsageError("--method grad_transfer is not available for a two-branch model (its grad-weight bank "
+    if method is not None and method not in registry.methods("two_branch"):
+        raise UsageError(f"--method {method} is not available for a two-branch model (its grad-weight bank "
                          "holds one network's Grad-CAM weights; street and aerial images go through different "
                          "branches); choose another --method")
 

@@ -23,7 +23,7 @@ import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive, int_range,
                                       open_command_model, print_json, seed_type)
-from dmlviewer.commands.explain import METHODS
+from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS, GPU_BATCH
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder")
     p.add_argument("--method", action="append", default=None,
-                   help=f"method(s), repeatable or comma-separated: {', '.join(METHODS)}, occlusion, "
-                        "point_to_point, group_<p>, or all (default all)")
+                   help=f"method(s), repeatable or comma-separated: {', '.join(registry.methods('faithfulness'))}, "
+                        "group_<p>, or all (default all)")
     p.add_argument("--pairs", type=int_range(1, 100_000), default=200, metavar="N",
                    help="pairs evaluated, half same-class (default 200)")
     p.add_argument("--baseline", default="blur", choices=BASELINES, help="what a removed cell shows (default blur)")

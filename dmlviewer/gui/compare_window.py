@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGroupBox, QHBoxLay
                                QPushButton, QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from dmlviewer.core.explain import methods as registry
 from dmlviewer.gui.widgets import add_legend, series_pen, style_plot
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ COLUMNS = [
 DIAGNOSIS_COLUMNS = [
     ("Recall@1 train", "train", "recall@1"),
     ("Recall@1 test", "test", "recall@1"),
-    ("Localization train (Decomposition)", "train", "localization/decomposition"),
-    ("Localization train (Decomposition+Bias)", "train", "localization/decomposition_bias"),
+    *((f"Localization train ({registry.label(m)})", "train", f"localization/{m}")
+      for m in registry.methods("diagnosis")),
     ("MAP@R test", "test", "map@r"),
 ]
 

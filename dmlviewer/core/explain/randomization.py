@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from dmlviewer.core.explain import methods as registry
+
 log = logging.getLogger(__name__)
 
 #: module types joined to the unit registered before them
@@ -186,15 +188,13 @@ def randomize_cascade(model: nn.Module, max_steps: int | None = None, seed: int 
         yield step, randomized_copy(model, step, seed)
 
 
-#: the methods of the check (every overall map that needs nothing but the model)
-CHECK_METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "occlusion")
-OCCLUSION = "occlusion"
+OCCLUSION = registry.method("occlusion").key
 
 
 def pair_maps(model: nn.Module, image_q, image_r, methods: Sequence[str], device="cpu", baseline: str = "blur",
               cancel=None) -> Iterator:
     """Generator; result: ``(similarity, {method: {side: grid map}})`` of one pair for
-    ``methods`` (:data:`CHECK_METHODS`; occlusion of both sides with ``baseline``, uncached)."""
+    ``methods`` (the registry's ``sanity_check`` maps; occlusion of both sides with ``baseline``, uncached)."""
     from dmlviewer.core.explain.occlusion import occlusion
     from dmlviewer.core.explain.pair import SIDES, explain_pair
     from dmlviewer.core.explain.perturb import relay
@@ -212,7 +212,7 @@ def randomization_check(
     model: nn.Module,
     dataset,
     pairs: int | Sequence[tuple[int, int]] = 10,
-    methods: Sequence[str] = CHECK_METHODS,
+    methods: Sequence[str] | None = None,
     split: str | None = "test",
     device: str | torch.device = "cpu",
     max_steps: int | None = None,
@@ -233,10 +233,11 @@ def randomization_check(
     from dmlviewer.core.explain.agreement import IOU_FRACTION, nanmean
     from dmlviewer.core.progress import EtaClock, Progress
 
-    methods = list(dict.fromkeys(methods))
-    bad = [m for m in methods if m not in CHECK_METHODS]
+    known = registry.methods("sanity_check")  # every overall map that needs nothing but the model
+    methods = list(dict.fromkeys(known if methods is None else methods))
+    bad = [m for m in methods if m not in known]
     if bad or not methods:
-        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(CHECK_METHODS)}")
+        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
     if isinstance(pairs, int):
         chosen = [(q, r) for q, r, _ in sample_pairs(dataset, split, pairs, seed)]
     else:
