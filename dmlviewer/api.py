@@ -30,6 +30,24 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: how the Python door names the fields of the core's errors (:mod:`dmlviewer.core.fields`): its
+#: keyword arguments
+PYTHON_NAMES = {"output": "output=", "size": "size=", "transform": "transform=", "feature_layer": "feature_layer=",
+                "input_shapes": "size= (a pair, one per branch)"}
+
+
+@contextlib.contextmanager
+def _python_words():
+    """A :class:`~dmlviewer.core.fields.FieldError` raised inside says its field as this door's
+    keyword argument (``output=``), the exception otherwise unchanged (type, traceback)."""
+    from dmlviewer.core.fields import FieldError
+
+    try:
+        yield
+    except FieldError as exc:
+        exc.args = (exc.worded(PYTHON_NAMES),)
+        raise
+
 
 def open_model(model: Any, *, feature_layer: str | None = None, output: Any = None, transform: Any = None,
                size: int | None = None, device: str = "cpu"):
@@ -38,7 +56,8 @@ def open_model(model: Any, *, feature_layer: str | None = None, output: Any = No
     differently from how it was given, e.g. eval mode for a module in training mode)."""
     from dmlviewer.core.models import open_model as _open
 
-    return _open(model, device, feature_layer=feature_layer, output=output, transform=transform, size=size)
+    with _python_words():
+        return _open(model, device, feature_layer=feature_layer, output=output, transform=transform, size=size)
 
 
 def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = None, *, output: Any = None,
@@ -66,7 +85,7 @@ def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = 
 
     if method not in registry.methods("python"):
         raise ValueError(f"method must be one of {', '.join(registry.methods('python'))}, got {method!r}")
-    with _module_restored(model):
+    with _module_restored(model), _python_words():
         m, info = open_model(model, feature_layer=feature_layer, output=output, transform=transform, size=size,
                              device=device)
         try:  # the overall maps may re-run the module: computed before its hooks go

@@ -215,6 +215,30 @@ CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
                 ("--feature-layer", "feature_layer"), ("--model-output", "model_output"))
 
 
+#: How the command line names each field of the core's errors (:class:`dmlviewer.core.fields.FieldError`):
+#: its option. The one table of field -> option; the app's dialogs name the same fields by their labels.
+CLI_OPTIONS = {
+    "model_args": "--model-args", "weights": "--weights", "reference_weights": "--reference-weights",
+    "input_shapes": "--input-shapes", "feature_layer": "--feature-layer", "output": "--model-output",
+    "size": "--size", "dataset": "--dataset", "features": "--features",
+    "checkpoint": "--checkpoint",
+}
+
+
+def worded(exc: BaseException) -> str:
+    """One line for ``exc`` in the command line's words (a field named by its option)."""
+    from dmlviewer.core.fields import worded as word
+
+    return word(exc, CLI_OPTIONS)
+
+
+def usage_error(exc: BaseException):
+    """The :class:`~dmlviewer.cli.UsageError` (one line, exit status 2) for a core error."""
+    from dmlviewer.cli import UsageError
+
+    return UsageError(worded(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
 def json_object(text: str) -> dict:
     """argparse type: a JSON object (``--model-args``)."""
     try:
@@ -309,7 +333,7 @@ def open_command_model(args: argparse.Namespace, device: str, size: int | None =
     try:
         dev = resolve_device(device)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if size:
         source = replace(source, options={**source.options, "size": int(size)})
     model, info = source.open(dev)

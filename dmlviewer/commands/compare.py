@@ -36,7 +36,8 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, MODEL_HELP, PROTOCOLS, add_code_options, add_device,
-                                      drive, int_range, open_command_model, print_json, seed_type, thresholds_type)
+                                      drive, int_range, open_command_model, print_json, seed_type, thresholds_type,
+                                      usage_error)
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                                  **{k: v for k, v in e.items() if k != "name"}}
                                 for e, source in zip(result["models"], sources)]
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(result)
     else:

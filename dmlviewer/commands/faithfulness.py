@@ -22,7 +22,7 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive, int_range,
-                                      open_command_model, print_json, seed_type)
+                                      open_command_model, print_json, seed_type, usage_error)
 from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS, GPU_BATCH
 
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                                      device=device, batch_size=args.batch_size, seed=args.seed,
                                      grad_bank=bank), "faithfulness")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(results)
     else:

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive,
-                                      open_command_model, print_json, thresholds_type)
+                                      open_command_model, print_json, thresholds_type, usage_error)
 from dmlviewer.core.explain import methods as registry
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
                                  limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(results)
     else:

@@ -23,6 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dmlviewer.commands.common import usage_error
+
 
 def _region(text: str) -> tuple[int, int, int, int]:
     try:
@@ -110,7 +112,7 @@ def _index(args: argparse.Namespace):
     try:
         return drive(prepare_index(args.features), "search index")
     except PermissionError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
 
 
 def _region_results(args: argparse.Namespace, source, features, index=None) -> list[dict]:
@@ -135,4 +137,4 @@ def _region_results(args: argparse.Namespace, source, features, index=None) -> l
         return region_retrieve(model, image, args.region, features, k=args.k, device=device, index=index,
                                query_row=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None

@@ -286,6 +286,11 @@ def explain_pair(
     preprocess = model.preprocess
     x_q = preprocess(rgb_q, size_q).to(dev)
     x_r = preprocess(rgb_r, size_r).to(dev)
+    if size is not None:  # a module of one input size says which (not timm's bare AssertionError)
+        from dmlviewer.core.models.opening import check_input_size
+
+        for x in (x_q, x_r):
+            check_input_size(model, tuple(x.shape[-2:]), "size")
     with eval_mode(model):
         if x_q.shape == x_r.shape:
             out, lin = forward_decomposed(model, torch.stack([x_q, x_r]))

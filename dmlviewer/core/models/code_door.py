@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, ModelError
+from .errors import CheckpointError, CheckpointFieldError, ModelError, ModelFieldError, braced
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,10 @@ def fit_keys(tensors: dict[str, torch.Tensor], expected: list[str]) -> tuple[dic
     return tensors, None
 
 
-def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor], model: dict[str, torch.Tensor]) -> str:
-    """One line on why the names or shapes of the weights do not fit the model."""
+def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor],
+              model: dict[str, torch.Tensor]) -> CheckpointError:
+    """The error saying in one line why the names or shapes of the weights do not fit the model;
+    shapes that differ point at the keyword arguments (``model_args``) that built it."""
     from .backbones import format_keys
 
     missing = sorted(model.keys() - tensors.keys())
@@ -266,13 +268,13 @@ def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor], model: di
             if hits > best:
                 best, hint = hits, (f"; the model's names carry the prefix {prefix!r} that the file's lack "
                                     f"({hits} would match: the file holds the model's {prefix[:-1]})")
-        return (f"{path} does not fit the model of {entry}: missing keys [{format_keys(missing, 4)}]; "
-                f"unexpected keys [{format_keys(unexpected, 4)}]{hint}")
+        return CheckpointError(f"{path} does not fit the model of {entry}: missing keys [{format_keys(missing, 4)}]; "
+                               f"unexpected keys [{format_keys(unexpected, 4)}]{hint}")
     shapes = [f"{k} (file {tuple(tensors[k].shape)}, model {tuple(model[k].shape)})" for k in model
               if tuple(tensors[k].shape) != tuple(model[k].shape)]
     more = f" and {len(shapes) - 3} more" if len(shapes) > 3 else ""
-    return (f"{path} does not fit the model of {entry}: shapes differ for {', '.join(shapes[:3])}{more} "
-            "(check --model-args)")
+    return CheckpointFieldError("model_args", braced(f"{path} does not fit the model of {entry}: shapes differ for "
+                                                     f"{', '.join(shapes[:3])}{more}") + " (check {field})")
 
 
 def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the model") -> list[str]:
@@ -291,7 +293,7 @@ def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the m
     if note and not notes:
         log.info("weights %s: %s", Path(path).name, note)
     if set(state) != set(model_state) or any(tuple(state[k].shape) != tuple(v.shape) for k, v in model_state.items()):
-        raise CheckpointError(_mismatch(str(path), entry, state, model_state))
+        raise _mismatch(str(path), entry, state, model_state)
     check_finite(state, str(path))
     try:
         module.load_state_dict(state, strict=True)
@@ -341,9 +343,9 @@ def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | N
         try:
             return load_weights(pair, weights, entry)
         except CheckpointError as exc:
-            raise CheckpointError(f"{exc} (one weights file for a two-branch model holds both branches, its keys "
-                                  "starting with query. and reference.; or give the reference branch's file "
-                                  "with --reference-weights)"[:900]) from None
+            raise CheckpointFieldError("reference_weights", braced(str(exc)[:700]) + (
+                " (one weights file for a two-branch model holds both branches, its keys starting with query. and "
+                "reference.; or give the reference branch's file as {field})")) from None
     notes = []
     for side, path in (("query", weights), ("reference", reference_weights)):
         if path:
@@ -375,9 +377,9 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     module, source_file = build_module(entry, args)
     two = isinstance(module, tuple)
     if not two and (reference_weights or input_shapes):
-        given = "--reference-weights" if reference_weights else "--input-shapes"
-        raise ModelError(f"{given} is for a two-branch model: {entry} returned one module (return a (query, "
-                         "reference) pair of modules for a query and a reference encoder)")
+        given = "reference_weights" if reference_weights else "input_shapes"
+        raise ModelFieldError(given, f"{{field}} is for a two-branch model: {braced(entry)} returned one module "
+                                     "(return a (query, reference) pair of modules for a query and a reference encoder)")
     notes: list[str] = []
     if two:
         pair = nn.ModuleDict({"query": module[0], "reference": module[1]})
