@@ -844,11 +844,8 @@ class TrainingDialog(QDialog):
     """Configure, launch and watch a training run (non-modal; closing it keeps the run going).
 
     ``open_checkpoint(path)`` is called when the user opens the finished run's checkpoint
-    (the main window's ``open_checkpoint``); ``checkpoint_ready(path)`` is emitted when a run
-    has written its final checkpoint.
+    (the main window's ``open_checkpoint``).
     """
-
-    checkpoint_ready = Signal(str)
 
     def __init__(self, runner: JobRunner, dataset: str | None = None, dataset_format: str | None = None,
                  open_checkpoint: Callable[[str], Any] | None = None, parent: QWidget | None = None) -> None:
@@ -1161,8 +1158,6 @@ class TrainingDialog(QDialog):
         self.monitor.status.setText(breakable(f"Finished: {self.checkpoint or 'no checkpoint reported'}{chosen}"))
         self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
         self._end_run()
-        if self.checkpoint:
-            self.checkpoint_ready.emit(self.checkpoint)
 
     def _on_failed(self, job: Job, text: str) -> None:
         if not self._mine(job):

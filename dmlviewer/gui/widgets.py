@@ -245,14 +245,6 @@ class FlowLayout(QLayout):
         return y - self._vspace - inner.y() + m.top() + m.bottom()
 
 
-def no_vertical_growth(widget: QWidget) -> QWidget:
-    """Fixed vertical size policy (a toolbar row that should not take the view's height)."""
-    policy = widget.sizePolicy()
-    policy.setVerticalPolicy(QSizePolicy.Fixed)
-    widget.setSizePolicy(policy)
-    return widget
-
-
 class ElidedLabel(QLabel):
     """A one-line label that elides its text (in the middle by default) to the width it gets,
     instead of wrapping mid-word or widening its dock; the whole text is its tooltip."""
