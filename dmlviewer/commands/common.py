@@ -207,8 +207,8 @@ FEATURE_LAYER_HELP = ("--model: the module whose output is the feature map the m
                       "named_modules(), e.g. layer4 or trunk.3); default: the last layer with a spatial output. A "
                       "two-branch --model takes QUERY_LAYER,REFERENCE_LAYER")
 OUTPUT_HELP = ("--model whose forward returns a tuple, list, dict or object: the key, index or attribute that "
-               "holds the embedding (e.g. embeddings or 0); default: a tensor as it is, a tuple's first element, "
-               "a dict's embedding, embeddings or features")
+               "holds the embedding (e.g. embeddings or 0); default: a tensor as it is, a one-element tuple's "
+               "element, a dict's embedding, embeddings or features (a tuple of several is refused: say which)")
 #: the options that only --model uses (command_model_source refuses them with --checkpoint)
 CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
                 ("--reference-weights", "reference_weights"), ("--input-shapes", "input_shapes"),

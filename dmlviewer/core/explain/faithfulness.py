@@ -63,7 +63,8 @@ GROUP_PREFIX = "group_"
 
 def available_methods(model: torch.nn.Module) -> list[str]:
     """Every map method of this model: the registry's ``faithfulness`` maps (a two-branch model's:
-    those of its ``two_branch`` use) plus ``group_<p>`` per group of a grouping head (without ``random``/``oracle``, which are always reported)."""
+    those of its ``two_branch`` use) plus ``group_<p>`` per group of a grouping head (without
+    ``random``/``oracle``, which are always reported)."""
     from dmlviewer.core.models.two_branch import TwoBranchModel
 
     groups = len(model.group_slices)

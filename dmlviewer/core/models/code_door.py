@@ -379,7 +379,8 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     if not two and (reference_weights or input_shapes):
         given = "reference_weights" if reference_weights else "input_shapes"
         raise ModelFieldError(given, f"{{field}} is for a two-branch model: {braced(entry)} returned one module "
-                                     "(return a (query, reference) pair of modules for a query and a reference encoder)")
+                                     "(return a (query, reference) pair of modules for a query and a reference "
+                                     "encoder)")
     notes: list[str] = []
     if two:
         pair = nn.ModuleDict({"query": module[0], "reference": module[1]})
