@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"dmlviewer {args.command}: error: {exc}\n")
         return 2
     except _input_errors() as exc:  # bad dataset, image, checkpoint or feature file
-        from dmlviewer.commands.common import worded
+        from dmlviewer.commands.options import worded
 
         if args.verbose:
             log.exception("input error")

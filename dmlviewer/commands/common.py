@@ -215,26 +215,11 @@ CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
                 ("--feature-layer", "feature_layer"), ("--model-output", "model_output"))
 
 
-#: How the command line names each field of the core's errors (:class:`dmlviewer.core.fields.FieldError`):
-#: its option. The one table of field -> option; the app's dialogs name the same fields by their labels.
-CLI_OPTIONS = {
-    "model_args": "--model-args", "weights": "--weights", "reference_weights": "--reference-weights",
-    "input_shapes": "--input-shapes", "feature_layer": "--feature-layer", "output": "--model-output",
-    "size": "--size", "dataset": "--dataset", "features": "--features",
-    "checkpoint": "--checkpoint",
-}
-
-
-def worded(exc: BaseException) -> str:
-    """One line for ``exc`` in the command line's words (a field named by its option)."""
-    from dmlviewer.core.fields import worded as word
-
-    return word(exc, CLI_OPTIONS)
-
-
 def usage_error(exc: BaseException):
-    """The :class:`~dmlviewer.cli.UsageError` (one line, exit status 2) for a core error."""
+    """The :class:`~dmlviewer.cli.UsageError` (one line, exit status 2) for a core error, a field
+    named by its option (:mod:`.options`)."""
     from dmlviewer.cli import UsageError
+    from dmlviewer.commands.options import worded
 
     return UsageError(worded(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
