@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QSizePolicy, QSpinBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from dmlviewer.core.fields import worded
 from dmlviewer.core.progress import Progress
 from dmlviewer.gui.widgets import (PathEdit, add_legend, fit_to_screen, format_eta, scrolling, series_color,
                                    series_pen, style_plot)
@@ -799,15 +800,15 @@ def next_run_folder(last: str | Path) -> str:
         n += 1
 
 
-def in_dialog_terms(problem: str, labels: dict[str, str]) -> str:
-    """``core.train.validate``'s sentence with each command-line option (``--dim``) named by
-    its field in the dialog (“Embedding size”)."""
-
-    def field(match: re.Match) -> str:
-        name = match.group(1).replace("-", "_")
-        return f"“{labels[name]}”" if name in labels else match.group(0)
-
-    return re.sub(r"--([a-z][a-z0-9-]*)", field, problem)
+def field_names(labels: dict[str, str]) -> dict[str, str]:
+    """How the dialog words the core's errors (they name options by identifier): each option by
+    its field (“Embedding size”), the two-branch options by the field that sets them."""
+    names = {name: f"“{label}”" for name, label in labels.items()}
+    for option, field in (("batch_pairs", "classes_per_batch"), ("reference_size", "image_size"),
+                          ("query_shape", "image_size")):
+        if field in names:
+            names[option] = names[field]
+    return names
 
 
 def breakable(text: str) -> str:
@@ -989,12 +990,12 @@ class TrainingDialog(QDialog):
         except (TypeError, ValueError) as exc:
             return [str(exc)]
         held = bool(config.out) and file_problem(config.checkpoint_path) is None
-        # validate the run folder's state here: the core's sentences name command-line options
+        # the run folder's state is said here, in terms of the folder field and the Resume box
         if self.form.two_branch():
             problems = self._two_branch_problems(held)
         else:
-            problems = [in_dialog_terms(p, self.form.labels)
-                        for p in validate(dataclasses.replace(config, resume=held))]
+            names = field_names(self.form.labels)
+            problems = [worded(p, names) for p in validate(dataclasses.replace(config, resume=held))]
         resume, folder = f"“{RESUME_TEXT}”", f"“{RUN_FOLDER_TEXT}”"
         if held and not config.resume:
             problems.append(f"the {folder} already holds a run ({config.checkpoint_path.name}): tick {resume} to "
@@ -1029,8 +1030,8 @@ class TrainingDialog(QDialog):
         from dmlviewer.core.train.cross_view import validate_cross_view
 
         config = self.form.cross_view_config()
-        problems = [in_dialog_terms(p, self.form.labels)
-                    for p in validate_cross_view(dataclasses.replace(config, resume=held))]
+        names = field_names(self.form.labels)
+        problems = [worded(p, names) for p in validate_cross_view(dataclasses.replace(config, resume=held))]
         fmt = self.form._dataset_format
         if config.dataset and fmt is not None and fmt != "cvusa":
             problems.append(f"two branches need a cross-view dataset in CVUSA's layout (street and aerial "
@@ -1107,6 +1108,7 @@ class TrainingDialog(QDialog):
             return None
         from dmlviewer.core.train import train
         from dmlviewer.core.train.cross_view import train_cross_view_events
+        from dmlviewer.core.train.errors import worded_run
 
         config = self.run_config = self.form.config()
         self.save_settings()
@@ -1115,10 +1117,12 @@ class TrainingDialog(QDialog):
         self.monitor.reset(self.form.two_branch())
         if self.form.two_branch():  # the same core as train --branches 2
             self.monitor.append_log(f"training a two-branch (cross-view) model into {config.out}")
-            job = (train_cross_view_events, (self.form.cross_view_config(),), {})
+            run, options = train_cross_view_events, self.form.cross_view_config()
         else:
             self.monitor.append_log(f"training into {config.out}")
-            job = (train, (config,), {})
+            run, options = train, config
+        # errors come back as text from the training process: worded there with the form's labels
+        job = (worded_run, (run, field_names(self.form.labels), options), {})
         self.job = self.runner.submit(f"Training {Path(config.out).name}", job, process=True)
         if self.job.state == "queued":
             self.monitor.status.setText("Queued behind other jobs...")
