@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.fields import worded
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.widgets import (PathEdit, add_legend, fit_to_screen, format_eta, scrolling, series_color,
+from dmlviewer.gui.widgets import (LegendStrip, PathEdit, fit_to_screen, format_eta, scrolling, series_color,
                                    series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -617,7 +617,8 @@ class TrainingMonitor(QWidget):
     two tabs: the total is mostly the metric term, drawn together they would lie on top of
     each other), of Recall@1 / NMI (per epoch, from epoch 0, the model before training; with a
     validation split also its Recall@1), and the run's log. ``reset()`` before a run,
-    ``on_event(Progress)`` for each event."""
+    ``on_event(Progress)`` for each event. Each plot's legend is a strip under it, outside the
+    data (drawn over the view it hid the last epoch's points)."""
 
     REFRESH_MS = 200
 
@@ -631,15 +632,12 @@ class TrainingMonitor(QWidget):
         self.eta = QLabel("ETA --:--")
         self.loss_plot = pg.PlotWidget(title="Training loss per step (total of the weighted terms)")
         self.loss_plot.setLabel("left", "loss")
-        self.loss_legend = add_legend(self.loss_plot, "top-right")
         self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
         self.terms_plot.setLabel("left", "term")
-        self.terms_legend = add_legend(self.terms_plot, "top-right")
         self.metric_plot = pg.PlotWidget(title=METRIC_TITLES[False])
         self.metric_plot.setLabel("bottom", "epoch")
         self.metric_plot.setLabel("left", "score")
-        self.metric_plot.setYRange(0, 1)
-        self.metric_legend = add_legend(self.metric_plot, "bottom-right")
+        self.loss_legend, self.terms_legend, self.metric_legend = (LegendStrip(columns=4) for _ in range(3))
         for plot in (self.loss_plot, self.terms_plot, self.metric_plot):
             style_plot(plot)
             plot.setMinimumHeight(140)
@@ -647,8 +645,8 @@ class TrainingMonitor(QWidget):
             plot.setLabel("bottom", "step")
         self.loss_tabs = QTabWidget()
         self.loss_tabs.setDocumentMode(True)
-        self.loss_tabs.addTab(self.loss_plot, "Loss")
-        self.loss_tabs.addTab(self.terms_plot, "Loss terms")
+        self.loss_tabs.addTab(_with_legend(self.loss_plot, self.loss_legend), "Loss")
+        self.loss_tabs.addTab(_with_legend(self.terms_plot, self.terms_legend), "Loss terms")
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(5000)
@@ -662,7 +660,7 @@ class TrainingMonitor(QWidget):
         layout.addWidget(self.status)
         splitter = QSplitter(Qt.Vertical)
         splitter.addWidget(self.loss_tabs)
-        splitter.addWidget(self.metric_plot)
+        splitter.addWidget(_with_legend(self.metric_plot, self.metric_legend))
         splitter.addWidget(self.log)
         splitter.setSizes([300, 260, 160])
         layout.addWidget(splitter, 1)
@@ -674,17 +672,33 @@ class TrainingMonitor(QWidget):
         self._timer.setInterval(self.REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         self._timer.start()
+        self._reset_axes()
+
+    def _plots(self) -> tuple[tuple[pg.PlotWidget, LegendStrip, dict[str, _Series]], ...]:
+        return ((self.loss_plot, self.loss_legend, self.loss_series),
+                (self.terms_plot, self.terms_legend, self.term_series),
+                (self.metric_plot, self.metric_legend, self.metric_series))
+
+    def _reset_axes(self) -> None:
+        """Every plot's axes as before any data: 0 to 1 (scores keep 0 to 1), then following the
+        data as it arrives; without this a new run showed the last run's ranges until its
+        first points came."""
+        for plot, _, _ in self._plots():
+            view = plot.getViewBox()
+            view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            view.enableAutoRange(x=True, y=plot is not self.metric_plot)
+        self.metric_plot.getAxis("bottom").setTickSpacing()  # automatic until epochs arrive
 
     def reset(self, two_branch: bool = False) -> None:
-        """Empty plots and log for a new run (``two_branch``: its metrics are street-to-aerial retrieval's)."""
+        """Empty plots, fresh axes and log for a new run (``two_branch``: its metrics are
+        street-to-aerial retrieval's)."""
         self.metric_plot.setTitle(METRIC_TITLES[two_branch])
-        for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
-                                     (self.terms_plot, self.terms_legend, self.term_series),
-                                     (self.metric_plot, self.metric_legend, self.metric_series)):
+        for plot, legend, series in self._plots():
             for s in series.values():
                 plot.removeItem(s.curve)
-            legend.clear()
             series.clear()
+            legend.set_items([])
+        self._reset_axes()
         self.progress.setValue(0)
         self.eta.setText("ETA --:--")
         self.log.clear()
@@ -692,13 +706,13 @@ class TrainingMonitor(QWidget):
 
     def _series(self, name: str, kind: str) -> _Series:
         """The curve ``name`` of plot ``kind`` (``loss``, ``term`` or ``metric``)."""
-        table, plot = {"loss": (self.loss_series, self.loss_plot), "term": (self.term_series, self.terms_plot),
-                       "metric": (self.metric_series, self.metric_plot)}[kind]
+        plot, legend, table = self._plots()[("loss", "term", "metric").index(kind)]
         if name not in table:
             color = series_color(len(table))
             pen = series_pen(len(table), width=2 if kind != "term" else 1.5)
             kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if kind == "metric" else {}
             table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
+            legend.set_items([(s.curve, n) for n, s in table.items()])
         return table[name]
 
     def on_event(self, event: Progress) -> None:
@@ -765,6 +779,17 @@ class TrainingMonitor(QWidget):
             x, _ = series.curve.getData()
             out[name] = 0 if x is None else len(x)
         return out
+
+
+def _with_legend(plot: pg.PlotWidget, legend: LegendStrip) -> QWidget:
+    """``plot`` with ``legend`` under it."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(plot, 1)
+    layout.addWidget(legend)
+    return box
 
 
 def read_run_settings(path: str | Path):

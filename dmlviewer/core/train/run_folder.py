@@ -118,7 +118,7 @@ def check_same_data(recorded: dict | None, current: dict, dataset: str, noun: st
     recorded = recorded or {}
     if recorded.get("sha256") != current["sha256"]:
         raise TrainingFieldsError(
-            f"cannot resume on other training {noun}: the run trained on {recorded.get(noun)} {noun} of "
+            f"cannot resume on other {noun}: the run trained on {recorded.get(noun)} {noun} of "
             f"{literal(recorded.get('root'))}, {{dataset}} {literal(dataset)} lists {current[noun]} other training "
             f"{noun}{literal(why)}; start a new run for this dataset")
 
