@@ -313,8 +313,8 @@ class _Run:
         dataset = open_dataset(c.dataset)
         if dataset.format != "cvusa":
             raise DatasetError(f"{c.dataset} is a {dataset.format} dataset: two-branch training needs a cross-view "
-                               "dataset in CVUSA's layout (splits/train-19zl.csv, splits/val-19zl.csv; "
-                               "make one with make-demo-data --cross-view)")
+                               "dataset in CVUSA's layout (splits/train-19zl.csv, splits/val-19zl.csv), "
+                               "such as the cross-view demo data")
         pairs = cross_view_pairs(dataset)
         train_idx, test_idx = np.flatnonzero(pairs.split == "train"), np.flatnonzero(pairs.split == "test")
         if len(train_idx) < 2 or len(test_idx) < 1:
@@ -335,7 +335,7 @@ class _Run:
         state = (info.get("extra") or {}).get("cross_view")
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise TrainingError(f"cannot resume from {path}: it holds no two-branch training state (it was not "
-                                "written by `dmlviewer train --branches 2`)")
+                                "written by two-branch training)")
         return {"model": model, "info": info, "state": state}
 
     def _resume_state(self, loaded: dict) -> dict:
