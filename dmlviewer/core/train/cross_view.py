@@ -61,8 +61,8 @@ from dmlviewer.core.progress import Cancelled, CancelToken, Progress
 from .config import (BACKBONES, CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, POOLINGS, combined,
                      device_problem, out_problem, path_kind, pretrained_problem, run_folder_problem)
 from .errors import FieldsError, TrainingError, literal
-from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, locked_run_folder,
-                         non_finite_loss, write_config)
+from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, epoch_saved,
+                         locked_run_folder, non_finite_loss, saved_on_cancel, write_config)
 from .state import deterministic, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -392,7 +392,7 @@ class _Run:
             if not finished:
                 path = self._save()
                 log.info("cancelled at epoch %d, step %d; state saved to %s", self.epoch + 1, self.step_in_epoch, path)
-                yield Progress("checkpoint", self.epoch, c.epochs, "saved on cancel", data={"path": str(path)})
+                yield saved_on_cancel(path, self.epoch, c.epochs)
                 result = {**self._last_record(), "checkpoint": str(path), "cancelled": True}
                 yield Progress("done", self.epoch, c.epochs, data={"result": result})
                 return
@@ -401,7 +401,7 @@ class _Run:
             self.step_in_epoch, self.losses = 0, []
             yield self._evaluate(loss)
             path = self._save()
-            yield Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved", data={"path": str(path)})
+            yield epoch_saved(path, self.epoch, c.epochs)
         self.model.eval()
         log.info("trained to epoch %d in %.1f s; checkpoint %s", c.epochs, time.perf_counter() - started,
                  self.out / CHECKPOINT_NAME)

@@ -76,8 +76,8 @@ from .distributed import DistContext, from_environment
 from .errors import TrainingError, TrainingFieldsError, literal
 from .objective import Objective
 from .optim import build_optimizer, build_scheduler
-from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, locked_run_folder,
-                         non_finite_loss, write_config)
+from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, epoch_saved,
+                         locked_run_folder, non_finite_loss, saved_on_cancel, write_config)
 from .sampler import MPerClassBatches, thin_classes
 from .selection import RunClock, Selection, validation_split
 from .state import deterministic, epoch_seed, rng_state, seed_everything, set_rng_state
@@ -599,7 +599,7 @@ class Trainer:
 
     def _cancelled(self) -> Iterator[Progress]:
         path = self.save()
-        yield Progress("checkpoint", self.global_step, self.total_steps, "saved on cancel", data={"path": str(path)})
+        yield saved_on_cancel(path, self.global_step, self.total_steps)
         yield self._result(cancelled=True)
 
     def _epochs(self) -> Iterator[Progress]:
@@ -647,8 +647,7 @@ class Trainer:
                     log.info(message)
                     yield Progress("log", self.epoch, c.epochs, message, data={"early_stop": True})
             path = self.save()
-            yield self._timed(Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved",
-                                       data={"path": str(path)}))
+            yield self._timed(epoch_saved(path, self.epoch, c.epochs))
             if self.early_stopped:
                 break
         yield self._result()

@@ -20,11 +20,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dmlviewer.core.progress import Progress
+
 from .config import CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME
 from .errors import TrainingError, TrainingFieldsError, literal
 
 __all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "METRICS_NAME", "MetricsLog", "check_options", "check_same_data",
-           "check_unfinished", "locked_run_folder", "non_finite_loss", "write_config"]
+           "check_unfinished", "epoch_saved", "locked_run_folder", "non_finite_loss", "saved_on_cancel", "write_config"]
 
 
 @contextlib.contextmanager
@@ -47,8 +49,9 @@ def locked_run_folder(folder: str | Path, main: bool = True) -> Iterator[Path]:
     except BaseException:
         if created:
             with contextlib.suppress(OSError):
-                (folder / FolderLock.NAME).unlink()
-                folder.rmdir()
+                if [entry.name for entry in folder.iterdir()] == [FolderLock.NAME]:
+                    (folder / FolderLock.NAME).unlink()
+                    folder.rmdir()
         raise
 
 
@@ -100,6 +103,16 @@ class MetricsLog:
                 fh.write("\n".join(self._lines) + "\n")
             self._lines.clear()
         return self.path.stat().st_size if self.path.exists() else 0
+
+
+def epoch_saved(path: Path, epoch: int, epochs: int) -> Progress:
+    """The ``checkpoint`` event after epoch ``epoch``'s state was saved to ``path``."""
+    return Progress("checkpoint", epoch, epochs, f"epoch {epoch} saved", data={"path": str(path)})
+
+
+def saved_on_cancel(path: Path, current: int, total: int) -> Progress:
+    """The ``checkpoint`` event of a cancelled run's state saved to ``path`` (what ``resume`` continues)."""
+    return Progress("checkpoint", current, total, "saved on cancel", data={"path": str(path)})
 
 
 # ---------------------------------------------------------------------- resumption

@@ -78,3 +78,21 @@ def test_core_messages_name_options_by_identifier(valid):
     assert worded(errors[0], labels) == "“Embedding size” 32 must be divisible by “Groups” 3 (equal group sizes)"
     braces = TrainConfig.from_dict({**valid.to_dict(), "dataset": "/no/{such}"})  # user text stays text
     assert _cli(validate(braces)) == ["dataset folder not found: /no/{such}"]
+
+
+def test_a_running_jobs_errors_are_worded_in_the_callers_terms():
+    """A run in another process hands back only its error's text: ``worded_run`` words it there
+    (the training dialog passes its field labels)."""
+    from dmlviewer.core.fields import FieldError
+    from dmlviewer.core.train.errors import TrainingError, TrainingFieldsError, worded_run
+
+    def run(config, cancel=None):
+        yield config
+        raise TrainingFieldsError("non-finite loss at step 3: {{'loss': nan}}; Try a lower {lr}.")
+
+    events = worded_run(run, {"lr": "“Learning rate”"}, "config")
+    assert next(events) == "config"
+    with pytest.raises(TrainingError) as info:
+        next(events)
+    assert str(info.value) == "non-finite loss at step 3: {'loss': nan}; Try a lower “Learning rate”."
+    assert not isinstance(info.value, FieldError)
