@@ -279,7 +279,7 @@ def train_cross_view_events(config: CrossViewConfig, cancel: CancelToken | None 
     (:func:`validate_cross_view`),
     :class:`~dmlviewer.core.data.DatasetError` for a dataset that is not a usable cvusa set,
     :class:`~dmlviewer.core.files.FolderBusy` when another run trains in ``out`` and
-    :class:`~.loop.TrainingError` for a run that cannot start or go on (nothing to resume,
+    :class:`~.errors.TrainingError` for a run that cannot start or go on (nothing to resume,
     other options or pairs than the run's, a non-finite loss: the last good checkpoint is
     kept). ``cancel`` is checked before each batch: a cancelled run saves its state, which
     ``resume`` continues exactly, and returns with ``cancelled`` true."""
