@@ -342,7 +342,7 @@ class _Run:
         """``loaded`` (:meth:`_load_resumable`) checked against this run's options and pairs."""
         c, info, state = self.config, loaded["info"], loaded["state"]
         check_options(c.differences(state["config"]))
-        check_same_data(state.get("dataset_fingerprint"), self.fingerprint, c.dataset, "pairs")
+        check_same_data(state.get("dataset_fingerprint"), self.fingerprint, c.dataset, "pairs", "other pairs")
         check_unfinished(int(info["epoch"]), bool(int(state.get("step_in_epoch", 0))), c.epochs, c.out)
         return loaded
 

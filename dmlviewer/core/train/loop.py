@@ -248,7 +248,8 @@ class Trainer:
                                 f"({exc})") from None
         recorded = extra.get("dataset_fingerprint")
         if recorded is not None:
-            check_same_data(recorded, self.fingerprint, c.dataset, "images", " (paths or labels differ)")
+            check_same_data(recorded, self.fingerprint, c.dataset, "images", "another dataset",
+                            " (paths or labels differ)")
         elif Path(saved.dataset).resolve() != Path(c.dataset).resolve():
             raise TrainingError(f"cannot resume on another dataset: the run trained on {saved.dataset}, not "
                                 f"{c.dataset}")

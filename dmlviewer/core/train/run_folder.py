@@ -125,13 +125,14 @@ def check_options(changed: Sequence[tuple[str, Any, Any]]) -> None:
             f"{{{name}}} {literal(repr(saved))} -> {literal(repr(given))}" for name, saved, given in changed))
 
 
-def check_same_data(recorded: dict | None, current: dict, dataset: str, noun: str, why: str = "") -> None:
-    """Refuse to resume on other training data: ``recorded`` (the checkpoint's fingerprint) and
-    ``current`` (this run's) are ``{"sha256", noun: count, "root"}``."""
+def check_same_data(recorded: dict | None, current: dict, dataset: str, noun: str, other: str, why: str = "") -> None:
+    """Refuse to resume on other training data (``other``: "another dataset", "other pairs"):
+    ``recorded`` (the checkpoint's fingerprint) and ``current`` (this run's) are ``{"sha256",
+    noun: count, "root"}``."""
     recorded = recorded or {}
     if recorded.get("sha256") != current["sha256"]:
         raise TrainingFieldsError(
-            f"cannot resume on other {noun}: the run trained on {recorded.get(noun)} {noun} of "
+            f"cannot resume on {literal(other)}: the run trained on {recorded.get(noun)} {noun} of "
             f"{literal(recorded.get('root'))}, {{dataset}} {literal(dataset)} lists {current[noun]} other training "
             f"{noun}{literal(why)}; start a new run for this dataset")
 
