@@ -54,17 +54,25 @@ class Panel:
 
 @dataclass
 class Plot:
-    """Curves over shared x values: ``series`` maps a label to its y values (NaN: no point)."""
+    """Curves: ``series`` maps a label to its y values over the shared ``x`` (NaN: no point), or
+    to its own ``(x, y)`` pair of lists (a plot taken from the app, each curve with its own x)."""
 
     title: str
     x: list[float]
-    series: dict[str, list[float]]
+    series: dict[str, list[float] | tuple[list[float], list[float]]]
     x_label: str = ""
     y_label: str = ""
     x_ticks: list[str] | None = None  # labels of the x values (default: the values)
     y_range: tuple[float, float] | None = None
     width: int = 360
     height: int = 220
+
+    def points(self, label: str) -> tuple[list[float], list[float]]:
+        """``(x, y)`` of series ``label``."""
+        values = self.series[label]
+        if isinstance(values, tuple):
+            return [float(v) for v in values[0]], [float(v) for v in values[1]]
+        return [float(v) for v in self.x], [float(v) for v in values]
 
 
 @dataclass
@@ -94,12 +102,15 @@ def data_uri(data: bytes, mime: str = "image/png") -> str:
 
 
 def overlay(image: np.ndarray, heat: np.ndarray, high: float | None = None, colormap: str = COLORMAP,
-            opacity: float = OPACITY) -> np.ndarray:
-    """``heat`` (same H x W as ``image``) coloured on ``image``: ``[0, high]`` to the colour map
-    (``high``: the map's maximum; values below 0 get the first colour), blended at ``opacity``."""
+            opacity: float = OPACITY, low: float = 0.0) -> np.ndarray:
+    """``heat`` (same H x W as ``image``) coloured on ``image``: ``[low, high]`` to the colour map
+    (``high``: default the map's maximum; values outside clip to the end colours), blended at
+    ``opacity``."""
     heat = np.asarray(heat, dtype=np.float32)
     top = float(high) if high is not None else float(heat.max(initial=0.0))
-    index = np.zeros(heat.shape, np.uint8) if not top > 0 else np.clip(heat / top * 255.0, 0, 255).astype(np.uint8)
+    span = top - float(low)
+    index = (np.zeros(heat.shape, np.uint8) if not span > 0
+             else np.clip((heat - float(low)) / span * 255.0, 0, 255).astype(np.uint8))
     colours = colormap_lut(colormap)[:, :3][index].astype(np.float32)
     out = image.astype(np.float32) * (1.0 - opacity) + colours * opacity
     return np.clip(out + 0.5, 0, 255).astype(np.uint8)

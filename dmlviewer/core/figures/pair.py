@@ -18,7 +18,7 @@ import numpy as np
 from dmlviewer.core.explain.grid import grid_to_pixel, upsample
 from dmlviewer.core.explain.methods import label as method_label
 
-from .figure import COLORMAP, ColorBar, Panel, fit, overlay
+from .figure import COLORMAP, ColorBar, Figure, Panel, fit, overlay
 
 #: a panel's longer side at scale 1, in pixels
 PANEL_SIDE = 128
@@ -73,12 +73,22 @@ def _side_px(scale: float) -> int:
     return max(8, round(PANEL_SIDE * scale))
 
 
+#: the colour map of signed maps (diverging, as the app's)
+DIVERGING = "twilight_shifted"
+
+
 def map_panel(image: np.ndarray, grid_map: np.ndarray, caption: str, scale: float = 1.0,
-              colormap: str = COLORMAP, high: float | None = None) -> Panel:
-    """``image`` with the positive part of ``grid_map`` (a feature-grid map) upsampled to the
-    panel's size and coloured; a colour bar from 0 to the map's maximum (or ``high``)."""
+              colormap: str = COLORMAP, high: float | None = None, sign: str = "positive") -> Panel:
+    """``image`` with ``grid_map`` (a feature-grid map) upsampled to the panel's size and
+    coloured: its positive part (``sign="positive"``), its negative part (``"negative"``), each on
+    a colour bar from 0 to its maximum (or ``high``), or both (``"signed"``) on a diverging bar
+    symmetric about 0."""
     shown = fit(image, _side_px(scale))
-    heat = np.maximum(upsample(np.asarray(grid_map, dtype=np.float32), shown.shape[:2]), 0.0)
+    heat = upsample(np.asarray(grid_map, dtype=np.float32), shown.shape[:2])
+    if sign == "signed":
+        top = float(high) if high is not None else float(np.abs(heat).max(initial=0.0))
+        return Panel(overlay(shown, heat, top, DIVERGING, low=-top), caption, ColorBar(-top, top, DIVERGING))
+    heat = np.maximum(-heat if sign == "negative" else heat, 0.0)
     top = float(high) if high is not None else float(heat.max(initial=0.0))
     return Panel(overlay(shown, heat, top, colormap), caption, ColorBar(0.0, top, colormap))
 
@@ -153,15 +163,65 @@ def partial_panels(expl, image_q: np.ndarray, image_r: np.ndarray, count: int = 
 
 def pair_panels(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequence[str] = ("Query", "Reference"),
                 method: str = "decomposition", scale: float = 1.0, matches: int = 5, points: int = 3,
-                colormap: str = COLORMAP) -> list[Panel]:
-    """One row of a pair figure: both overall maps of ``method`` (positive part, each on its own
-    colour bar), the top ``matches`` drawn, and the partial maps of the query's ``points``
-    strongest points (none when 0)."""
+                colormap: str = COLORMAP, sign: str = "positive", high: float | None = None) -> list[Panel]:
+    """One row of a pair figure: both overall maps of ``method`` (the ``sign`` part, each on its
+    own colour bar unless ``high`` gives one), the top ``matches`` drawn, and the partial maps of
+    the query's ``points`` strongest points (none when 0)."""
     name = method_label(method)
-    row = [map_panel(image_q, expl.overall_grid(method, "query"), f"{captions[0]} · {name}", scale, colormap),
-           map_panel(image_r, expl.overall_grid(method, "reference"), f"{captions[1]} · {name}", scale, colormap)]
+    row = [map_panel(image, expl.overall_grid(method, side), f"{caption} · {name}", scale, colormap, high, sign)
+           for image, side, caption in ((image_q, "query", captions[0]), (image_r, "reference", captions[1]))]
     if matches:
         row.append(matches_panel(expl, image_q, image_r, matches, scale))
     if points:
         row.extend(partial_panels(expl, image_q, image_r, points, scale, colormap))
     return row
+
+
+def pair_view_figure(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequence[str] = ("Query", "Reference"),
+                     method: str = "decomposition", sign: str = "positive", colormap: str = COLORMAP,
+                     scale: float = 1.0, matches: int = 5, compare=None, names: Sequence[str] = ("A", "B"),
+                     shared_scale: bool = False, title: str = "") -> Figure:
+    """The app's pair view as a figure (Export View): a row of the query's and reference's
+    overall maps of ``method`` with their colour bars and captions and the top ``matches``, a
+    second row for model B's explanation ``compare`` of the same images when comparing
+    (``shared_scale``: one colour bar for both rows, as the view's *Shared scale*), and the
+    similarity line of each model. Drawn from the explanations at ``scale`` times the panel
+    size."""
+    high = None
+    if compare is not None and shared_scale and sign != "signed":
+        parts = [np.maximum(-g if sign == "negative" else g, 0.0) for e in (expl, compare)
+                 for g in (e.overall_grid(method, "query"), e.overall_grid(method, "reference"))]
+        high = max(float(p.max(initial=0.0)) for p in parts)
+    rows, notes = [], []
+    for e, name in ((expl, names[0]), (compare, names[1])):
+        if e is None:
+            continue
+        prefix = f"{name}: " if compare is not None else ""
+        rows.append(pair_panels(e, image_q, image_r, [prefix + c for c in captions], method, scale, matches, 0,
+                                colormap, sign, high))
+        notes.append(prefix + similarity_split(e))
+    return Figure(title, rows, notes, scale)
+
+
+def group_figure(expl, image_q: np.ndarray, image_r: np.ndarray, slices: Sequence[slice], group: int,
+                 captions: Sequence[str] = ("Query", "Reference"), colormap: str = COLORMAP,
+                 scale: float = 1.0) -> Figure:
+    """A group attention tab as a figure: group ``group``'s decomposition map on both images (its
+    point-to-point tensor summed over the other image, :func:`~dmlviewer.core.explain.groups.group_maps`),
+    on one colour scale for every group of the pair (as the tab shows them), and its share of
+    the similarity (the dot product of the group's slices of the normalized embeddings)."""
+    from dmlviewer.core.explain.groups import group_maps
+
+    if not 0 <= group < len(slices):
+        raise ValueError(f"group {group} out of range: the model has {len(slices)} group(s)")
+    maps = {side: group_maps(expl, side) for side in ("query", "reference")}
+    high = max(float(np.maximum(m, 0.0).max(initial=0.0)) for m in maps.values()) or 1.0
+    row = [map_panel(image, maps[side][group], f"{caption} · group {group + 1}", scale, colormap, high)
+           for image, side, caption in ((image_q, "query", captions[0]), (image_r, "reference", captions[1]))]
+    eq, er = expl.embedding("query"), expl.embedding("reference")
+    share = float(np.dot(eq[slices[group]], er[slices[group]]))
+    total = float(expl.similarity)
+    part = f" ({share / total:.1%} of it)" if abs(total) > 1e-12 else ""
+    note = (f"Group {group + 1} of {len(slices)}: contributes {share:+.4f} to the similarity {total:+.4f}{part}; "
+            f"its point-to-point terms sum to {float(expl.group_point_to_point(group).sum(dtype=np.float64)):+.4f}.")
+    return Figure(f"Group {group + 1} · decomposition maps", [row], [note], scale)

@@ -93,12 +93,14 @@ def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[
     font = FONT * s
     canvas.add(_text(x0 + width / 2, y0 + font, plot.title, font, "middle", "bold"))
     left, right, top, bottom = x0 + 44 * s, x0 + width - 8 * s, y0 + 2 * font, y0 + height - 2.6 * font
-    values = [v for ys in plot.series.values() for v in ys if v == v]
+    curves = {label: plot.points(label) for label in plot.series}
+    values = [v for _, ys in curves.values() for v in ys if v == v]
     lo, hi = plot.y_range if plot.y_range else (min(values, default=0.0), max(values, default=1.0))
     if hi <= lo:
         hi = lo + 1.0
     xs = list(plot.x)
-    x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    every_x = [v for cx, _ in curves.values() for v in cx if v == v] or xs
+    x_lo, x_hi = (min(every_x), max(every_x)) if every_x else (0.0, 1.0)
     x_hi = x_hi if x_hi > x_lo else x_lo + 1.0
 
     def px(v: float) -> float:
@@ -115,6 +117,8 @@ def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[
         v = lo + (hi - lo) * k / 4
         canvas.add(f'<line x1="{left:.1f}" y1="{py(v):.1f}" x2="{right:.1f}" y2="{py(v):.1f}" stroke="#ddd" {stroke}/>')
         canvas.add(_text(left - 4 * s, py(v) + small / 3, _number(v), small, "end"))
+    if not xs or len(xs) > 12:  # no shared x, or too many to label: five even ticks
+        xs = [x_lo + (x_hi - x_lo) * k / 4 for k in range(5)]
     ticks = plot.x_ticks or [_number(v) for v in xs]
     for v, label in zip(xs, ticks):
         canvas.add(_text(px(v), bottom + small * 1.2, label, small, "middle"))
@@ -123,12 +127,13 @@ def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[
                f'text-anchor="middle" transform="rotate(-90 {x0 + small:.1f} {(top + bottom) / 2:.1f})">'
                f'{escape(plot.y_label)}</text>')
     legend_y = y0 + height
-    for k, (label, ys) in enumerate(plot.series.items()):
+    for k, (label, (cx, ys)) in enumerate(curves.items()):
         colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
-        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(xs, ys) if b == b)
+        kept = [(a, b) for a, b in zip(cx, ys) if a == a and b == b]
+        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
         canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
-        for a, b in zip(xs, ys):
-            if b == b:
+        if len(kept) <= 30:  # markers where there are few points
+            for a, b in kept:
                 canvas.add(f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
         lx = x0 + (k % 2) * width / 2
         ly = legend_y + (k // 2 + 1) * font * 1.3
