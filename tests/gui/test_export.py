@@ -113,3 +113,21 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):
+    from PySide6.QtGui import QDesktopServices
+
+    from dmlviewer.gui import report_job
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)
+    out = tmp_path / "report.html"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "HTML page (*.html)"))
+    action = next(a for a in ready.tools_menu.actions() if a.text() == "&Report on the Test Split…")
+    action.trigger()
+    qtbot.waitUntil(lambda: bool(opened) or bool(ready.dialogs), timeout=120000)
+    assert opened == [str(out)]
+    text = out.read_text(encoding="utf-8")
+    assert "Retrieval failures · model A" in text and "<script" not in text
+    assert report_job.report_models(ready)[0].name == "A"
