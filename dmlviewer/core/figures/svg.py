@@ -18,7 +18,7 @@ from .figure import COLORBAR_HEIGHT, FONT, MARGIN, ColorBar, Figure, Panel, Plot
 FONT_FAMILY = "DejaVu Sans, Arial, Helvetica, sans-serif"
 #: series colours of plots (colour-blind safe, Okabe-Ito)
 SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
-CHAR_WIDTH = 0.56  # average glyph width as a share of the font size, for wrapping
+CHAR_WIDTH = 0.6  # average glyph width as a share of the font size, for wrapping
 
 
 def wrap(text: str, width_px: float, font_px: float) -> list[str]:
@@ -27,7 +27,10 @@ def wrap(text: str, width_px: float, font_px: float) -> list[str]:
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line = ""
-        for word in paragraph.split(" "):
+        words = []
+        for word in paragraph.split(" "):  # a word longer than a line (a file name) is cut
+            words.extend(word[k:k + per_line] for k in range(0, max(len(word), 1), per_line))
+        for word in words:
             if line and len(line) + 1 + len(word) > per_line:
                 lines.append(line)
                 line = word

@@ -170,7 +170,9 @@ def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num
                     yield event
             rows, embeddings = result["rows"], result["embeddings"]
     queries, gallery = query_gallery(subset, rows)
-    metrics = compute_metrics(embeddings, subset.labels[rows], ks, device, queries=queries, gallery=gallery)
+    # the retrieval metrics of evaluate (the report shows no clustering figure: k-means is skipped)
+    metrics = compute_metrics(embeddings, subset.labels[rows], ks, device, clustering=False, queries=queries,
+                              gallery=gallery)
     return _Embedded(np.asarray(embeddings, np.float32), indices[rows], metrics, from_file,
                      {"queries": queries, "gallery": gallery, "labels": subset.labels[rows]})
 
