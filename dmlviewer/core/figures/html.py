@@ -49,7 +49,7 @@ def panel_html(panel: Panel) -> str:
 
 def figure_html(figure: Figure, anchor: str = "") -> str:
     """``figure`` as a ``<div class="figure">`` fragment."""
-    out = [f'<div class="figure"{f" id={escape(anchor)!r}" if anchor else ""}>']
+    out = [f'<div class="figure" id="{escape(anchor)}">' if anchor else '<div class="figure">']
     if figure.title:
         out.append(f"<h3>{escape(figure.title)}</h3>")
     for row in figure.rows:
