@@ -118,7 +118,7 @@ def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
         series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
     label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
     bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
-    plot = Plot(label, [], series, bottom, left, width=round(480), height=round(300))
+    plot = Plot(label, [], series, bottom, left, width=480, height=300)
     return Figure(title if title and title != label else "", [[plot]], [], scale)
 
 
