@@ -265,8 +265,11 @@ def export_view(window, preferred: str | None = None) -> Path | None:
         return None
     if not Path(path).suffix and chosen in FORMATS:
         path += FORMATS[chosen]
+    import contextlib
+
     try:
-        figure = target.figure(scale)
+        with getattr(window, "model_lock", None) or contextlib.nullcontext():  # a map computed on demand runs the model
+            figure = target.figure(scale)
         written = write_figure(figure, path)
         if dialog.copy.isChecked():
             copy_figure(figure)
