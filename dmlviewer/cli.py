@@ -35,6 +35,7 @@ COMMANDS = {
     "faithfulness": "faithfulness",
     "compare": "compare",
     "retrieve": "retrieve",
+    "report": "report",
     "import-model": "import_model",
     "bench": "bench",
 }

@@ -264,6 +264,9 @@ class MainWindow(QMainWindow):
         file_menu.addMenu(self.recent_features_menu)
         file_menu.addSeparator()
         file_menu.addAction(self.output_folder_action)
+        from dmlviewer.gui import export  # File > Export View (issue 33): figures drawn from the data
+
+        file_menu.addAction(export.install(self))
         file_menu.addAction(save_shot)
         file_menu.addAction(quit_action)
         for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_models_menu, "models"),
