@@ -800,6 +800,16 @@ class PairView(QWidget):
         self.info.setText(f"Explanation failed: {first}")
         errors.show_error(self, "Explanation failed", first, details)
 
+    def refresh_info(self) -> None:
+        """Say the pair's line again (its similarity breakdown when ready) after another line
+        took its place, e.g. the main window's "Loading the model …" of a load that failed."""
+        if self.state == "ready" and self.explanation is not None:
+            self._show_similarity_info()
+        elif self.state == "preparing":
+            self.info.setText("Preparing the pair (forward passes, contributions)…")
+        elif self.model is None:
+            self.info.setText("Open a checkpoint to explain the pair.")
+
     def _show_similarity_info(self) -> None:
         e = self.explanation
         p2p_sum = float(np.asarray(e.point_to_point).sum())

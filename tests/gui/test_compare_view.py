@@ -71,22 +71,27 @@ def agree(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.all(a == b, axis=-1)))
 
 
-def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
+def test_compare_opens_a_second_row_and_names_both_models(compared, small_ckpt, other_ckpt):
     window, view = compared, compared.pair_view
     assert view.compare_splitter.isVisible() and view.compare_controls.isVisible()
     assert window.compare_label.isVisible()
-    assert window.model_label.text().startswith("A: small.pt") and window.compare_label.text().startswith("B: other.pt")
+    # named by run folder and file, and the backbone the checkpoint records (issue 31 item 1)
+    name_a, name_b = f"{small_ckpt.parent.name}/small.pt · small_cnn", f"{other_ckpt.parent.name}/other.pt · small_cnn"
+    assert window.model_label.text().startswith(f"A: {name_a}")
+    assert window.compare_label.text().startswith(f"B: {name_b}")
     assert "decomposition" in window.compare_label.text()  # its rule
     # two labels share the bar: name and rule; the architecture is in the tooltip
-    assert "small_cnn" in window.compare_label.toolTip() and "small_cnn" not in window.compare_label.text()
-    assert "A: small.pt vs B: other.pt" in window.windowTitle()
+    assert "32-d" in window.compare_label.toolTip() and "32-d" not in window.compare_label.text()
+    assert str(other_ckpt) in window.compare_label.toolTip()  # the whole path
+    assert f"A: {name_a} vs B: {name_b}" in window.windowTitle()
     a, b = view.explanation.similarity, view.compare_explanation.similarity
     assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()
     assert window.similarity_label.text() == f"A {a:+.4f} · B {b:+.4f}"
     # row B shows row A's images: its captions name the model and the role; the tooltip has the rest
     for top, bottom, role in zip(view.panes, view.compare_panes, ("Query", "Reference")):
         file = top.title.text().split(" · ")[-1]  # "file.jpg #index", A's caption's last part
-        assert f"<b>B</b> other.pt · " in bottom.title.text() and role in bottom.title.text()
+        assert "<b>B</b> " in bottom.title.text() and "/other.pt · " in bottom.title.text()
+        assert role in bottom.title.text()
         assert file not in bottom.title.text() and file in bottom.title.toolTip()
     # The second row shows model B's overall maps (positive sign, each pane its own scale).
     for pane, side in zip(view.compare_panes, ("query", "reference")):
