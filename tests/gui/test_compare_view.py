@@ -210,13 +210,13 @@ def test_a_compare_model_that_cannot_be_opened_is_a_dialog(compared, tmp_path, q
     assert window.session.slot("compare") is not None  # model B as it was
 
 
-def test_compare_models_window_lists_pairs_and_opens_one(compared, qtbot):
+def test_compare_models_window_lists_pairs_and_opens_one(compared, small_ckpt, qtbot):
     window = compared
     tool = window.show_compare_window()
     assert tool.run_button.isEnabled()
     tool.pairs_spin.setValue(4)
     tool.start()
-    assert "A (small.pt)" in tool.job.name and "B (other.pt)" in tool.job.name
+    assert f"A ({small_ckpt.parent.name}/small.pt" in tool.job.name and "/other.pt · small_cnn)" in tool.job.name
     qtbot.waitUntil(lambda: tool.job.ended, timeout=120000)
     qtbot.waitUntil(lambda: tool.result is not None, timeout=5000)
     rows = tool.result["pairs"]
@@ -459,7 +459,7 @@ def test_compare_window_sanity_check_curve(compared, qtbot):
     tool.check_depths_spin.setValue(3)
     assert tool.check_button.isEnabled()
     tool.start_check()
-    assert "B (other.pt)" in tool.check_job.name
+    assert "/other.pt · small_cnn)" in tool.check_job.name and tool.check_job.name.count(" and ") == 0
     qtbot.waitUntil(lambda: tool.check_job.ended, timeout=180000)
     qtbot.waitUntil(lambda: tool.check_result is not None, timeout=5000)
     result = tool.check_result
@@ -513,8 +513,8 @@ def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_e
 
 
 def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_suffix():
-    from dmlviewer.gui.compare_window import _short_label
+    from dmlviewer.gui.compare_window import tick_label
 
-    assert _short_label("backbone.net.stages.3 (both branches)") == "stages.3"
-    assert _short_label("head.projection.out (both branches)") == "head"
-    assert _short_label("backbone.net.stages.1 .. backbone.net.stages.0") == "stages.1"
+    assert tick_label({"label": "backbone.net.stages.3 (both branches)"}) == "+ stage 4"
+    assert tick_label({"label": "head.projection.out (both branches)"}) == "+ head"
+    assert tick_label({"label": "backbone.net.stages.1 .. backbone.net.stages.0"}) == "+ stage 2"
