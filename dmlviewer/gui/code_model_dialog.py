@@ -115,7 +115,7 @@ def assumed_preprocessing(size: str = "", mean: str = "", std: str = "") -> str:
     norm = ("ImageNet mean and std" if m is None and s is None else
             f"mean {', '.join(f'{v:g}' for v in m) if m else 'ImageNet'}, "
             f"std {', '.join(f'{v:g}' for v in s) if s else 'ImageNet'}")
-    return f"Images are stretched to {side} and normalized with {norm}."
+    return f"Preprocessing: images are stretched to {side} and normalized with {norm}."
 
 
 def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = "",

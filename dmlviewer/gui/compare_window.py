@@ -26,6 +26,7 @@ model (or dataset) replaced meanwhile is dropped.
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -318,8 +319,9 @@ class CompareWindow(QWidget):
         a, b = session.slot("primary"), session.slot("compare")
         names = [self.window_._display_name(s) if slot is not None else "none"
                  for s, slot in (("primary", a), ("compare", b))]
-        self.models_label.setText(f"<b>A</b>: {names[0]}   ·   <b>B</b>: {names[1]}   ·   dataset: "
-                                  f"{Path(session.dataset_path).name if session.dataset_path else 'none'}")
+        self.models_label.setText(f"<b>A</b>: {html.escape(names[0])}&emsp;|&emsp;<b>B</b>: {html.escape(names[1])}"
+                                  f"&emsp;|&emsp;dataset: "
+                                  f"{html.escape(Path(session.dataset_path).name) if session.dataset_path else 'none'}")
         ready = a is not None and b is not None and session.dataset is not None
         self.run_button.setEnabled(ready and (self.job is None or self.job.ended))
         if self._idle:  # what to do next, from what is open (never "Open two models" when two are)
@@ -388,11 +390,17 @@ class CompareWindow(QWidget):
         depths = self.check_depths_spin.value()
 
         def factory(cancel):
+            from dmlviewer.core.progress import Progress
+
             results = {}
-            for letter, model in models:
-                results[letter] = yield from locked_steps(randomization_check(
-                    model, dataset, pairs, split=split, device=device, max_steps=depths, cancel=cancel), lock)
-            return results
+            for letter, model in models:  # each check's "done" event holds its result: one "done" for all
+                for event in locked_steps(randomization_check(model, dataset, pairs, split=split, device=device,
+                                                              max_steps=depths, cancel=cancel), lock):
+                    if event.kind == "done":
+                        results[letter] = event.data.get("result")
+                    else:
+                        yield event
+            yield Progress("done", 1, 1, "randomization check done", data={"result": results})
 
         self._check_stamps = tuple(session.stamp(name) for name in slot_names)
         self._check_letters = tuple(letter for letter, _ in models)
@@ -567,7 +575,7 @@ class CompareWindow(QWidget):
         plot = self.check_plot
         plot.clear()
         entries: dict[str, Any] = {}
-        xs_all, ticks = [0], {0: "trained"}
+        xs_all, ticks, lowest = [0], {0: "trained"}, []
         for letter in sorted(self.check_results):
             result = self.check_results[letter][0]
             depths = result.get("depths") or []
@@ -577,6 +585,7 @@ class CompareWindow(QWidget):
                 ticks.setdefault(int(d["depth"]), tick_label(d))
             for k, method in enumerate(result.get("methods") or []):
                 ys = [1.0] + [float(d["methods"][method]["overall_map_spearman"]["mean"]) for d in depths]
+                lowest += [y for y in ys if y == y]  # NaN (no agreement measurable) left out
                 color = method_color(method, k)
                 pen = series_pen(k, color=color, style=MODEL_STYLES.get(letter, Qt.SolidLine))
                 curve = plot.plot(xs, ys, pen=pen, symbol="o" if letter == "A" else "t", symbolSize=6,
@@ -590,6 +599,7 @@ class CompareWindow(QWidget):
         self.check_legend_strip.set_items([(curve, name) for name, curve in items])
         plot.getAxis("bottom").setTicks([sorted(ticks.items())])
         plot.setXRange(-0.2, max(xs_all) + 0.2)
+        plot.setYRange(min([-0.2] + [v - 0.05 for v in lowest]), 1.05)  # every point in sight
 
     # -- saving (issue 31 item 10)
     def _names(self) -> dict[str, str]:

@@ -451,6 +451,12 @@ class MainWindow(QMainWindow):
     def _model_opened(self, model, info: dict, source) -> None:
         settings.add_recent_model(source, self.settings, info)
         self.use_model(model, info, source.display(), source=source)
+        if source.kind == "code":  # nothing recorded it: say which preprocessing is assumed (issue 31 item 7)
+            from dmlviewer.core.models.naming import describe_preprocessing
+
+            self.statusBar().showMessage(f"{self._display_name()}: preprocessing assumed "
+                                         f"{describe_preprocessing(getattr(model, 'config', None))} (File ▸ Open "
+                                         "Model from Code sets input size, mean and std)", 20000)
 
     def use_model(self, model, info: dict, label: str | None = None, source=None) -> None:
         """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone, code or
@@ -513,9 +519,9 @@ class MainWindow(QMainWindow):
             rule = info.get("rule") or ""
             summary = model_summary(slot.model)
             text = " · ".join(filter(None, (summary, rule_summary(rule))))
-            if comparing:  # two labels share the bar: name and rule; the architecture in the tooltip
-                text = " · ".join(filter(None, (f"{'A' if name == 'primary' else 'B'}: {names[name]}",
-                                                rule_summary(rule))))
+            if comparing:  # two labels share the bar: the names; rule and architecture in the tooltip (the
+                # pair view says each model's rule under the images)
+                text = f"{'A' if name == 'primary' else 'B'}: {names[name]}"
             label.setText(text)
             config = getattr(slot.model, "config", None)
             label.setToolTip(f"{names[name]}\n{full_description(source) or info.get('label')}\n{summary}\n"
@@ -538,7 +544,8 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.session import SLOTS
 
         open_ = [(name, self.session.slot(name)) for name in SLOTS if self.session.slot(name) is not None]
-        names = distinct_names([(slot.source, slot.info) for _, slot in open_])
+        # side by side, what tells them apart: a backbone both have is said in the tooltips only
+        names = distinct_names([(slot.source, slot.info) for _, slot in open_], shared_traits=False)
         return {name: text for (name, _), text in zip(open_, names)}
 
     def label_model(self, slot: str, label: str | None) -> None:
@@ -713,9 +720,12 @@ class MainWindow(QMainWindow):
             self._set_features(None, None)
         if dataset is None:
             self.dataset_label.setText("no dataset")
+            self.dataset_label.setToolTip("")
         else:
-            self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
-                                       f"{dataset.num_classes} classes")
+            # short enough to read whole beside two models' names at 1366 px; the rest in the tooltip
+            self.dataset_label.setText(f"{Path(path).name}: {len(dataset):,} images, {dataset.num_classes} classes")
+            self.dataset_label.setToolTip(f"{path}\nformat {dataset.format}: {len(dataset):,} images, "
+                                          f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
         self.dataset_changed.emit(dataset)
 

@@ -436,8 +436,8 @@ METHOD_COLORS = {
     "decomposition_bias": "#E69F00",  # orange
     "gradcam": "#009E73",             # green
     "gradcam_nonorm": "#CC79A7",      # pink
-    "rgradcam": "#D55E00",            # vermillion
-    "grad_transfer": "#F0E442",       # yellow
+    "rgradcam": "#F0E442",            # yellow
+    "grad_transfer": "#D55E00",       # vermillion (never beside the sanity check's orange)
     "occlusion": "#FFFFFF",           # white
 }
 

@@ -90,10 +90,16 @@ def model_name(source: Any, info: dict | list | None = None, parents: int = 1) -
     return " · ".join([where] + traits(info))
 
 
-def distinct_names(models: Sequence[tuple[Any, dict | list | None]]) -> list[str]:
+def distinct_names(models: Sequence[tuple[Any, dict | list | None]], shared_traits: bool = True) -> list[str]:
     """The names (:func:`model_name`) of ``models`` (``(source, info or None)`` pairs), made
     distinct: models whose names read the same show more parent folders until they differ; the
-    same name left over (one file opened twice, or the same label) is numbered ``(2)``."""
+    same name left over (one file opened twice, or the same label) is numbered ``(2)``.
+    ``shared_traits=False``: a trait every one of several models has (the same backbone) is left
+    out, it tells none apart (names side by side in a status bar)."""
+    if not shared_traits and len(models) > 1:
+        lists = [traits(info) for _, info in models]
+        common = set(lists[0]).intersection(*map(set, lists[1:]))
+        models = [(source, [t for t in own if t not in common]) for (source, _), own in zip(models, lists)]
     depth = [1] * len(models)
     names = [model_name(s, i, d) for (s, i), d in zip(models, depth)]
     for _ in range(32):  # a path deeper than this is not a path
