@@ -75,7 +75,7 @@ def _where(source: Any, parents: int) -> str:
 
 def _tail(path: str, parents: int) -> str:
     parts = PurePath(path).parts
-    return "/".join(parts[-(parents + 1):]) if parts else path
+    return PurePath(*parts[-(parents + 1):]).as_posix() if parts else path
 
 
 def model_name(source: Any, info: dict | list | None = None, parents: int = 1) -> str:
@@ -103,17 +103,18 @@ def distinct_names(models: Sequence[tuple[Any, dict | list | None]], shared_trai
     depth = [1] * len(models)
     names = [model_name(s, i, d) for (s, i), d in zip(models, depth)]
     for _ in range(32):  # a path deeper than this is not a path
-        clashes = [k for k, n in enumerate(names) if names.count(n) > 1]
         grown = False
-        for k in clashes:
-            source = models[k][0]
-            if getattr(source, "label", None) or getattr(source, "kind", None) not in ("checkpoint", "code"):
-                continue
-            wider = model_name(source, models[k][1], depth[k] + 1)
-            if _where(source, depth[k] + 1) != _where(source, depth[k]):
-                depth[k] += 1
-                names[k] = wider
-                grown = True
+        for name in {n for n in names if names.count(n) > 1}:
+            group = [k for k, n in enumerate(names) if n == name]
+            growable = [k for k in group if not getattr(models[k][0], "label", None)
+                        and getattr(models[k][0], "kind", None) in ("checkpoint", "code")]
+            if len({_where(models[k][0], 999) for k in growable}) < 2:
+                continue  # one file (or one label) several times: numbered below
+            for k in growable:
+                if _where(models[k][0], depth[k] + 1) != _where(models[k][0], depth[k]):
+                    depth[k] += 1
+                    names[k] = model_name(models[k][0], models[k][1], depth[k])
+                    grown = True
         if not grown:
             break
     seen: dict[str, int] = {}
