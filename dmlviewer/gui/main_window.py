@@ -231,6 +231,7 @@ class MainWindow(QMainWindow):
         self.open_checkpoint_action.setShortcut(QKeySequence("Ctrl+K"))
         self.open_checkpoint_action.triggered.connect(self._ask_checkpoint)
         self.recent_models_menu = QMenu("Recent &Models", self)
+        self.recent_models_menu.setToolTipsVisible(True)  # each entry's whole path
         self.open_code_action = QAction("Open Model from &Code…", self)
         self.open_code_action.setToolTip("Build the architecture with your own Python (file.py:NAME or "
                                          "package.module:NAME) and load its weights file")
@@ -324,6 +325,7 @@ class MainWindow(QMainWindow):
         for text, slot in doors:
             self.compare_menu.addAction(text).triggered.connect(slot)
         self.compare_recent_menu = self.compare_menu.addMenu("Recent Models")
+        self.compare_recent_menu.setToolTipsVisible(True)
         self.compare_recent_menu.aboutToShow.connect(self._fill_compare_recent)
         self.stop_comparing_action = QAction("Stop Comparing", self)
         self.stop_comparing_action.setEnabled(False)

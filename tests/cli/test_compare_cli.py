@@ -64,6 +64,7 @@ def test_randomize_json_keys(setup, capsys):
     assert agreement["methods"] == ["decomposition", "occlusion"]
     assert [d["depth"] for d in agreement["depths"]] == [1, 2]
     assert agreement["depths"][0]["label"] == "head.projection.out"
+    assert agreement["depths"][0]["name"] == "head"  # readable, as the app's axis and the README say it
     for depth in agreement["depths"]:
         for method in ("decomposition", "occlusion"):
             values = depth["methods"][method]
