@@ -155,6 +155,8 @@ class JobsView(QWidget):
         lines = list(job.log)
         if job.error and job.error not in lines:
             lines.append(job.error)
+        if not lines:  # a job that logged nothing: say so, not "Select a job" beside a selected one
+            lines.append(f"{job.name}: {job.state}, no messages")
         self.log.setPlainText("\n".join(lines))
         self.log.verticalScrollBar().setValue(self.log.verticalScrollBar().maximum())
 
