@@ -267,3 +267,23 @@ def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_ru
         assert label.isVisible()
         assert label.contentsRect().width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
     win.shutdown()
+
+
+def test_a_code_models_normalization_is_part_of_its_fingerprint(tmp_path):
+    """Features extracted under one normalization are never taken for another's."""
+    from dmlviewer.core.models.source import ModelSource
+
+    import torch
+
+    file = tmp_path / "nets.py"
+    file.write_text(USER_MODEL)
+    namespace: dict = {}
+    exec(compile(USER_MODEL, "nets", "exec"), namespace)
+    torch.save(namespace["build_model"]().state_dict(), tmp_path / "w.pth")
+    weights = str(tmp_path / "w.pth")
+    plain = ModelSource("code", entry=f"{file}:build_model", weights=weights)
+    _, info = plain.open("cpu")
+    _, again = plain.open("cpu")
+    _, other = ModelSource("code", entry=f"{file}:build_model", weights=weights,
+                           options={"mean": [0.5, 0.5, 0.5]}).open("cpu")
+    assert info["sha256"] == again["sha256"] != other["sha256"]

@@ -401,6 +401,8 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
         fingerprint_of = module
     sha = code_sha256(entry, source_file, args, str(weights) if weights else None, fingerprint_of,
                       str(reference_weights) if reference_weights else None)
+    if transform is not None:  # another normalization gives other embeddings: never the same model's features
+        sha = hashlib.sha256(f"{sha}|{json.dumps(transform, sort_keys=True)}".encode()).hexdigest()
     if two:
         for m in module:
             m.eval()
