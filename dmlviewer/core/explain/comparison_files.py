@@ -9,7 +9,8 @@ written as the command line writes it.
   models are ``{"checks": [document A, document B]}``;
 - :func:`comparison_tables` and :func:`check_table`: the same as rows for CSV files
   (:func:`csv_text`), one table per list the window shows;
-- :func:`json_text`: strict JSON (a non-finite number is ``null``), the command line's style.
+- ``json_text``: strict JSON (a non-finite number is ``null``), the command line's style
+  (:mod:`dmlviewer.core.json_style`, re-exported here).
 
 Files are written whole or not at all (:func:`~dmlviewer.core.files.write_text_atomic`).
 """
@@ -18,28 +19,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 from pathlib import Path
-from typing import Any
 
-
-def strict(value: Any) -> Any:
-    """``value`` with every non-finite float as None and numpy scalars as Python numbers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
-        return strict(value.item())
-    return value
-
-
-def json_text(value: Any) -> str:
-    """One JSON document, indented by two spaces, strict (the command line's ``--json`` style)."""
-    return json.dumps(strict(value), indent=2, allow_nan=False) + "\n"
+from dmlviewer.core.json_style import json_text, strict  # noqa: F401 - json_text re-exported
 
 
 def _public(result: dict) -> dict:
