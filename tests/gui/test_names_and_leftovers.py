@@ -172,6 +172,15 @@ def test_the_code_dialog_keeps_its_fields_clears_its_error_and_says_the_preproce
     dialog = CodeModelDialog()
     qtbot.addWidget(dialog)
     assert "ImageNet mean and std" in dialog.preprocessing.text()
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.module.setText(str(tmp_path / "a" / "long" / "folder" / "that" / "is" / "not" / "there" / "nets.py"))
+    dialog.accept()  # a two-line error appears under the notes: the dialog grows, nothing is cut off
+    qtbot.wait(50)
+    assert not dialog.error.isHidden()
+    for label in dialog.findChildren(type(dialog.error)):
+        if label.wordWrap() and label.isVisible() and label.text():
+            assert label.height() >= label.heightForWidth(label.width()), label.text()[:40]
     dialog.module.setText(str(file))
     dialog.name.setEditText("build_model")
     dialog.mean.setText("0.5, 0.4, 0.3")
