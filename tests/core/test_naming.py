@@ -3,6 +3,8 @@ backbone a checkpoint records, paths shortened from the middle, several names ma
 
 from __future__ import annotations
 
+import json
+
 from dmlviewer.core.models.naming import (describe_preprocessing, distinct_names, model_name, shorten_middle,
                                           traits)
 from dmlviewer.core.models.source import ModelSource
@@ -54,3 +56,15 @@ def test_the_assumed_preprocessing_in_words():
         == "224 px, ImageNet mean and std"
     assert describe_preprocessing({"image_size": 96, "mean": [0.5] * 3, "std": [0.25] * 3}) \
         == "96 px, mean 0.5, 0.5, 0.5, std 0.25, 0.25, 0.25"
+
+
+def test_a_label_is_kept_by_the_last_session_and_recent_models_stay_one_entry_each(tmp_path):
+    from dmlviewer.core.session import LastSession, add_recent_source, recent_sources
+
+    path = str(tmp_path / "ms-96px" / "checkpoint.pt")
+    labelled = ModelSource("checkpoint", path=path, label="MS baseline")
+    back = LastSession.from_dict(json.dumps(LastSession(models={"primary": labelled}).to_dict())).models["primary"]
+    assert back.label == "MS baseline" and model_name(back, _info("ms")) == "MS baseline"
+    items = add_recent_source([], ModelSource.from_text(path))
+    items = add_recent_source(items, labelled)  # the same file, now labelled: one entry, the newest
+    assert [s.label for s in recent_sources(items)] == ["MS baseline"]
