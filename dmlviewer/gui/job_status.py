@@ -83,7 +83,7 @@ class JobStatus(QWidget):
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
-        self.label = FittedLabel("", max_width=320, mode=Qt.ElideRight)
+        self.label = FittedLabel("", max_width=240, mode=Qt.ElideRight)  # the whole name in the tooltip
         self.label.setObjectName("jobStatusLabel")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
