@@ -266,6 +266,8 @@ class CompareWindow(QWidget):
         self.check_plot.setLabel("left", "mean Spearman")
         self.check_plot.setLabel("bottom", "layers re-initialized (top down)")
         self.check_plot.setYRange(-0.2, 1.05)
+        self.check_plot.getAxis("bottom").setTicks([[(0, "trained")]])  # the depths come with a check
+        self.check_plot.setXRange(-0.2, 4.2)
         self.check_plot.setMinimumWidth(300)
         self.check_legend_strip = LegendStrip(columns=3)  # beside the plot: it never hides a curve
         self.check_legend = self.check_legend_strip.legend
