@@ -130,22 +130,12 @@ def add_device(parser: argparse.ArgumentParser, default: str = "auto", what: str
                         help=f"where the model runs{what}: {DEVICE_HELP}")
 
 
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
-        return _strict(value.item())
-    return value
-
-
 def print_json(value: Any) -> None:
     """Write ``value`` to stdout in the one JSON style of the command line (see the module
     docstring)."""
-    sys.stdout.write(json.dumps(_strict(value), indent=2, allow_nan=False) + "\n")
+    from dmlviewer.core.json_style import json_text
+
+    sys.stdout.write(json_text(value))
     sys.stdout.flush()
 
 

@@ -23,7 +23,7 @@ gradcam gradcam_nonorm rgradcam occlusion`` (repeatable or a comma list; default
   ``retrieval_disagreements`` (queries where exactly one model's nearest neighbour is of the
   query's class), ``num_pairs``;
 - ``--randomize``: ``split``, ``models`` (the one model's figures), ``agreement`` (``methods``
-  and ``depths``: per randomized depth its ``label``, ``modules``, mean ``similarity`` and per
+  and ``depths``: per randomized depth its ``label``, ``name`` (readable: ``stage 4``), ``modules``, mean ``similarity`` and per
   method ``overall_map_spearman iou peak_distance`` with ``mean`` and ``per_pair``), ``pairs``
   (``query reference query_path reference_path similarity randomized_similarity``),
   ``num_pairs``.
@@ -222,7 +222,8 @@ def _print_text(result: dict, randomize: bool) -> None:
         for d in agreement["depths"]:
             cells = "  ".join(f"{_number(d['methods'][m]['overall_map_spearman']['mean']):>18s}"
                               for m in agreement["methods"])
-            out.write(f"{d['depth']:5d}  {cells}  {d['label']}\n")
+            name = d.get("name") or d["label"]
+            out.write(f"{d['depth']:5d}  {cells}  {name}" + (f" ({d['label']})" if name != d["label"] else "") + "\n")
         return
     a = result["agreement"]
     out.write(f"agreement of the {a['method']} maps over {result['num_pairs']} pairs: Spearman "

@@ -325,7 +325,7 @@ def recent_sources(items: Iterable[Any]) -> list["ModelSource"]:
         except (ModelError, TypeError, ValueError) as exc:
             log.warning("skipping a remembered model: %s", exc)
             continue
-        key = source.to_json()
+        key = _recent_key(source)
         if key not in seen:
             seen.add(key)
             out.append(source)
@@ -338,8 +338,15 @@ def add_recent_source(items: Iterable[Any], source: "ModelSource", limit: int = 
     known = recent_sources(items)
     if source.persistent:
         source = _normalized(source)
-        known = [source] + [s for s in known if s.to_json() != source.to_json()]
+        known = [source] + [s for s in known if _recent_key(s) != _recent_key(source)]
     return [s.to_dict() for s in known[:limit]]
+
+
+def _recent_key(source: "ModelSource") -> str:
+    """What makes two recent models one entry: the source without the user's label."""
+    from dataclasses import replace
+
+    return replace(source, label=None).to_json() if source.kind != "python" else source.to_json()
 
 
 def _normalized(source: "ModelSource") -> "ModelSource":

@@ -197,7 +197,7 @@ class MainWindow(QMainWindow):
         bar = MessageStatusBar(self)
         self.setStatusBar(bar)
         self.job_status = JobStatus(self.runner)
-        self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.open())
+        self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.toggle())
         bar.addPermanentWidget(self.job_status)
         self.device_label = FittedLabel("", max_width=120)
         self.model_label = FittedLabel("no model", max_width=440)
@@ -228,6 +228,7 @@ class MainWindow(QMainWindow):
         self.open_checkpoint_action.setShortcut(QKeySequence("Ctrl+K"))
         self.open_checkpoint_action.triggered.connect(self._ask_checkpoint)
         self.recent_models_menu = QMenu("Recent &Models", self)
+        self.recent_models_menu.setToolTipsVisible(True)  # each entry's whole path
         self.open_code_action = QAction("Open Model from &Code…", self)
         self.open_code_action.setToolTip("Build the architecture with your own Python (file.py:NAME or "
                                          "package.module:NAME) and load its weights file")
@@ -324,12 +325,21 @@ class MainWindow(QMainWindow):
         for text, slot in doors:
             self.compare_menu.addAction(text).triggered.connect(slot)
         self.compare_recent_menu = self.compare_menu.addMenu("Recent Models")
+        self.compare_recent_menu.setToolTipsVisible(True)
         self.compare_recent_menu.aboutToShow.connect(self._fill_compare_recent)
         self.stop_comparing_action = QAction("Stop Comparing", self)
         self.stop_comparing_action.setEnabled(False)
         self.stop_comparing_action.triggered.connect(self.stop_comparing)
         file_menu.addMenu(self.compare_menu)
         file_menu.addAction(self.stop_comparing_action)
+        # A name of the user's for model A and B (issue 31 item 1), kept by the last session.
+        self.label_actions = {}
+        for slot, text in (("primary", "Label Model A…"), ("compare", "Label Model B…")):
+            action = file_menu.addAction(text)
+            action.setEnabled(False)
+            action.setStatusTip("Give the model a name of your own, shown in the views, tables and exports")
+            action.triggered.connect(lambda _=False, s=slot: self._ask_model_label(s))
+            self.label_actions[slot] = action
 
     def _connect(self) -> None:
         self.browser.query_chosen.connect(lambda i: self.set_pair(i, self.reference_index))
@@ -441,8 +451,14 @@ class MainWindow(QMainWindow):
         return True
 
     def _model_opened(self, model, info: dict, source) -> None:
-        settings.add_recent_model(source, self.settings)
+        settings.add_recent_model(source, self.settings, info)
         self.use_model(model, info, source.display(), source=source)
+        if source.kind == "code":  # nothing recorded it: say which preprocessing is assumed (issue 31 item 7)
+            from dmlviewer.core.models.naming import describe_preprocessing
+
+            self.statusBar().showMessage(f"{self._display_name()}: preprocessing assumed "
+                                         f"{describe_preprocessing(getattr(model, 'config', None))} (File ▸ Open "
+                                         "Model from Code sets input size, mean and std)", 20000)
 
     def use_model(self, model, info: dict, label: str | None = None, source=None) -> None:
         """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone, code or
@@ -486,8 +502,14 @@ class MainWindow(QMainWindow):
 
     def _show_model_labels(self) -> None:
         """The status bar's model labels: the open model, and while comparing "A: …" and "B: …"
-        (architecture and decomposition rule); the window title names both."""
+        (name and decomposition rule); the window title names the models (their distinct names,
+        ``core.models.naming``), the tooltips their files, architecture and preprocessing."""
+        from dmlviewer.core.models.naming import describe_preprocessing, full_description
+
         comparing = self.session.slot("compare") is not None
+        names = self._model_names()
+        for slot_name, action in getattr(self, "label_actions", {}).items():
+            action.setEnabled(slot_name in names)
         for name, label in (("primary", self.model_label), ("compare", self.compare_label)):
             slot = self.session.slot(name)
             if slot is None:
@@ -498,21 +520,65 @@ class MainWindow(QMainWindow):
             rule = info.get("rule") or ""
             summary = model_summary(slot.model)
             text = " · ".join(filter(None, (summary, rule_summary(rule))))
-            where = (source.path or source.entry) if source is not None and source.persistent else None
-            if comparing:  # two labels share the bar: name and rule; the architecture in the tooltip
-                text = " · ".join(filter(None, (f"{'A' if name == 'primary' else 'B'}: {self._display_name(name)}",
-                                                rule_summary(rule))))
+            if comparing:  # two labels share the bar: the names; rule and architecture in the tooltip (the
+                # pair view says each model's rule under the images)
+                text = f"{'A' if name == 'primary' else 'B'}: {names[name]}"
             label.setText(text)
-            label.setToolTip(f"{where or info.get('label')}\n{summary}\nepoch {info.get('epoch')}\n"
-                             f"sha256 {(info.get('sha256') or '')[:16]}…\ndecomposition: {rule}")
+            config = getattr(slot.model, "config", None)
+            label.setToolTip(f"{names[name]}\n{full_description(source) or info.get('label')}\n{summary}\n"
+                             f"epoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
+                             f"decomposition: {rule}\npreprocessing: {describe_preprocessing(config)}")
         self.compare_label.setVisible(comparing)
         self.device_label.setVisible(not comparing)  # room for B's label; the toolbar names the device
         if getattr(self, "compare_window", None) is not None:
             self.compare_window.refresh()
         title = "dmlviewer" + (f": {Path(self.dataset_path).name}" if self.dataset is not None else "")
         if comparing:
-            title += f" — A: {self._display_name('primary')} vs B: {self._display_name('compare')}"
+            title += f" — A: {names['primary']} vs B: {names['compare']}"
+        elif "primary" in names:
+            title += f" — {names['primary']}"
         self.setWindowTitle(title)
+
+    def _model_names(self) -> dict[str, str]:
+        """The open models' names by slot, distinct from each other (``core.models.naming``)."""
+        from dmlviewer.core.models.naming import distinct_names
+        from dmlviewer.core.session import SLOTS
+
+        open_ = [(name, self.session.slot(name)) for name in SLOTS if self.session.slot(name) is not None]
+        # side by side, what tells them apart: a backbone both have is said in the tooltips only
+        names = distinct_names([(slot.source, slot.info) for _, slot in open_], shared_traits=False)
+        return {name: text for (name, _), text in zip(open_, names)}
+
+    def label_model(self, slot: str, label: str | None) -> None:
+        """Give the model of ``slot`` a label of the user's (None or "": its own name again); the
+        label is part of its source, so the views, tables, exports and the last session keep it."""
+        from dataclasses import replace
+
+        entry = self.session.slot(slot)
+        if entry is None or entry.source is None:
+            return
+        label = (label or "").strip()[:80] or None
+        if entry.source.kind == "python":  # a live module's label is its class name when none is given
+            label = label or type(entry.model).__name__
+        entry.source = replace(entry.source, label=label)
+        self._show_model_labels()
+        if slot == "compare":
+            self.pair_view.set_compare_model(entry.model, self.device, self._display_name("compare"))
+        self._remember_session()
+
+    def _ask_model_label(self, slot: str) -> None:
+        """File > Label Model A/B…: a name of the user's for the model (empty: its own name)."""
+        from PySide6.QtWidgets import QInputDialog
+
+        entry = self.session.slot(slot)
+        if entry is None:
+            return
+        current = entry.source.label if entry.source is not None and entry.source.kind != "python" else ""
+        text, ok = QInputDialog.getText(self, f"Label model {'A' if slot == 'primary' else 'B'}",
+                                        "A name for this model in the views, tables and exports "
+                                        "(empty: its file name):", text=current or "")
+        if ok:
+            self.label_model(slot, text)
 
     # -- the compare model (issue 24): model B of the pair view, in the session's "compare" slot
     def open_compare(self, source) -> None:
@@ -553,7 +619,7 @@ class MainWindow(QMainWindow):
             self._report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
             return
         model, info = result
-        settings.add_recent_model(source, self.settings)
+        settings.add_recent_model(source, self.settings, info)
         self.use_compare_model(model, info, source)
 
     def use_compare_model(self, model, info: dict, source=None) -> None:
@@ -628,13 +694,16 @@ class MainWindow(QMainWindow):
     def _fill_compare_recent(self) -> None:
         menu = self.compare_recent_menu
         menu.clear()
+        from dmlviewer.core.models.naming import full_description
+
         sources = settings.recent_models(self.settings)
         for model, info, source in reversed(self._live_models):
             action = menu.addAction(f"{source.display()} (Python module, until you quit)")
             action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_compare_model(m, i, s))
-        for source in sources:
-            action = menu.addAction(source.display())
-            action.setToolTip(source.path or source.entry or "")
+        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
+            action = menu.addAction(name)
+            action.setToolTip(full_description(source))
+            action.setStatusTip(full_description(source))
             action.triggered.connect(lambda _=False, s=source: self.open_compare(s))
         if not sources and not self._live_models:
             menu.addAction("(none)").setEnabled(False)
@@ -652,9 +721,12 @@ class MainWindow(QMainWindow):
             self._set_features(None, None)
         if dataset is None:
             self.dataset_label.setText("no dataset")
+            self.dataset_label.setToolTip("")
         else:
-            self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
-                                       f"{dataset.num_classes} classes")
+            # short enough to read whole beside two models' names at 1366 px; the rest in the tooltip
+            self.dataset_label.setText(f"{Path(path).name}: {len(dataset):,} images, {dataset.num_classes} classes")
+            self.dataset_label.setToolTip(f"{path}\nformat {dataset.format}: {len(dataset):,} images, "
+                                          f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
 
     def _report_model_error(self, title: str, exc: BaseException, source=None) -> None:
@@ -803,7 +875,9 @@ class MainWindow(QMainWindow):
             self.use_compare_model(model, info, source)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
-        if self.pair_view.images is None:  # no pair could be shown: say what to do, not "Loading…"
+        if self.pair_view.images is not None:  # the pair's own line again, never "Loading the model …"
+            self.pair_view.refresh_info()
+        else:  # no pair could be shown: say what to do, not "Loading…"
             self.pair_view.info.setText("Choose a query (click) and a reference (Ctrl+click) in the dataset."
                                         if self.dataset is not None else
                                         "Open a dataset and a checkpoint, then choose a query and a reference.")
@@ -963,10 +1037,9 @@ class MainWindow(QMainWindow):
                 self.runner.cancel(job)
 
     def _display_name(self, slot: str = "primary") -> str:
-        """The model of ``slot`` as its source names it ("the model" when it has none)."""
-        entry = self.session.slot(slot)
-        source = None if entry is None else entry.source
-        return source.display() if source is not None else "the model"
+        """The model of ``slot`` by its name (distinct from the other open model's; the user's
+        label when it has one; "the model" when none is open)."""
+        return self._model_names().get(slot, "the model")
 
     def _model_name(self, slot: str = "primary") -> str:
         """The model of ``slot`` in words, for job names; while comparing "A (…)" or "B (…)",
@@ -1251,6 +1324,7 @@ class MainWindow(QMainWindow):
 
     def _fill_recent_models(self, menu: QMenu) -> None:
         """Recent Models: every kind of source, reopened as what it is (in the background)."""
+        from dmlviewer.core.models.naming import full_description
         from dmlviewer.core.session import kind_words
 
         sources = settings.recent_models(self.settings)
@@ -1260,10 +1334,10 @@ class MainWindow(QMainWindow):
         if not sources and not self._live_models:
             menu.addAction("(none)").setEnabled(False)
             return
-        for source in sources:
-            action = menu.addAction(source.display())
-            action.setToolTip(source.path or source.entry or "")
-            action.setStatusTip(f"{kind_words(source.kind)}: {source.path or source.entry}")
+        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
+            action = menu.addAction(name)
+            action.setToolTip(full_description(source))
+            action.setStatusTip(f"{kind_words(source.kind)}: {full_description(source)}")
             action.triggered.connect(lambda _=False, s=source: self.open_in_background(model=s))
         menu.addSeparator()
         menu.addAction("Clear").triggered.connect(lambda: settings.clear_recent_models(self.settings))

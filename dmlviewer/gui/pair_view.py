@@ -800,6 +800,16 @@ class PairView(QWidget):
         self.info.setText(f"Explanation failed: {first}")
         errors.show_error(self, "Explanation failed", first, details)
 
+    def refresh_info(self) -> None:
+        """Say the pair's line again (its similarity breakdown when ready) after another line
+        took its place, e.g. the main window's "Loading the model …" of a load that failed."""
+        if self.state == "ready" and self.explanation is not None:
+            self._show_similarity_info()
+        elif self.state == "preparing":
+            self.info.setText("Preparing the pair (forward passes, contributions)…")
+        elif self.model is None:
+            self.info.setText("Open a checkpoint to explain the pair.")
+
     def _show_similarity_info(self) -> None:
         e = self.explanation
         p2p_sum = float(np.asarray(e.point_to_point).sum())
@@ -1141,14 +1151,14 @@ class PairView(QWidget):
         if occluded:
             text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
         if share is not None:
-            text += f": this position explains {100.0 * share:+.2f}% of the similarity"
+            text += f": {100.0 * share:+.2f}% of the similarity"  # short: read whole in a 1366-px status bar
             readout = f"<b>{100.0 * share:+.1f}%</b> of {'A’s' if self.comparing else 'the'} similarity"
             peak = getattr(self._renderers.get(side), "last_scale", None)
             if scale is None and peak is not None:  # each map: the magnitude its 1.0 stands for
                 readout += f"<br>peak {peak:.2g}"
             other.show_readout(readout)
         if pinned:
-            text += "   [pinned, Esc to release]"
+            text += "  [pinned, Esc to release]"
         self.status_message.emit(text)
 
     def _compare_point(self, side: int, x: float, y: float, signed: bool, levels: tuple, label: str) -> None:

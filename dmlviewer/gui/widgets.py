@@ -421,6 +421,25 @@ def style_plot(plot, grid: bool = True) -> None:
     no_si_prefix(plot)
 
 
+#: One colour per explanation method (issue 31 item 8), the same in every plot that draws a
+#: curve per method: far apart on the dark background and in print (Okabe-Ito, plus white).
+METHOD_COLORS = {
+    "decomposition": "#0072B2",       # blue
+    "decomposition_bias": "#E69F00",  # orange
+    "gradcam": "#009E73",             # green
+    "gradcam_nonorm": "#CC79A7",      # pink
+    "rgradcam": "#F0E442",            # yellow
+    "grad_transfer": "#D55E00",       # vermillion (never beside the sanity check's orange)
+    "occlusion": "#FFFFFF",           # white
+}
+
+
+def method_color(method: str, index: int = 0) -> str:
+    """The colour of ``method``'s curves (:data:`METHOD_COLORS`; another method: the
+    ``index``-th series colour)."""
+    return METHOD_COLORS.get(method) or series_color(index)
+
+
 def series_color(index: int) -> str:
     """Colour of the ``index``-th curve of a plot."""
     return PALETTE[index % len(PALETTE)]

@@ -71,22 +71,26 @@ def agree(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.all(a == b, axis=-1)))
 
 
-def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
+def test_compare_opens_a_second_row_and_names_both_models(compared, small_ckpt, other_ckpt):
     window, view = compared, compared.pair_view
     assert view.compare_splitter.isVisible() and view.compare_controls.isVisible()
     assert window.compare_label.isVisible()
-    assert window.model_label.text().startswith("A: small.pt") and window.compare_label.text().startswith("B: other.pt")
-    assert "decomposition" in window.compare_label.text()  # its rule
-    # two labels share the bar: name and rule; the architecture is in the tooltip
-    assert "small_cnn" in window.compare_label.toolTip() and "small_cnn" not in window.compare_label.text()
-    assert "A: small.pt vs B: other.pt" in window.windowTitle()
+    # named by run folder and file (issue 31 item 1); the backbone both have tells them not apart
+    name_a, name_b = f"{small_ckpt.parent.name}/small.pt", f"{other_ckpt.parent.name}/other.pt"
+    assert window.model_label.text() == f"A: {name_a}" and window.compare_label.text() == f"B: {name_b}"
+    # two labels share the bar: the names; the rule and the architecture are in the tooltip (the
+    # pair view says each model's rule under the images)
+    assert "decomposition: " in window.compare_label.toolTip() and "small_cnn" in window.compare_label.toolTip()
+    assert str(other_ckpt) in window.compare_label.toolTip()  # the whole path
+    assert f"A: {name_a} vs B: {name_b}" in window.windowTitle()
     a, b = view.explanation.similarity, view.compare_explanation.similarity
     assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()
     assert window.similarity_label.text() == f"A {a:+.4f} · B {b:+.4f}"
     # row B shows row A's images: its captions name the model and the role; the tooltip has the rest
     for top, bottom, role in zip(view.panes, view.compare_panes, ("Query", "Reference")):
         file = top.title.text().split(" · ")[-1]  # "file.jpg #index", A's caption's last part
-        assert f"<b>B</b> other.pt · " in bottom.title.text() and role in bottom.title.text()
+        assert f"<b>B</b> {name_b} · " in bottom.title.text()
+        assert role in bottom.title.text()
         assert file not in bottom.title.text() and file in bottom.title.toolTip()
     # The second row shows model B's overall maps (positive sign, each pane its own scale).
     for pane, side in zip(view.compare_panes, ("query", "reference")):
@@ -205,13 +209,13 @@ def test_a_compare_model_that_cannot_be_opened_is_a_dialog(compared, tmp_path, q
     assert window.session.slot("compare") is not None  # model B as it was
 
 
-def test_compare_models_window_lists_pairs_and_opens_one(compared, qtbot):
+def test_compare_models_window_lists_pairs_and_opens_one(compared, small_ckpt, qtbot):
     window = compared
     tool = window.show_compare_window()
     assert tool.run_button.isEnabled()
     tool.pairs_spin.setValue(4)
     tool.start()
-    assert "A (small.pt)" in tool.job.name and "B (other.pt)" in tool.job.name
+    assert f"A ({small_ckpt.parent.name}/small.pt)" in tool.job.name and "/other.pt)" in tool.job.name
     qtbot.waitUntil(lambda: tool.job.ended, timeout=120000)
     qtbot.waitUntil(lambda: tool.result is not None, timeout=5000)
     rows = tool.result["pairs"]
@@ -454,7 +458,7 @@ def test_compare_window_sanity_check_curve(compared, qtbot):
     tool.check_depths_spin.setValue(3)
     assert tool.check_button.isEnabled()
     tool.start_check()
-    assert "B (other.pt)" in tool.check_job.name
+    assert "/other.pt)" in tool.check_job.name and tool.check_job.name.count(" and ") == 0
     qtbot.waitUntil(lambda: tool.check_job.ended, timeout=180000)
     qtbot.waitUntil(lambda: tool.check_result is not None, timeout=5000)
     result = tool.check_result
@@ -508,8 +512,8 @@ def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_e
 
 
 def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_suffix():
-    from dmlviewer.gui.compare_window import _short_label
+    from dmlviewer.gui.compare_window import tick_label
 
-    assert _short_label("backbone.net.stages.3 (both branches)") == "stages.3"
-    assert _short_label("head.projection.out (both branches)") == "head"
-    assert _short_label("backbone.net.stages.1 .. backbone.net.stages.0") == "stages.1"
+    assert tick_label({"label": "backbone.net.stages.3 (both branches)"}) == "+ stage 4"
+    assert tick_label({"label": "head.projection.out (both branches)"}) == "+ head"
+    assert tick_label({"label": "backbone.net.stages.1 .. backbone.net.stages.0"}) == "+ stage 2"

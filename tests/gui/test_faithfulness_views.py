@@ -67,7 +67,7 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     view.set_method("decomposition")
     _hover(r, view.link, 33.0, 12.0)
     _hover(q, view.link, 20.0, 30.0)
-    assert "explains" in loaded.statusBar().currentMessage()
+    assert "% of the similarity" in loaded.statusBar().currentMessage()  # the point's share, decomposition again
     assert view._hover_tensor() is expl.point_to_point
 
 

@@ -58,7 +58,7 @@ def test_hover_draws_the_cores_partial_map_on_the_other_pane(loaded):
     # Identical up to one colour step where rounding puts a pixel into the neighbouring bin.
     assert np.mean(np.all(first == want, axis=-1)) > 0.98
     assert q.vline.isVisible() and not r.vline.isVisible()
-    assert "explains" in loaded.statusBar().currentMessage()
+    assert "% of the similarity" in loaded.statusBar().currentMessage()  # the point's share (issue 31: short)
 
     # A second point gives another map; the reverse direction works from the reference pane.
     side, x2, y2 = hover(q, view.link, 50.0, 10.0)

@@ -97,7 +97,10 @@ def test_the_last_session_reopens_each_model_source_as_what_it_is(qtbot, dialogs
     assert second.dataset_path == str(demo_root) and (second.query_index, second.reference_index) == (3, 9)
     wait_ready(second.pair_view, timeout=120000)
     second.recent_models_menu.aboutToShow.emit()
-    assert [a.text() for a in second.recent_models_menu.actions()][0] == source.display()
+    from dmlviewer.core.models.naming import distinct_names
+
+    first_entry = [a.text() for a in second.recent_models_menu.actions()][0]  # its name (issue 31 item 1)
+    assert first_entry == distinct_names([(source, second.checkpoint_info)])[0]
     second.shutdown()
 
 
@@ -162,7 +165,8 @@ def test_a_stale_extraction_is_dropped_after_a_dataset_switch(window, demo_root,
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     qtbot.waitUntil(lambda: len(calls) == 1 and window.runner.current is not None, timeout=30000)
     stale = window.runner.current
-    assert stale.name == f"Extract features of {Path(demo_root).name} with {Path(small_ckpt).name}"
+    assert stale.name == (f"Extract features of {Path(demo_root).name} with "
+                          f"{small_ckpt.parent.name}/{small_ckpt.name} · small_cnn")  # the model by its name
 
     assert window.open_dataset(other)
     gate.set()
@@ -283,7 +287,7 @@ def test_a_live_module_is_in_recent_models_until_quit_and_never_in_the_last_sess
     assert window.open_checkpoint(small_ckpt)
     window.recent_models_menu.aboutToShow.emit()
     entries = {a.text(): a for a in window.recent_models_menu.actions()}
-    assert Path(small_ckpt).name in entries
+    assert f"{small_ckpt.parent.name}/{small_ckpt.name} · small_cnn" in entries  # run folder, file, backbone
     entries["build_model() (Python module, until you quit)"].trigger()
     assert window.model is live and window.model_source.kind == "python"
     assert [s.kind for s in settings.recent_models()] == ["checkpoint"]

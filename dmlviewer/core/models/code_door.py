@@ -356,7 +356,7 @@ def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | N
 def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: str | os.PathLike | None = None,
                     device: str | torch.device = "cpu", feature_layer: str | None = None, output: Any = None,
                     size: Any = None, reference_weights: str | os.PathLike | None = None,
-                    input_shapes: Any = None) -> tuple[nn.Module, dict]:
+                    input_shapes: Any = None, mean: Any = None, std: Any = None) -> tuple[nn.Module, dict]:
     """``(model, info)``: the module ``entry(**args)`` builds, with ``weights`` loaded, through
     :func:`~.opening.open_model` (``feature_layer``, ``output``: a key or an index, ``size``).
     ``info["source"]`` is ``"code"``, ``info["path"]`` the weights file, ``info["entry"]`` and
@@ -368,12 +368,20 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     ``query.``/``reference.``) or, with ``reference_weights``, the query branch's alone;
     ``input_shapes`` is the ``(query, reference)`` pair of input shapes (each a side or
     ``(height, width)``, e.g. ``((64, 256), 128)``) and overrides ``size``; ``feature_layer``
-    applies to both branches, or is ``"QUERY_LAYER,REFERENCE_LAYER"``."""
+    applies to both branches, or is ``"QUERY_LAYER,REFERENCE_LAYER"``. ``mean``/``std``: the
+    input's normalization per RGB channel (default ImageNet's), as ``import-model --mean/--std``
+    give a checkpoint's; with ``size``, the preprocessing the model is run with (both branches)."""
     from .opening import open_model
 
     if isinstance(output, bool) or (output is not None and not isinstance(output, (str, int))):
         raise ModelError(f"output must be a key (text) or an index (integer), got {output!r}"[:200])
     args = dict(args or {})
+    transform = None
+    if mean is not None or std is not None:
+        from dmlviewer.core.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+        transform = {"mean": tuple(float(v) for v in (mean or IMAGENET_MEAN)),
+                     "std": tuple(float(v) for v in (std or IMAGENET_STD))}
     module, source_file = build_module(entry, args)
     two = isinstance(module, tuple)
     if not two and (reference_weights or input_shapes):
@@ -396,6 +404,8 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
         fingerprint_of = module
     sha = code_sha256(entry, source_file, args, str(weights) if weights else None, fingerprint_of,
                       str(reference_weights) if reference_weights else None)
+    if transform is not None:  # another normalization gives other embeddings: never the same model's features
+        sha = hashlib.sha256(f"{sha}|{json.dumps(transform, sort_keys=True)}".encode()).hexdigest()
     if two:
         for m in module:
             m.eval()
@@ -403,10 +413,12 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
             size = _shapes_pair(input_shapes)
         if isinstance(feature_layer, str) and "," in feature_layer:  # "QUERY_LAYER,REFERENCE_LAYER"
             feature_layer = tuple(part.strip() or None for part in feature_layer.split(",", 1))
-        model, info = open_model(tuple(module), device, feature_layer=feature_layer, output=output, size=size)
+        model, info = open_model(tuple(module), device, feature_layer=feature_layer, output=output, size=size,
+                                 transform=transform)
     else:
         module.eval()  # a freshly built module is in training mode as every nn.Module is: nothing to say
-        model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size)
+        model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size,
+                                 transform=transform)
     notes = notes + list(info.get("notes", []))
     info = {**info, "source": "code", "path": str(weights) if weights else None, "entry": str(entry), "args": args,
             "sha256": sha, "notes": notes}
