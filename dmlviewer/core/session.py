@@ -110,12 +110,14 @@ class Stamp:
 
 @dataclass(frozen=True)
 class JobEntry:
-    """A background job working for what is open: its kind (``"extract"``, ``"grad"`` …), its
-    name and the stamp taken when it was queued."""
+    """A background job working for what is open: its kind (``"extract"``, ``"grad"``,
+    ``"open-compare"`` …), its name, the stamp taken when it was queued and the runner's
+    handle of it (to cancel it)."""
 
     kind: str
     name: str
     stamp: Stamp
+    handle: Any = None
 
 
 class Session:
@@ -134,6 +136,7 @@ class Session:
         self.reference_index: int | None = None
         self.features: Any = None
         self.features_path: str | None = None
+        self.features_chosen = False  # the feature file was opened by the user (not computed here)
         self.device: str = device
         self.jobs: dict[Any, JobEntry] = {}
         self.pinned: tuple | None = None  # (side, x, y) of the pinned point, None: none
@@ -180,7 +183,7 @@ class Session:
         stale_features = self.features is not None and dataset is not None and not self.features_fit()
         if stale_features:
             log.info("closing %s: computed from another dataset", self.features_path)
-            self.features, self.features_path = None, None
+            self.features, self.features_path, self.features_chosen = None, None, False
         had_pin, self.pinned = self.pinned is not None, None
         self.events.dataset.emit()
         if had_pair:
@@ -211,10 +214,12 @@ class Session:
         if self.pinned is not None:
             self.set_pinned(None)
 
-    def set_features(self, features: Any, path: str | None) -> None:
-        if features is self.features and path == self.features_path:
+    def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
+        """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
+        file that does not fit is then flagged, not replaced without asking)."""
+        if features is self.features and path == self.features_path and chosen == self.features_chosen:
             return
-        self.features, self.features_path = features, path
+        self.features, self.features_path, self.features_chosen = features, path, bool(chosen)
         self.events.features.emit()
 
     def set_device(self, device: str) -> None:
@@ -291,9 +296,10 @@ class Session:
         created = (getattr(self.features, "attrs", None) or {}).get("created", "")
         return f"{self.features_path}|{created}|{id(self.features)}"
 
-    def add_job(self, job_id: Any, kind: str, name: str = "", stamp: Stamp | None = None) -> JobEntry:
+    def add_job(self, job_id: Any, kind: str, name: str = "", stamp: Stamp | None = None,
+                handle: Any = None) -> JobEntry:
         """Remember a job queued for what is open now (``stamp``: default, taken now)."""
-        entry = JobEntry(kind, name, stamp or self.stamp())
+        entry = JobEntry(kind, name, stamp or self.stamp(), handle)
         self.jobs[job_id] = entry
         self.events.jobs.emit()
         return entry
@@ -308,6 +314,10 @@ class Session:
     def running(self, kind: str) -> list[Any]:
         """Ids of the jobs of ``kind`` that work for what is open now."""
         return [job_id for job_id, entry in self.jobs.items() if entry.kind == kind and self.accepts(entry.stamp)]
+
+    def stale_jobs(self) -> list[Any]:
+        """Ids of the jobs that work for a dataset or model no longer open."""
+        return [job_id for job_id, entry in self.jobs.items() if not self.accepts(entry.stamp)]
 
     # -- the last session
     def to_dict(self) -> dict:

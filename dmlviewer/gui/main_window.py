@@ -10,11 +10,12 @@ background (pair preparation and retrieval in ``LatestRunner``s, feature extract
 ``JobRunner`` queue that the jobs view of the Tools menu shows). Every failure becomes a dialog
 with the traceback as details; the window stays usable.
 
-The state (dataset, models, pair, feature file, device) is not kept here: it lives in the
-headless ``core.session.Session`` (``window.session``), which this window changes through its
-``set_*`` methods and observes (``session.events``): the panels are updated from its events, the
-last session is written from it, and a job's result is shown only when ``session.accepts`` its
-stamp (results of a dataset or model closed meanwhile are dropped).
+The state (dataset and its identity, models, pair, feature file, jobs, device, display options)
+is not kept here: it lives in the headless, evented ``core.session.Session``
+(``window.session``), which this window changes through its ``set_*`` methods. The widgets bind
+to it (the retrieval panel and the status bar follow its events; the pair view its display
+options), the last session is written from it, and a job's result is shown only when
+``session.accepts`` its stamp (results of a dataset or model closed meanwhile are dropped).
 
 Comparing two models (issue 24): File > Compare With Model opens a second model, through any
 door, into the session's ``"compare"`` slot (model B, shown by the pair view as a second row);
@@ -85,13 +86,9 @@ class MainWindow(QMainWindow):
         self.model_lock = threading.RLock()
         self.session = Session()
         self.loading = False  # files being read by open_in_background
-        self._extract_job = None
-        self._jobs: dict[int, tuple] = {}  # job id -> (kind, session stamp when it was queued)
-        self._features_chosen = False  # the open feature file was chosen by the user
         self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
         self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
-        self._grad_job = None
         self._grad_job_key: tuple | None = None
         self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
 
@@ -106,7 +103,7 @@ class MainWindow(QMainWindow):
 
         self.browser = DatasetBrowser(self.loader)
         self.browser.setMinimumWidth(2 * self.browser.view.gridSize().width() + 40)  # two columns at least
-        self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock)
+        self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock, session=self.session)
         self.index_keeper = IndexKeeper(self.runner, self)
         self.index_keeper.index_ready.connect(self.retrieval.set_index)
         self.index_keeper.status.connect(self.retrieval.set_search_note)
@@ -122,7 +119,6 @@ class MainWindow(QMainWindow):
         self._connect()
         self.tools = self._install_tools()
         self.compare_window = None  # Tools > Compare Models, created on first use
-        self._compare_request = 0  # the latest open_compare (an older one that arrives later is dropped)
         self._install_compare_tool()
         self._restore_options()
         fit_to_screen(self, 1500, 920)  # never larger than the screen (1366 x 768 laptops)
@@ -358,6 +354,7 @@ class MainWindow(QMainWindow):
         events.device.connect(self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
             event.connect(self._remember_session)  # after the panels: the last session on disk
+        self.session.display.events.all.connect(self._remember_session)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._compare_loaded.connect(self._on_compare_loaded)
@@ -471,7 +468,7 @@ class MainWindow(QMainWindow):
             self._on_compare_changed()
             return
         self._drop_stale_jobs()
-        model, info = self.model, self.checkpoint_info or {}
+        model = self.model
         if model is None:
             return
         self.pair_view.set_model(model, self.device)
@@ -480,9 +477,6 @@ class MainWindow(QMainWindow):
         self.group_tabs.set_model(model)
         if self.pair_view.images is not None:
             self.group_tabs.set_pair(self.pair_view.images)
-        # The retrieval panel checks the features' checkpoint_sha256 against this one and asks
-        # for this model's features when they differ (never another model's neighbours).
-        self.retrieval.set_model(model, self.device, info.get("sha256"))
         self.model_changed.emit(model)
 
     def _show_model_labels(self) -> None:
@@ -524,8 +518,9 @@ class MainWindow(QMainWindow):
         if not isinstance(source, ModelSource):
             source = ModelSource.from_text(str(source))
         device = self.device
-        self._compare_request += 1
-        request = self._compare_request
+        self._forget_compare_loads()  # only the newest model B asked for is shown
+        request = object()
+        self.session.add_job(request, "open-compare", f"Loading model B {source.display()}")
         self.statusBar().showMessage(f"Loading model B {source.display()}…")
 
         def work() -> None:
@@ -546,7 +541,7 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.session import kind_words
 
         request, source, result = value
-        if request != self._compare_request:  # another model B was asked for (or none) meanwhile
+        if self.session.end_job(request) is None:  # forgotten: another model B (or none) was asked for meanwhile
             log.info("dropped model B %s: another one was asked for meanwhile", source.display())
             return
         self.statusBar().clearMessage()
@@ -567,8 +562,14 @@ class MainWindow(QMainWindow):
     def stop_comparing(self) -> None:
         """File > Stop Comparing: model B goes, the pair view shows one row again (a model B
         still loading is dropped when it arrives)."""
-        self._compare_request += 1
+        self._forget_compare_loads()
         self.session.set_model(None, slot="compare")
+
+    def _forget_compare_loads(self) -> None:
+        """Model B loads still running are dropped when they arrive (their jobs are forgotten)."""
+        for request, entry in list(self.session.jobs.items()):
+            if entry.kind == "open-compare":
+                self.session.end_job(request)
 
     def _install_compare_tool(self) -> None:
         action = QAction("&Compare Models…", self)
@@ -648,9 +649,6 @@ class MainWindow(QMainWindow):
         self.pair_view.set_grad_bank(self._grad_banks.get(self._grad_key()))
         self.problems.clear_problems()
         self.browser.set_dataset(dataset)
-        self.retrieval.set_dataset(dataset)
-        if self.features is not None and not self._features_match(self.features):
-            self._set_features(None, None)
         if dataset is None:
             self.dataset_label.setText("no dataset")
         else:
@@ -708,7 +706,7 @@ class MainWindow(QMainWindow):
         return True
 
     def _apply_features(self, features, path: str) -> None:
-        self._set_features(features, path, chosen=True)
+        self.session.set_features(features, path, chosen=True)
         settings.add_recent("features", path, self.settings)
         mismatch = self.retrieval.mismatch()
         if mismatch:
@@ -801,7 +799,7 @@ class MainWindow(QMainWindow):
             self._apply_features(features, path)
         if "compare" in result and self.model is not None:  # the last session's model B (issue 24)
             (model, info), source = result["compare"]
-            self._compare_request += 1  # a File > Compare With Model still loading is older than this
+            self._forget_compare_loads()  # a File > Compare With Model still loading is older than this
             self.use_compare_model(model, info, source)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
@@ -827,7 +825,7 @@ class MainWindow(QMainWindow):
         if self._read_pair(query_index, reference_index) is None:
             return
         if (query_index, reference_index) == (self.query_index, self.reference_index):
-            self._on_pair_changed()  # the same pair chosen again: shown again
+            self.session.events.pair.emit()  # the same pair chosen again: shown again
         else:
             self.session.set_pair(query_index, reference_index)
 
@@ -888,7 +886,6 @@ class MainWindow(QMainWindow):
         self.pair_view.set_pair(pair)
         self.group_tabs.set_pair(pair)
         self.browser.set_marks(query, reference)
-        self.retrieval.set_query(query)
 
     def set_device(self, device: str) -> None:
         """Run the model on ``device`` (moves the loaded model and re-prepares the pair)."""
@@ -898,6 +895,9 @@ class MainWindow(QMainWindow):
             from dmlviewer.core.models import resolve_device
 
             resolved = str(resolve_device(device))
+            # Extraction and Grad-CAM weights run on the device they started on: cancelled
+            # (before the model moves under the lock), the extraction started again after.
+            restart = self._cancel_model_jobs() if resolved != self.device else []
             with self.model_lock:
                 if self.model is not None:
                     self.model.to(resolved)
@@ -907,13 +907,24 @@ class MainWindow(QMainWindow):
             return
         self.settings.setValue("options/device", device)
         self.session.set_device(resolved)
+        if "extract" in restart:
+            self.extract_features()
+
+    def _cancel_model_jobs(self) -> list[str]:
+        """Cancel the extraction and Grad-CAM weight jobs of the open model; their kinds."""
+        kinds = []
+        for job_id, entry in list(self.session.jobs.items()):
+            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
+                self.session.end_job(job_id)
+                self.runner.cancel(entry.handle)
+                kinds.append(entry.kind)
+        return kinds
 
     def _on_device_changed(self) -> None:
         device = self.device
         self.device_label.setText(f"device: {device}")
         if self.model is not None:
             self.pair_view.set_model(self.model, device)
-            self.retrieval.set_model(self.model, device, (self.checkpoint_info or {}).get("sha256"))
         compare = self.session.slot("compare")
         if compare is not None:  # model B runs on the same device
             try:
@@ -924,7 +935,10 @@ class MainWindow(QMainWindow):
             self.pair_view.set_compare_model(compare.model, device, self._display_name("compare"))
 
     def extract_features(self) -> None:
-        """Embed the open dataset with the current model in the job queue; open the HDF5 file."""
+        """Embed the open dataset with the current model in the job queue; open the HDF5 file
+        (a file this window wrote earlier is reopened when it fits the dataset's identity). The
+        job runs the model under ``model_lock``, batch by batch, as every other user of the
+        shared model does (a device change moves it under the lock)."""
         if self.model is None or self.dataset is None or self._extract_job is not None:
             return
         sha = (self.checkpoint_info or {}).get("sha256")
@@ -932,37 +946,48 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.evaluate.extract import extract_features, features_fit
 
         if out.exists() and features_fit(out, self.model, self.dataset):  # else: extracted before per-branch (issue 25)
-            self._open_extracted(out)
-            return
+            if self._open_extracted(out, quiet=True):
+                return
 
-        model, dataset, device = self.model, self.dataset, self.device
+        model, dataset, device, lock = self.model, self.dataset, self.device, self.model_lock
 
         def factory(cancel):
-            return extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
-                                    cancel=cancel, checkpoint_sha256=sha)
+            return _under_lock(extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
+                                                cancel=cancel, checkpoint_sha256=sha), lock)
 
-        self._extract_job = self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with "
-                                         f"{self._model_name()}", factory)
-        self.retrieval.source.setText(f"Computing the features of the dataset with the open model into "
-                                      f"{out.parent} (see View ▸ Jobs)…")
+        self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with {self._model_name()}",
+                     factory)
 
-    # -- jobs of the open dataset and model
+    # -- jobs of the open dataset and model: held by the session with their stamps
     def _submit(self, kind: str, name: str, factory):
         """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now: its result is
         shown only if the session still accepts the job's stamp when it ends."""
         job = self.runner.submit(name, factory)
-        self._jobs[job.id] = (kind, self.session.stamp())
+        self.session.add_job(job.id, kind, name, handle=job)
         return job
+
+    def _current_job(self, kind: str):
+        """The running job of ``kind`` that works for what is open (None: none)."""
+        for job_id in self.session.running(kind):
+            return self.session.jobs[job_id].handle
+        return None
+
+    @property
+    def _extract_job(self):
+        return self._current_job("extract")
+
+    @property
+    def _grad_job(self):
+        return self._current_job("grad")
 
     def _drop_stale_jobs(self) -> None:
         """The dataset or model changed: cancel the jobs working for what is no longer open
         (a result that still arrives is dropped by the stamp check)."""
-        for attr in ("_extract_job", "_grad_job"):
-            job = getattr(self, attr)
-            if job is not None and not self.session.accepts(self._jobs.get(job.id, (None, None))[1]):
-                log.info("cancelling %s: its dataset or model is no longer open", job.name)
-                setattr(self, attr, None)
-                self.runner.cancel(job)
+        for job_id in self.session.stale_jobs():
+            entry = self.session.jobs[job_id]
+            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
+                log.info("cancelling %s: its dataset or model is no longer open", entry.name)
+                self.runner.cancel(entry.handle)
 
     def _display_name(self, slot: str = "primary") -> str:
         """The model of ``slot`` as its source names it ("the model" when it has none)."""
@@ -991,60 +1016,52 @@ class MainWindow(QMainWindow):
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{Path(self.dataset_path).name}-{model}-{sha[:12]}-{where}.h5"
 
-    def _open_extracted(self, path: str | Path) -> None:
-        """Open features this window extracted for what is open now."""
+    def _open_extracted(self, path: str | Path, quiet: bool = False) -> bool:
+        """Open features this window extracted for what is open now, when they fit the open
+        dataset's identity (``quiet``: a file found from an earlier run that does not fit is
+        replaced without a word). False when not opened."""
         from dmlviewer.core.evaluate import read_features
 
         try:
             features = read_features(path)
         except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot open features", exc)
-            return
-        self._set_features(features, str(path))
+            if not quiet:
+                errors.report_exception(self, "Cannot open features", exc)
+            return False
+        if not self.session.features_fit(features):
+            log.info("not opening %s: computed from another dataset than %s", path, self.dataset_path)
+            return False
+        self.session.set_features(features, str(path))
+        return True
 
     def _on_job_finished(self, job, result) -> None:
-        kind, stamp = self._jobs.pop(job.id, (None, None))
-        if kind is None:
+        entry = self.session.end_job(job.id)
+        if entry is None:
             return  # not one of this window's jobs (the tools have their own)
-        if job is self._extract_job:
-            self._extract_job = None
-        if job is self._grad_job:
-            self._grad_job = None
-        if not self.session.accepts(stamp):  # the one check: is its dataset and model still open?
+        if not self.session.accepts(entry.stamp):  # the one check: is its dataset and model still open?
             log.info("dropped the result of %s: its dataset or model is no longer open", job.name)
             return
-        if kind == "extract":
+        if entry.kind == "extract":
             path = (result or {}).get("path") if isinstance(result, dict) else None
             if path:
                 self._open_extracted(path)
-        elif kind == "grad" and isinstance(result, tuple):
+        elif entry.kind == "grad" and isinstance(result, tuple):
             self._on_grad_bank(*result)
 
     def _on_job_failed(self, job, text: str) -> None:
-        self._jobs.pop(job.id, None)
-        if job is self._extract_job:
-            self._extract_job = None
+        entry = self.session.end_job(job.id)
         first, details = errors.split_failure(text)
-        if job is self._grad_job:
-            self._grad_job = None
+        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
             self.pair_view.set_grad_bank(None, f"the Grad-CAM weights could not be computed: {first}")
         errors.show_error(self, f"Job failed: {job.name}", first, details)
 
     def _on_job_cancelled(self, job) -> None:
-        self._jobs.pop(job.id, None)
-        if job is self._extract_job:
-            self._extract_job = None
-        elif job is self._grad_job:
-            self._grad_job = None
+        entry = self.session.end_job(job.id)
+        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
             self.pair_view.show_grad_progress("cancelled; choose the map again to restart it.")
-
-    def _set_features(self, features, path: str | None, chosen: bool = False) -> None:
-        self._features_chosen = chosen
-        self.session.set_features(features, path)
 
     def _on_features_changed(self) -> None:
         features = self.features
-        self.retrieval.set_features(features, chosen=getattr(self, "_features_chosen", False))
         self.index_keeper.set_features(features)
         self.features_changed.emit(features)
 
@@ -1083,22 +1100,23 @@ class MainWindow(QMainWindow):
             self.pair_view.set_grad_bank(None, "the open dataset has no training split: the method borrows the "
                                                "Grad-CAM weights of labelled training images")
             return
-        if self._grad_job is not None and not self._grad_job.ended:
+        running = self._grad_job
+        if running is not None and not running.ended:
             if self._grad_job_key == key:
                 return
-            self.runner.cancel(self._grad_job)  # weights of another model or dataset
+            self.runner.cancel(running)  # weights of another model or dataset
         from dmlviewer.core.explain.grad_transfer import compute_grad_weights
 
-        model, device = self.model, self.device
+        model, device, lock = self.model, self.device, self.model_lock
 
         def factory(cancel):
-            for event in compute_grad_weights(model, train, device=device, cancel=cancel):
+            for event in _under_lock(compute_grad_weights(model, train, device=device, cancel=cancel), lock):
                 if event.kind == "done":
                     event.data["result"] = (key, event.data["result"])
                 yield event
 
         self._grad_job_key = key
-        self._grad_job = self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
+        self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
                                               f"{Path(self.dataset_path).name} with {self._model_name()}", factory)
         self.pair_view.show_grad_progress(f"computing the Grad-CAM weights of {len(train):,} training images "
                                           "(see View ▸ Jobs)…")
@@ -1142,13 +1160,6 @@ class MainWindow(QMainWindow):
         self.set_pair(query, reference)
         self.browser.select_index(query)
         return True
-
-    def _features_match(self, features) -> bool:
-        """Do the features' paths belong to the open dataset? (checked on a sample)"""
-        if self.dataset is None:
-            return True
-        sample = {str(p) for p in features.paths[:50]}
-        return any(p in sample for p in self.dataset.paths)  # one scan, no index of every path
 
     def _choose_default_pair(self) -> None:
         ds = self.dataset
@@ -1437,6 +1448,23 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
+
+
+def _under_lock(events, lock):
+    """The events of a job generator, each step run while holding ``lock`` (the shared model's
+    ``model_lock``): a device change, which moves the model under the lock, waits for the batch
+    in progress, and the pair view's work interleaves with the job between batches."""
+    try:
+        while True:
+            with lock:
+                try:
+                    event = next(events)
+                except StopIteration:
+                    return
+            yield event
+    finally:
+        with lock:
+            events.close()  # the model's mode is restored under the lock too
 
 
 def model_summary(model) -> str:
