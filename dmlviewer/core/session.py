@@ -143,6 +143,11 @@ class Session:
         self.generation = 0
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
 
+    def close(self) -> None:
+        """Close the window showing this session (``dmlviewer.view``'s), if any."""
+        if self.window is not None:
+            self.window.close()
+
     # -- the primary slot, as most callers see it
     def slot(self, name: str = "primary") -> ModelSlot | None:
         return self.slots.get(name)

@@ -93,7 +93,7 @@ class MainWindow(QMainWindow):
         self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
 
         self.loader = ThumbnailLoader(parent=self)
-        self.pair_view = PairView(model_lock=self.model_lock)
+        self.pair_view = PairView(model_lock=self.model_lock, display=self.session.display)
         self.group_tabs = GroupTabs(model_lock=self.model_lock)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -354,7 +354,6 @@ class MainWindow(QMainWindow):
         events.device.connect(self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
             event.connect(self._remember_session)  # after the panels: the last session on disk
-        self.session.display.events.all.connect(self._remember_session)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._compare_loaded.connect(self._on_compare_loaded)
@@ -1067,7 +1066,10 @@ class MainWindow(QMainWindow):
 
     # -- the last session and the recent models
     def _remember_session(self, *_args) -> None:
-        """Session event: the last session (``settings.save_session``) follows what is open."""
+        """Session event: the last session (``settings.save_session``) follows what is open
+        (not while the last session itself is being reopened)."""
+        if self.loading:
+            return
         settings.save_session(self.session.to_dict(), self.settings)
 
     def _last_session(self):
@@ -1325,29 +1327,26 @@ class MainWindow(QMainWindow):
 
     # -- persistence
     def _restore_options(self) -> None:
+        """The device from the settings; the display options from the last session (untrusted
+        text: a value that cannot be used keeps its default), else from the keys older versions
+        wrote. From then on every display change is remembered with the last session."""
         s = self.settings
         device = str(s.value("options/device", "cpu"))
         index = self.device_combo.findData(device)
         self.device_combo.setCurrentIndex(max(0, index))
         self.session.set_device(self.device_combo.currentData() or "cpu")
         self.device_label.setText(f"device: {self.device}")
-        pv = self.pair_view
-        for key, combo in (("method", pv.method_combo), ("sign", pv.sign_combo), ("scale", pv.scale_combo),
-                           ("colormap", pv.cmap_combo)):
-            value = s.value(f"options/{key}")
-            if value is not None and combo.findData(value) >= 0:
-                combo.setCurrentIndex(combo.findData(value))
-        pv.opacity.setValue(int(s.value("options/opacity", pv.opacity.value())))
-        self.retrieval.k_spin.setValue(int(s.value("options/k", self.retrieval.k_spin.value())))
+        last = self._last_session()
+        values = dict(last.display) if last is not None and last.display else _older_display_options(s)
+        skipped = self.session.display.update(values)
+        if skipped:
+            log.info("display options of the last session not restored (bad values): %s", ", ".join(skipped))
+        self.session.display.events.all.connect(self._remember_session)
 
     def _save_options(self) -> None:
+        """The last session (with its display options) and the window's geometry and docks."""
+        self._remember_session()
         s = self.settings
-        pv = self.pair_view
-        for key, combo in (("method", pv.method_combo), ("sign", pv.sign_combo), ("scale", pv.scale_combo),
-                           ("colormap", pv.cmap_combo)):
-            s.setValue(f"options/{key}", combo.currentData())
-        s.setValue("options/opacity", pv.opacity.value())
-        s.setValue("options/k", self.retrieval.k_spin.value())
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState(STATE_VERSION))
         s.sync()
@@ -1448,6 +1447,21 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
+
+
+def _older_display_options(values) -> dict:
+    """The display options as versions before the session held them wrote them
+    (``options/method`` … ``options/k``; the opacity in percent)."""
+    out = {key: values.value(f"options/{key}") for key in ("method", "sign", "scale", "colormap")}
+    out = {key: value for key, value in out.items() if value is not None}
+    try:
+        if values.value("options/opacity") is not None:
+            out["opacity"] = float(values.value("options/opacity")) / 100.0
+        if values.value("options/k") is not None:
+            out["neighbours"] = int(values.value("options/k"))
+    except (TypeError, ValueError):
+        pass
+    return out
 
 
 def _under_lock(events, lock):

@@ -407,3 +407,32 @@ def test_features_never_cross_between_two_demo_folders_with_the_same_file_names(
         again.shutdown()
         again.close()
     assert dialogs == []
+
+
+def test_the_last_session_keeps_the_display_options_and_a_bad_value_keeps_its_default(qtbot, dialogs):
+    """Issue 30: the display state is part of the last session (read from the session, not from
+    combo boxes); settings text is untrusted: a value that cannot be used keeps its default."""
+    first = _new_window(qtbot)
+    view = first.pair_view
+    view.sign_combo.setCurrentIndex(view.sign_combo.findData("signed"))  # through the toolbar
+    first.session.display.colormap = "viridis"  # through the session, as a notebook would
+    first.retrieval.k_spin.setValue(7)
+    assert first.session.display.sign == "signed" and first.session.display.neighbours == 7
+    first.close()
+    assert json.loads(settings.session_values()["last"])["display"]["colormap"] == "viridis"
+
+    second = _new_window(qtbot)
+    display = second.session.display
+    assert (display.sign, display.colormap, display.neighbours) == ("signed", "viridis", 7)
+    assert second.pair_view.sign_combo.currentData() == "signed"
+    assert second.pair_view.cmap_combo.currentData() == "viridis" and second.retrieval.k_spin.value() == 7
+    second.close()
+
+    remembered = json.loads(settings.session_values()["last"])
+    remembered["display"].update(sign="rm -rf", opacity=7.5, colormap="inferno")
+    settings.app_settings().setValue("session/last", json.dumps(remembered))
+    third = _new_window(qtbot)
+    display = third.session.display
+    assert (display.sign, display.opacity, display.colormap) == ("positive", 0.6, "inferno")
+    assert dialogs == []
+    third.close()
