@@ -69,9 +69,6 @@ class MainWindow(QMainWindow):
     ``open_in_background``, ``add_tool_action``; attributes ``session`` and ``runner``, and the
     read-only views of the session ``dataset``, ``model``, ``features`` and the others below."""
 
-    dataset_changed = Signal(object)
-    model_changed = Signal(object)
-    features_changed = Signal(object)
     _loaded = Signal(object)  # open_in_background: what the loading thread read
     _compare_loaded = Signal(object)  # open_compare: (request, source, (model, info) or the exception)
     _loading_step = Signal(str)
@@ -476,7 +473,6 @@ class MainWindow(QMainWindow):
         self.group_tabs.set_model(model)
         if self.pair_view.images is not None:
             self.group_tabs.set_pair(self.pair_view.images)
-        self.model_changed.emit(model)
 
     def _show_model_labels(self) -> None:
         """The status bar's model labels: the open model, and while comparing "A: …" and "B: …"
@@ -654,7 +650,6 @@ class MainWindow(QMainWindow):
             self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
                                        f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
-        self.dataset_changed.emit(dataset)
 
     def _report_model_error(self, title: str, exc: BaseException, source=None) -> None:
         """A model that could not be opened: a dialog; a bare state dict (weights without an
@@ -1062,7 +1057,6 @@ class MainWindow(QMainWindow):
     def _on_features_changed(self) -> None:
         features = self.features
         self.index_keeper.set_features(features)
-        self.features_changed.emit(features)
 
     # -- the last session and the recent models
     def _remember_session(self, *_args) -> None:

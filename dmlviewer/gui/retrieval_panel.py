@@ -146,7 +146,6 @@ class RetrievalPanel(QWidget):
         self.list.setItemDelegate(_ResultDelegate(loader, self.list))
         self.list.itemClicked.connect(self._on_item)
         self.runner = LatestRunner(self)
-        self._search_id: int | None = None  # the runner's request whose results are awaited
         self.runner.result_ready.connect(self._on_results)
         self.runner.request_failed.connect(self._on_failed)
         loader.ready.connect(lambda _i: self.list.viewport().update())
@@ -330,7 +329,7 @@ class RetrievalPanel(QWidget):
                 return stamp, region_retrieve(model, image, region, features, k=k, device=device,
                                               index=search_index, query_row=row)
 
-        self._search_id = self.runner.submit(job, cancel_aware=True)
+        self.runner.submit(job, cancel_aware=True)
 
     def _query_name(self) -> str:
         if self.query_index is None or self.dataset is None:
@@ -381,17 +380,15 @@ class RetrievalPanel(QWidget):
             dataset_rows.prepare()
             return stamp, results
 
-        self._search_id = self.runner.submit(job, cancel_aware=True)
+        self.runner.submit(job, cancel_aware=True)
 
     @property
     def searching(self) -> bool:
         """True while the newest search has not answered (screenshots wait for it)."""
-        return self._search_id is not None and self._search_id == self.runner.latest_id
+        return self.runner.pending
 
     # -- outputs
     def _on_results(self, request: int, value: object) -> None:
-        if request == self._search_id:
-            self._search_id = None
         stamp, results = value
         if not self.session.accepts(stamp):  # computed from features, a dataset or a model no longer open
             return
@@ -402,8 +399,6 @@ class RetrievalPanel(QWidget):
         self._show(list(results))
 
     def _on_failed(self, request: int, text: str) -> None:
-        if request == self._search_id:
-            self._search_id = None
         first, details = errors.split_failure(text)
         errors.show_error(self, "Retrieval failed", first, details)
 

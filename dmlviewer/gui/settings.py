@@ -146,11 +146,6 @@ def add_recent(key: str, path: str | os.PathLike, settings: QSettings | None = N
     return items
 
 
-def remove_recent(key: str, path: str, settings: QSettings | None = None) -> None:
-    settings = settings or app_settings()
-    settings.setValue(f"recent/{key}", [p for p in recent(key, settings) if p != path])
-
-
 # -- model sources and the last session (core.session; issue 23 item 2)
 def recent_models(settings: QSettings | None = None) -> list:
     """The recent models as ``ModelSource``s, newest first: ``recent/models`` (source dicts as
