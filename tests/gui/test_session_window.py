@@ -436,3 +436,41 @@ def test_the_last_session_keeps_the_display_options_and_a_bad_value_keeps_its_de
     assert (display.sign, display.opacity, display.colormap) == ("positive", 0.6, "inferno")
     assert dialogs == []
     third.close()
+
+
+def test_extraction_runs_the_shared_model_under_the_model_lock(window, demo_root, small_ckpt, tmp_path, qtbot,
+                                                                monkeypatch):
+    """Issue 30 item 7: the extraction job holds ``model_lock`` while it runs the model, as a
+    device change (which moves the model under the lock) and the pair view do."""
+    import dmlviewer.core.evaluate.extract as extract_module
+
+    real = extract_module.extract_features
+    inside, release, free = threading.Event(), threading.Event(), []
+
+    def held(model, dataset, out, **kwargs):
+        inside.set()  # the first step of the job: the model is about to run
+        release.wait(60)
+        yield from real(model, dataset, out, **kwargs)
+
+    def try_lock() -> None:  # another thread, as the pair view's worker
+        got = window.model_lock.acquire(blocking=False)
+        free.append(got)
+        if got:
+            window.model_lock.release()
+
+    monkeypatch.setattr(extract_module, "extract_features", held)
+    settings.set_output_dir(tmp_path / "outputs")
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    try:
+        assert inside.wait(60)
+        probe = threading.Thread(target=try_lock)
+        probe.start()
+        probe.join(30)
+        assert free == [False]  # the running extraction step holds the lock
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    probe = threading.Thread(target=try_lock)
+    probe.start()
+    probe.join(30)
+    assert free == [False, True]  # and lets it go when done
