@@ -141,6 +141,7 @@ class Session:
         self.jobs: dict[Any, JobEntry] = {}
         self.pinned: tuple | None = None  # (side, x, y) of the pinned point, None: none
         self.generation = 0
+        self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
 
     def close(self) -> None:
@@ -249,8 +250,13 @@ class Session:
         features = self.features if features is None else features
         if features is None or self.dataset is None or self.dataset_identity is None:
             return True
+        key = (id(features), id(self.dataset), self.dataset_identity)
+        if self._fit_cache is not None and self._fit_cache[0] == key:  # a file without a fingerprint reads its paths
+            return self._fit_cache[1]
         attrs = getattr(features, "attrs", None) or {}
-        return features_fit_dataset(attrs, lambda: features.paths, self.dataset, self.dataset_identity)
+        fits = features_fit_dataset(attrs, lambda: features.paths, self.dataset, self.dataset_identity)
+        self._fit_cache = (key, fits, features)  # the features kept alive while their id is the key
+        return fits
 
     def features_problem(self, features: Any = None) -> str | None:
         """Why ``features`` (default: the open ones) must not be shown with the open dataset and

@@ -351,6 +351,10 @@ class MainWindow(QMainWindow):
         events.device.connect(self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
             event.connect(self._remember_session)  # after the panels: the last session on disk
+        link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
+        for signal in (link.point_changed, link.point_cleared):
+            signal.connect(lambda *_: self.session.set_pinned(self.pair_view.link.pinned))
+        events.pinned.connect(self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._compare_loaded.connect(self._on_compare_loaded)
@@ -881,6 +885,17 @@ class MainWindow(QMainWindow):
         self.group_tabs.set_pair(pair)
         self.browser.set_marks(query, reference)
 
+    def _on_pinned(self) -> None:
+        """Session event: a point pinned (or released) from outside the pair view, e.g. a
+        notebook's ``session.set_pinned((side, x, y))``, is pinned on the panes."""
+        link, point = self.pair_view.link, self.session.pinned
+        if point == link.pinned or self.pair_view.state != "ready":
+            return
+        if point is None:
+            link.unpin()
+        else:
+            link.pin(int(point[0]), float(point[1]), float(point[2]))
+
     def set_device(self, device: str) -> None:
         """Run the model on ``device`` (moves the loaded model and re-prepares the pair)."""
         if device == self.device or not device:
@@ -1078,7 +1093,8 @@ class MainWindow(QMainWindow):
 
     # -- grad-weight transfer
     def _grad_key(self) -> tuple:
-        return ((self.checkpoint_info or {}).get("sha256"), self.dataset_path)
+        """The Grad-CAM weights belong to a model's weights and a dataset (its identity)."""
+        return ((self.checkpoint_info or {}).get("sha256"), self.session.dataset_identity)
 
     def _compute_grad_bank(self) -> None:
         """Grad-weight transfer needs Grad-CAM weights of labelled images (seed 002): compute
