@@ -397,12 +397,7 @@ class LastSession:
             out[key] = value
         if out.get("format") and out["format"] not in DATASET_FORMATS:
             raise SessionError(f"the remembered session has an unknown dataset format {out['format']!r:.40}")
-        display = data.get("display")
-        if isinstance(display, dict) and len(display) <= 64:  # each value is checked where it is used
-            out["display"] = {str(k)[:64]: v for k, v in display.items() if isinstance(v, (str, int, float, bool))
-                              or v is None}
-        elif display not in (None, ""):
-            log.warning("the remembered display options are not an object: ignored")
+        out["display"] = _display_values(data.get("display"))
         models = data.get("models") or {}
         if not isinstance(models, dict):
             raise SessionError("the remembered session's models are not an object")
@@ -416,6 +411,20 @@ class LastSession:
                 raise SessionError(f"the remembered session's {name} model: {exc}") from None
         return cls(**out)
 
+    @staticmethod
+    def display_from_settings(values: dict) -> dict:
+        """Only the display options of the last session's settings (``session/last``), read
+        without the model sources (so without importing torch: the window reads them while it
+        is built); values are checked where they are used (``DisplayOptions.update``)."""
+        text = values.get("last")
+        if not text or not isinstance(text, (str, bytes)) or len(text) > 16 * _MAX_TEXT:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return {}
+        return _display_values(data.get("display")) if isinstance(data, dict) else {}
+
     @classmethod
     def from_settings(cls, values: dict) -> "LastSession":
         """From the app's settings: ``session/last`` (this module's JSON) when present, else
@@ -427,6 +436,16 @@ class LastSession:
         if values.get("checkpoint"):
             old["models"] = {"primary": values["checkpoint"]}
         return cls.from_dict(old)
+
+
+def _display_values(display: Any) -> dict:
+    """Remembered display options as plain values (untrusted: each is checked by
+    ``DisplayOptions.update`` where it is used); anything but an object is ignored."""
+    if isinstance(display, dict) and len(display) <= 64:
+        return {str(k)[:64]: v for k, v in display.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    if display not in (None, ""):
+        log.warning("the remembered display options are not an object: ignored")
+    return {}
 
 
 # -- recent models ----------------------------------------------------------------------------

@@ -1346,8 +1346,9 @@ class MainWindow(QMainWindow):
         self.device_combo.setCurrentIndex(max(0, index))
         self.session.set_device(self.device_combo.currentData() or "cpu")
         self.device_label.setText(f"device: {self.device}")
-        last = self._last_session()
-        values = dict(last.display) if last is not None and last.display else _older_display_options(s)
+        from dmlviewer.core.session import LastSession
+
+        values = LastSession.display_from_settings(settings.session_values(s)) or _older_display_options(s)
         skipped = self.session.display.update(values)
         if skipped:
             log.info("display options of the last session not restored (bad values): %s", ", ".join(skipped))
