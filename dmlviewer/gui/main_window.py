@@ -395,10 +395,13 @@ class MainWindow(QMainWindow):
         """Open a dataset folder; ``fmt`` overrides format detection. False (and a dialog) on error."""
         from dmlviewer.core.data import open_dataset
 
+        from dmlviewer.core.data.identity import listing_fingerprint
+
         path = str(Path(path).expanduser())
         try:
             with _busy():
                 dataset = open_dataset(path, format=fmt)
+                listing_fingerprint(dataset)  # its identity (one stat a file), kept on it for the session
         except Exception as exc:  # noqa: BLE001 - every failure reaches the user
             errors.report_exception(self, "Cannot open dataset", exc)
             return False
