@@ -239,6 +239,13 @@ def test_features_are_bound_to_the_dataset_identity_not_to_its_file_names(tmp_pa
     assert "another dataset" in s.features_problem(bound)
     legacy_partial = SimpleNamespace(attrs={"dataset_root": str(tmp_path / "two")}, paths=two.paths[:-1])
     assert not s.features_fit(legacy_partial)
+    # A file of one split (``evaluate --split test``) carries the fingerprint of its images: it
+    # fits its own folder, never the other one with the same names.
+    test = two.select_split("test")
+    split_file = SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(test)}, paths=test.paths)
+    assert 0 < len(test) < len(two) and s.features_fit(split_file)
+    s.set_dataset(one, str(tmp_path / "one"))
+    assert not s.features_fit(split_file)
 
 
 def test_jobs_are_held_with_their_stamps_and_a_feature_stamp_follows_the_feature_file(tmp_path):

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Where the fingerprint is kept on a dataset object once computed.
+#: Where the fingerprint and the file sizes are kept on a dataset object once computed.
 _CACHE = "_listing_fingerprint"
+_SIZES = "_listing_file_sizes"
 
 
 @dataclass(frozen=True)
@@ -43,32 +44,54 @@ def resolved_root(root: Any) -> str:
         return str(root)
 
 
-def listing_fingerprint(dataset: Any) -> str:
+def listing_fingerprint(dataset: Any, rows: Any = None) -> str:
     """sha256 (hex) of the dataset's listing: sorted relative paths with class name, split and
-    file size (-1 for a file that cannot be read). Kept on ``dataset`` after the first call."""
-    cached = getattr(dataset, _CACHE, None)
-    if cached:
-        return cached
+    file size (-1 for a file that cannot be read); ``rows``: of those images only (a feature
+    file of one split). The whole listing's is kept on ``dataset`` after the first call, and so
+    are the file sizes."""
+    if rows is None:
+        cached = getattr(dataset, _CACHE, None)
+        if cached:
+            return cached
     paths = [str(p) for p in getattr(dataset, "paths", [])]
-    root = Path(getattr(dataset, "root", "") or ".")
     labels = getattr(dataset, "labels", None)
     names = list(getattr(dataset, "class_names", []) or [])
     split = getattr(dataset, "split", None)
+    sizes = _file_sizes(dataset, paths)
+    chosen = range(len(paths)) if rows is None else [int(r) for r in rows]
     digest = hashlib.sha256()
-    for i in sorted(range(len(paths)), key=paths.__getitem__):
+    for i in sorted(chosen, key=paths.__getitem__):
         label = "" if labels is None else int(labels[i])
         name = names[label] if isinstance(label, int) and 0 <= label < len(names) else label
-        try:
-            size = os.stat(root / paths[i]).st_size
-        except OSError:
-            size = -1
-        digest.update(f"{paths[i]}\t{name}\t{'' if split is None else split[i]}\t{size}\n".encode("utf-8", "replace"))
+        digest.update(f"{paths[i]}\t{name}\t{'' if split is None else split[i]}\t{sizes[i]}\n"
+                      .encode("utf-8", "replace"))
     value = digest.hexdigest()
+    if rows is None:
+        _keep(dataset, _CACHE, value)
+    return value
+
+
+def _file_sizes(dataset: Any, paths: list[str]) -> list[int]:
+    """Each image's file size in bytes (-1: cannot be read), kept on ``dataset``."""
+    cached = getattr(dataset, _SIZES, None)
+    if cached is not None and len(cached) == len(paths):
+        return cached
+    root = Path(getattr(dataset, "root", "") or ".")
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(root / path).st_size)
+        except OSError:
+            sizes.append(-1)
+    _keep(dataset, _SIZES, sizes)
+    return sizes
+
+
+def _keep(dataset: Any, name: str, value: Any) -> None:
     try:
-        setattr(dataset, _CACHE, value)
+        setattr(dataset, name, value)
     except AttributeError:  # an object that takes no attributes: computed again next time
         pass
-    return value
 
 
 def dataset_identity(dataset: Any, path: Any = None) -> DatasetIdentity:
@@ -78,12 +101,23 @@ def dataset_identity(dataset: Any, path: Any = None) -> DatasetIdentity:
 
 def features_fit_dataset(attrs: dict, paths: Any, dataset: Any, identity: DatasetIdentity) -> bool:
     """Were features with root attributes ``attrs`` computed from this dataset? By the stored
-    ``dataset_fingerprint`` when the file has one; a file written before it existed fits only
-    when its ``dataset_root`` is the same folder and its paths (``paths``: a sequence, or a
-    function giving it, read only then) are the dataset's listing."""
+    ``dataset_fingerprint`` when the file has one (the whole listing's or, for a file of some
+    of its images such as one split, the fingerprint of those images); a file written before
+    the attribute existed fits only when its ``dataset_root`` is the same folder and its paths
+    (``paths``: a sequence, or a function giving it, read only when needed) are the dataset's
+    listing."""
     stored = str(attrs.get("dataset_fingerprint") or "")
     if stored:
-        return stored == identity.fingerprint
+        if stored == identity.fingerprint:
+            return True
+        # A file of part of the dataset (``evaluate --split test``): every path in the listing,
+        # and the fingerprint of those images.
+        listed = [str(p) for p in (paths() if callable(paths) else paths)]
+        row = {p: i for i, p in enumerate(map(str, getattr(dataset, "paths", [])))}
+        rows = [row.get(p) for p in listed]
+        if not rows or None in rows or len(set(rows)) != len(rows):
+            return False
+        return stored == listing_fingerprint(dataset, rows)
     if not attrs.get("dataset_root") or resolved_root(attrs["dataset_root"]) != identity.root:
         return False
     listed = paths() if callable(paths) else paths
