@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self.model_lock = threading.RLock()
         self.session = Session()
         self.loading = False  # files being read by open_in_background
+        self._models_device = "cpu"  # where the open models are (the session's device once moved)
         self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
         self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
@@ -900,27 +901,19 @@ class MainWindow(QMainWindow):
             link.pin(int(point[0]), float(point[1]), float(point[2]))
 
     def set_device(self, device: str) -> None:
-        """Run the model on ``device`` (moves the loaded model and re-prepares the pair)."""
+        """Run the models on ``device``: the session's device changes and the models follow
+        (``_on_device_changed``); a device name that cannot be used is said in a dialog."""
         if device == self.device or not device:
             return
         try:
             from dmlviewer.core.models import resolve_device
 
             resolved = str(resolve_device(device))
-            # Extraction and Grad-CAM weights run on the device they started on: cancelled
-            # (before the model moves under the lock), the extraction started again after.
-            restart = self._cancel_model_jobs() if resolved != self.device else []
-            with self.model_lock:
-                if self.model is not None:
-                    self.model.to(resolved)
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot use device", exc)
-            self.device_combo.setCurrentIndex(max(0, self.device_combo.findData(self.device)))
+            self._show_device()
             return
-        self.settings.setValue("options/device", device)
         self.session.set_device(resolved)
-        if "extract" in restart:
-            self.extract_features()
 
     def _cancel_model_jobs(self) -> list[str]:
         """Cancel the extraction and Grad-CAM weight jobs of the open model; their kinds."""
@@ -933,18 +926,44 @@ class MainWindow(QMainWindow):
         return kinds
 
     def _on_device_changed(self) -> None:
-        device = self.device
-        self.device_label.setText(f"device: {device}")
+        """Session event (the device combo, or a notebook's ``session.set_device``): the models
+        move to the session's device under the model lock. Extraction and Grad-CAM weights run
+        on the device they started on: cancelled before the move, the extraction started again
+        after. A device that cannot take the models is said in a dialog and the previous one
+        comes back."""
+        device, previous = self.device, self._models_device
+        restart = self._cancel_model_jobs()
+        try:
+            with self.model_lock:
+                for slot in list(self.session.slots.values()):
+                    slot.model.to(device)
+        except Exception as exc:  # noqa: BLE001
+            errors.report_exception(self, "Cannot use device", exc)
+            if device != previous:
+                self.session.set_device(previous)  # the models move back (this event again)
+            return
+        self._models_device = device
+        self.settings.setValue("options/device", device)
+        self._show_device()
         if self.model is not None:
             self.pair_view.set_model(self.model, device)
         compare = self.session.slot("compare")
         if compare is not None:  # model B runs on the same device
-            try:
-                with self.model_lock:
-                    compare.model.to(device)
-            except Exception as exc:  # noqa: BLE001
-                errors.report_exception(self, "Cannot move model B", exc)
             self.pair_view.set_compare_model(compare.model, device, self._display_name("compare"))
+        if "extract" in restart:
+            self.extract_features()
+
+    def _show_device(self) -> None:
+        """The device combo and the status bar's label show the session's device."""
+        device = self.device
+        self.device_label.setText(f"device: {device}")
+        index = self.device_combo.findData(device)
+        if index < 0:
+            self.device_combo.addItem(device, device)
+            index = self.device_combo.findData(device)
+        self.device_combo.blockSignals(True)
+        self.device_combo.setCurrentIndex(index)
+        self.device_combo.blockSignals(False)
 
     def extract_features(self) -> None:
         """Embed the open dataset with the current model in the job queue; open the HDF5 file
@@ -1348,7 +1367,7 @@ class MainWindow(QMainWindow):
         index = self.device_combo.findData(device)
         self.device_combo.setCurrentIndex(max(0, index))
         self.session.set_device(self.device_combo.currentData() or "cpu")
-        self.device_label.setText(f"device: {self.device}")
+        self._show_device()
         from dmlviewer.core.session import LastSession
 
         values = LastSession.display_from_settings(settings.session_values(s)) or _older_display_options(s)

@@ -54,5 +54,10 @@ def test_view_opens_a_live_module_on_a_list_of_images(qtbot, dialogs, wait_ready
         assert window.pair_view.explanation.similarity == pytest.approx(
             dmlviewer.explain(net, images[4], images[1], feature_layer="layer4", size=96).similarity, abs=1e-4)
         assert dialogs == []
+        # A device the model cannot go to, set from the notebook: said once, the previous one back.
+        session.set_device("nonsense")
+        assert [title for title, _, _ in dialogs] == ["Cannot use device"]
+        assert session.device == "cpu" and window.device_combo.currentData() == "cpu"
+        assert next(window.model.parameters()).device.type == "cpu"
     finally:
         window.shutdown()
