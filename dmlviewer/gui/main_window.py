@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.session = Session()
         self.loading = False  # files being read by open_in_background
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
+        self._session_links: list[tuple] = []  # (session event, callback) connected by this window
         self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
         self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
@@ -345,22 +346,28 @@ class MainWindow(QMainWindow):
         self.runner.job_failed.connect(self._on_job_failed)
         self.runner.job_cancelled.connect(self._on_job_cancelled)
         events = self.session.events
-        events.dataset.connect(self._on_dataset_changed)
-        events.model.connect(self._on_model_changed)
-        events.pair.connect(self._on_pair_changed)
-        events.features.connect(self._on_features_changed)
-        events.device.connect(self._on_device_changed)
+        self._observe(events.dataset, self._on_dataset_changed)
+        self._observe(events.model, self._on_model_changed)
+        self._observe(events.pair, self._on_pair_changed)
+        self._observe(events.features, self._on_features_changed)
+        self._observe(events.device, self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
-            event.connect(self._remember_session)  # after the panels: the last session on disk
+            self._observe(event, self._remember_session)  # after the panels: the last session on disk
         link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
         for signal in (link.point_changed, link.point_cleared):
             signal.connect(lambda *_: self.session.set_pinned(self.pair_view.link.pinned))
-        events.pinned.connect(self._on_pinned)
+        self._observe(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._compare_loaded.connect(self._on_compare_loaded)
         self._loading_step.connect(self._on_loading_step)
         self._devices_found.connect(self._on_devices)
+
+    def _observe(self, signal, callback) -> None:
+        """Connect ``callback`` to a session event until the window shuts down (the session,
+        e.g. ``dmlviewer.view``'s, may outlive the window)."""
+        signal.connect(callback)
+        self._session_links.append((signal, callback))
 
     def _install_tools(self):
         """Training, evaluation, localization, embedding and jobs (gui/tools.py) in the Tools
@@ -1374,7 +1381,7 @@ class MainWindow(QMainWindow):
         skipped = self.session.display.update(values)
         if skipped:
             log.info("display options of the last session not restored (bad values): %s", ", ".join(skipped))
-        self.session.display.events.all.connect(self._remember_session)
+        self._observe(self.session.display.events.all, self._remember_session)
 
     def _save_options(self) -> None:
         """The last session (with its display options) and the window's geometry and docks."""
@@ -1480,6 +1487,9 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
+        for signal, callback in self._session_links:  # the session may outlive the window
+            signal.disconnect(callback, missing_ok=True)
+        self._session_links.clear()
 
 
 def _older_display_options(values) -> dict:

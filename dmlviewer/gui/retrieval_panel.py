@@ -169,12 +169,12 @@ class RetrievalPanel(QWidget):
         layout.addWidget(self.list, 1)
 
         events = self.session.events
-        events.dataset.connect(self._on_dataset)
-        events.model.connect(self._on_model)
-        events.features.connect(self._on_features)
-        events.pair.connect(self._on_pair)
-        events.jobs.connect(self._update_source)
-        self.session.display.events.neighbours.connect(self._on_neighbours)
+        self._session_links = [(events.dataset, self._on_dataset), (events.model, self._on_model),
+                               (events.features, self._on_features), (events.pair, self._on_pair),
+                               (events.jobs, self._update_source),
+                               (self.session.display.events.neighbours, self._on_neighbours)]
+        for signal, callback in self._session_links:
+            signal.connect(callback)
         if self.session.dataset is not None:
             self._on_dataset()
         if self.session.features is not None:
@@ -471,3 +471,5 @@ class RetrievalPanel(QWidget):
 
     def shutdown(self) -> None:
         self.runner.stop(1.0)
+        for signal, callback in self._session_links:  # the session may outlive the panel
+            signal.disconnect(callback, missing_ok=True)

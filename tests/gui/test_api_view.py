@@ -59,5 +59,10 @@ def test_view_opens_a_live_module_on_a_list_of_images(qtbot, dialogs, wait_ready
         assert [title for title, _, _ in dialogs] == ["Cannot use device"]
         assert session.device == "cpu" and window.device_combo.currentData() == "cpu"
         assert next(window.model.parameters()).device.type == "cpu"
+        window.close()  # the session outlives its window: setting it later reaches no deleted widget
+        session.display.sign = "negative"
+        session.set_pair(2, 3)
+        assert window.pair_view.images.query.shape == images[4].shape  # the closed window no longer follows
+        assert window.pair_view.sign_combo.currentData() == "signed"
     finally:
         window.shutdown()
