@@ -54,18 +54,20 @@ def listing_fingerprint(dataset: Any, rows: Any = None) -> str:
         if cached:
             return cached
     paths = [str(p) for p in getattr(dataset, "paths", [])]
+    n = len(paths)
     labels = getattr(dataset, "labels", None)
-    names = list(getattr(dataset, "class_names", []) or [])
+    labels = [""] * n if labels is None else [int(v) for v in list(labels)]
+    names = [str(v) for v in (getattr(dataset, "class_names", []) or [])]
     split = getattr(dataset, "split", None)
+    split = [""] * n if split is None else [str(v) for v in list(split)]
     sizes = _file_sizes(dataset, paths)
-    chosen = range(len(paths)) if rows is None else [int(r) for r in rows]
-    digest = hashlib.sha256()
+    chosen = range(n) if rows is None else [int(r) for r in rows]
+    lines = []
     for i in sorted(chosen, key=paths.__getitem__):
-        label = "" if labels is None else int(labels[i])
-        name = names[label] if isinstance(label, int) and 0 <= label < len(names) else label
-        digest.update(f"{paths[i]}\t{name}\t{'' if split is None else split[i]}\t{sizes[i]}\n"
-                      .encode("utf-8", "replace"))
-    value = digest.hexdigest()
+        label = labels[i]
+        name = names[label] if label != "" and 0 <= label < len(names) else label
+        lines.append(f"{paths[i]}\t{name}\t{split[i]}\t{sizes[i]}\n")
+    value = hashlib.sha256("".join(lines).encode("utf-8", "replace")).hexdigest()
     if rows is None:
         _keep(dataset, _CACHE, value)
     return value
@@ -76,11 +78,11 @@ def _file_sizes(dataset: Any, paths: list[str]) -> list[int]:
     cached = getattr(dataset, _SIZES, None)
     if cached is not None and len(cached) == len(paths):
         return cached
-    root = Path(getattr(dataset, "root", "") or ".")
+    root = str(getattr(dataset, "root", "") or ".")
     sizes = []
-    for path in paths:
+    for path in paths:  # strings, not Path objects: a third of the time for 120,000 files
         try:
-            sizes.append(os.stat(root / path).st_size)
+            sizes.append(os.stat(os.path.join(root, path)).st_size)
         except OSError:
             sizes.append(-1)
     _keep(dataset, _SIZES, sizes)
