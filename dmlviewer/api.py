@@ -157,8 +157,11 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
     ``block``: run the Qt event loop until the window closes. ``None``: block in a script; in
     IPython or a notebook never block the kernel: Qt's event loop is started there as ``%gui qt``
     does when it is not running yet, and when it cannot be started ``view`` returns ``None`` at
-    once with one line saying what to run. Returns the window when not blocking, else the app's
-    exit status."""
+    once with one line saying what to run. Returns, when not blocking, the session
+    (:class:`dmlviewer.core.session.Session`, evented, as napari's ``view_image`` returns its
+    viewer): ``session.window`` is the window, and setting the pair (``session.set_pair(q, r)``)
+    or a display option (``session.display.sign = "signed"``) updates it; when blocking, the
+    app's exit status."""
     if block is None:
         shell = _ipython_shell()
         block = shell is None
@@ -180,7 +183,8 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
     if features:
         window.open_features(features)
     if not block:
-        return window
+        window.session.window = window
+        return window.session
     status = app.exec()
     window.shutdown()
     return int(status)

@@ -49,11 +49,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import shiboken6
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut, QTextLayout
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlider, QSpinBox,
                                QSplitter, QToolButton, QVBoxLayout, QWidget)
 
+from dmlviewer.core.display import DisplayOptions, check
+from dmlviewer.core.explain.methods import label as method_label, methods
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
@@ -63,16 +66,6 @@ from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
 
-#: (method id of core.explain, label)
-METHODS = [
-    ("decomposition", "Decomposition"),
-    ("decomposition_bias", "Decomposition+Bias"),
-    ("gradcam", "Grad-CAM"),
-    ("gradcam_nonorm", "Grad-CAM (no norm)"),
-    ("rgradcam", "RGrad-CAM"),
-    ("grad_transfer", "Grad-weight transfer"),
-    ("occlusion", "Occlusion"),
-]
 #: Map choice computed by occlusion (model-agnostic; its hover shows the occlusion interaction)
 OCCLUSION = "occlusion"
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
@@ -84,8 +77,9 @@ SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed"
 SCALES = [("map", "Each map"), ("pair", "Whole pair")]
 #: What the second row shows when a compare model is open: its own maps, or A minus B.
 COMPARE_VIEWS = [("model", "Model B"), ("difference", "Difference A − B")]
-#: Overall maps the compare row (model B) shows: those that come with the pair and the Grad-CAM family.
-COMPARE_METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam")
+#: Overall maps the compare row (model B) shows (the registry's ``compare_row`` use: those that
+#: come with the pair and the Grad-CAM family).
+COMPARE_METHODS = methods("compare_row")
 
 #: The Region button while armed (checked): the region rectangle's cyan, so it reads at a glance.
 REGION_ARMED_STYLE = ("QToolButton#regionButton { padding: 1px 6px; }"
@@ -253,8 +247,13 @@ class PairView(QWidget):
     _occlusion_progress = Signal(int, float)  # (pair token, fraction), from the worker thread
     grad_bank_needed = Signal()  # grad-weight transfer chosen without Grad-CAM weights at hand
 
-    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None,
+                 display: DisplayOptions | None = None) -> None:
         super().__init__(parent)
+        #: The display options this view shows and its toolbar writes (the session's, or its own).
+        self.display = display if display is not None else DisplayOptions()
+        self._following = False  # True while a control is set to its option (it writes nothing back)
+        self._quiet = False  # True while an option is set to follow its control (nothing redraws)
         self.model = None
         self.device = "cpu"
         self.model_lock = model_lock or threading.RLock()
@@ -355,6 +354,9 @@ class PairView(QWidget):
             pane.view.sigRangeChanged.connect(self._update_lines)
         self.splitter.splitterMoved.connect(self._update_lines)
         self.rows.splitterMoved.connect(self._update_lines)
+        for pane in self.all_panes:
+            pane.set_opacity(float(self.display.opacity))
+        self.display.events.connect(self._on_display)
         self._apply_colors()
 
     @staticmethod
@@ -383,16 +385,16 @@ class PairView(QWidget):
     # -- toolbar
     def _build_toolbar(self) -> None:
         self.method_combo = QComboBox()
-        for key, label in METHODS:
-            self.method_combo.addItem(label, key)
+        for key in methods("pair_view"):
+            self.method_combo.addItem(method_label(key), key)
         self.method_combo.setToolTip("Overall map of each image")
         self.sign_combo = QComboBox()
-        for key, label in SIGNS:
-            self.sign_combo.addItem(label, key)
+        for key, text in SIGNS:
+            self.sign_combo.addItem(text, key)
         self.sign_combo.setToolTip("Positive: supports the similarity; negative: opposes it; signed: both")
         self.scale_combo = QComboBox()
-        for key, label in SCALES:
-            self.scale_combo.addItem(label, key)
+        for key, text in SCALES:
+            self.scale_combo.addItem(text, key)
         self.scale_combo.setToolTip("Partial maps: each map stretched to its own maximum (the point's share of the "
                                     "similarity is printed beside the colour bar), or one scale for the whole pair "
                                     "(a point's colour says how much of the similarity it explains; the strongest "
@@ -403,14 +405,12 @@ class PairView(QWidget):
         self.cmap_combo.setToolTip("Colour map (signed display uses a diverging map)")
         self.opacity = QSlider(Qt.Horizontal)
         self.opacity.setRange(0, 100)
-        self.opacity.setValue(60)
         self.opacity.setFixedWidth(110)
         self.opacity.setToolTip("Overlay opacity")
         self.matches_box = QCheckBox("Matches")
         self.matches_box.setToolTip("Draw the strongest point-to-point correspondences")
         self.matches_n = QSpinBox()
         self.matches_n.setRange(1, 50)
-        self.matches_n.setValue(8)
         self.matches_n.setToolTip("Number of correspondences")
         self.region_button = QToolButton()
         self.region_button.setText("Region")
@@ -430,8 +430,8 @@ class PairView(QWidget):
                                    "(the pair is explained again)")
 
         self.compare_view_combo = QComboBox()
-        for key, label in COMPARE_VIEWS:
-            self.compare_view_combo.addItem(label, key)
+        for key, text in COMPARE_VIEWS:
+            self.compare_view_combo.addItem(text, key)
         self.compare_view_combo.setToolTip("The second row: model B's own maps, or model A's minus model B's on one "
                                            "symmetric scale (diverging colours: red where A's map is stronger, "
                                            "blue where B's is)")
@@ -448,10 +448,10 @@ class PairView(QWidget):
         # docks open) instead of forcing the window wider than the screen; each label stays
         # with its control, Swap and Fit stay at the right end.
         bar = FlowLayout(spacing=10)
-        for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
+        for text, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
                               ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
                               ("Opacity", self.opacity), ("Resolution", self.size_combo)):
-            bar.addWidget(_labelled(label, widget))
+            bar.addWidget(_labelled(text, widget))
         bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
         self.compare_controls = _labelled("Row B", self.compare_view_combo, self.shared_scale_box)
         self.compare_controls.hide()  # shown while a compare model is open
@@ -461,26 +461,117 @@ class PairView(QWidget):
         self.toolbar_widget.setLayout(bar)
         self.toolbar = bar
 
-        self.method_combo.currentIndexChanged.connect(self._on_method)
-        self.size_combo.currentIndexChanged.connect(self._on_size)
-        for combo in (self.sign_combo, self.scale_combo, self.cmap_combo, self.compare_view_combo):
-            combo.currentIndexChanged.connect(self._apply_colors)
-        self.shared_scale_box.toggled.connect(self._apply_colors)
-        self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.all_panes])
-        self.matches_box.toggled.connect(self._update_matches)
-        self.matches_n.valueChanged.connect(self._update_matches)
+        for name in self._CONTROLS:
+            self._show_field(name)
+        # The controls write the display options; what they show follows the options (below).
+        for name, combo in (("method", self.method_combo), ("sign", self.sign_combo), ("scale", self.scale_combo),
+                            ("colormap", self.cmap_combo), ("row_b", self.compare_view_combo)):
+            combo.currentIndexChanged.connect(lambda _i, n=name, c=combo: self._write(n, c.currentData()))
+        self.size_combo.currentIndexChanged.connect(lambda _i: self._write("input_size", self._chosen_size()))
+        self.shared_scale_box.toggled.connect(lambda on: self._write("shared_scale", on))
+        self.opacity.valueChanged.connect(lambda v: self._write("opacity", v / 100.0))
+        self.matches_box.toggled.connect(lambda on: self._write("matches", on))
+        self.matches_n.valueChanged.connect(lambda n: self._write("match_count", n))
         self.region_button.toggled.connect(self._on_region_mode)
         self.swap_button.clicked.connect(self.swap)
         self.fit_button.clicked.connect(lambda: [p.fit() for p in self.all_panes])
 
+    # -- the display options (core.display): the toolbar writes them and follows them
+    #: field -> its control (``input_size``: the Resolution box, None there = the model's own size)
+    _CONTROLS = ("method", "sign", "scale", "colormap", "row_b", "input_size", "opacity", "shared_scale",
+                 "matches", "match_count")
+
+    def _write(self, name: str, value: Any) -> None:
+        """A control changed: set its display option (which redraws through :meth:`_on_display`)."""
+        if not self._following:
+            setattr(self.display, name, value)
+
+    def _combo(self, name: str) -> QComboBox | None:
+        return {"method": self.method_combo, "sign": self.sign_combo, "scale": self.scale_combo,
+                "colormap": self.cmap_combo, "row_b": self.compare_view_combo, "input_size": self.size_combo}.get(name)
+
+    def _show_field(self, name: str) -> bool:
+        """Put display option ``name`` on its control (no redraw); False when the control has
+        no such value (then the option is put back to what the control shows)."""
+        value = getattr(self.display, name)
+        self._following = True
+        try:
+            combo = self._combo(name)
+            if name == "input_size":
+                if self.size_combo.count() == 0:
+                    return True  # no model yet: the size is chosen when one opens
+                index = self.size_combo.findData(self._own_size() if value is None else int(value))
+                ok = index >= 0
+                if ok:
+                    self.size_combo.setCurrentIndex(index)
+            elif combo is not None:
+                index = combo.findData(value)
+                ok = index >= 0
+                if ok:
+                    combo.setCurrentIndex(index)
+            elif name == "opacity":
+                self.opacity.setValue(round(100 * float(value)))
+                ok = True
+            else:
+                control = {"shared_scale": self.shared_scale_box, "matches": self.matches_box,
+                           "match_count": self.matches_n}[name]
+                if name == "match_count":
+                    control.setValue(int(value))
+                else:
+                    control.setChecked(bool(value))
+                ok = True
+        finally:
+            self._following = False
+        if not ok:
+            shown = self._chosen_size() if name == "input_size" else combo.currentData()
+            log.warning("%s %r is not offered here; it stays %r", name, value, shown)
+            self._quiet = True
+            try:
+                setattr(self.display, name, shown)
+            finally:
+                self._quiet = False
+        return ok
+
+    def _on_display(self, info) -> None:
+        """A display option changed (from the toolbar, the session or a notebook): show it on
+        its control and redraw what it changes."""
+        name = info.signal.name
+        if name not in self._CONTROLS or not shiboken6.isValid(self):
+            return
+        quiet = self._quiet
+        if not self._show_field(name) or quiet:
+            return
+        if name == "method":
+            self._on_method()
+        elif name == "input_size":
+            self._on_size()
+        elif name == "opacity":
+            for pane in self.all_panes:
+                pane.set_opacity(float(self.display.opacity))
+        elif name in ("matches", "match_count"):
+            self._update_matches()
+        else:
+            self._apply_colors()
+
+    def _own_size(self) -> int | None:
+        """The model's own input size (None: no model, or a two-branch model)."""
+        if self.model is None or getattr(self.model, "input_shapes", None) is not None:
+            return None
+        return int(self.model.preprocess.size)
+
+    def _chosen_size(self) -> int | None:
+        """The Resolution box's choice as the display option holds it (None: the model's own)."""
+        size = self.size_combo.currentData()
+        return None if size is None or size == self._own_size() else int(size)
+
     # -- public API
     @property
     def method(self) -> str:
-        return self.method_combo.currentData()
+        return self.display.method
 
     @property
     def sign(self) -> str:
-        return self.sign_combo.currentData()
+        return self.display.sign
 
     @property
     def input_size(self) -> int | None:
@@ -489,10 +580,9 @@ class PairView(QWidget):
 
     def set_input_size(self, size: int) -> None:
         """Choose input size ``size`` (one of the Resolution entries); re-prepares the pair."""
-        index = self.size_combo.findData(int(size))
-        if index < 0:
+        if self.size_combo.findData(int(size)) < 0:
             raise ValueError(f"{size} px is not a resolution choice here")
-        self.size_combo.setCurrentIndex(index)
+        self.display.input_size = None if int(size) == self._own_size() else int(size)
 
     def _fill_sizes(self, keep: bool) -> None:
         """Resolution entries for the model and the images; the current size stays chosen when
@@ -500,6 +590,8 @@ class PairView(QWidget):
         from dmlviewer.core.models.resolution import input_sizes
 
         current = self.size_combo.currentData() if keep else None
+        if keep and self.display.input_size is not None:
+            current = self.display.input_size
         shape = None
         if self.images is not None:
             shape = tuple(max(a, b) for a, b in zip(self.images.query.shape[:2], self.images.reference.shape[:2]))
@@ -517,6 +609,11 @@ class PairView(QWidget):
             self.size_combo.setCurrentIndex(max(0, index))
         self.size_combo.setEnabled(self.size_combo.count() > 1)
         self.size_combo.blockSignals(False)
+        self._quiet = True  # the option follows the box here; the caller prepares the pair
+        try:
+            self.display.input_size = self._chosen_size()
+        finally:
+            self._quiet = False
 
     def _on_size(self) -> None:
         if self.images is not None and self.model is not None:
@@ -524,7 +621,8 @@ class PairView(QWidget):
             self._prepare()
 
     def set_method(self, method: str) -> None:
-        self.method_combo.setCurrentIndex(self.method_combo.findData(method))
+        """Show overall maps of ``method`` (a key of ``methods("pair_view")``)."""
+        self.display.method = check("method", method)
 
     def set_occlusion_baseline(self, baseline: str) -> None:
         """What an occluded cell shows (blur, mean, noise); drops computed occlusion maps."""
@@ -579,11 +677,11 @@ class PairView(QWidget):
     @property
     def difference(self) -> bool:
         """Does the second row show A minus B (instead of B's own maps)?"""
-        return self.comparing and self.compare_view_combo.currentData() == "difference"
+        return self.comparing and self.display.row_b == "difference"
 
     @property
     def shared_scale(self) -> bool:
-        return self.comparing and self.shared_scale_box.isChecked()
+        return self.comparing and bool(self.display.shared_scale)
 
     @property
     def compare_similarity(self) -> float | None:
@@ -888,12 +986,12 @@ class PairView(QWidget):
         if self.compare_state == "ready" and self.method not in COMPARE_METHODS:
             for pane in self.compare_panes:
                 pane.clear_overlay()
-                pane.show_message(f"{self.method_combo.currentText()} is shown for model A only")
+                pane.show_message(f"{method_label(self.method)} is shown for model A only")
         elif (self.compare_state == "ready" and self.method in COMPARE_METHODS
                 and self.method not in self._compare_overall):
             for pane in self.compare_panes:
                 pane.clear_overlay()
-                pane.show_message(f"computing {self.method_combo.currentText()} of model B…")
+                pane.show_message(f"computing {method_label(self.method)} of model B…")
             self._submit_compare(self.method)
 
     def _on_method(self) -> None:
@@ -918,7 +1016,7 @@ class PairView(QWidget):
             return
         for pane in self.panes:
             pane.clear_overlay()
-            pane.show_message(f"computing {self.method_combo.currentText()}…")
+            pane.show_message(f"computing {method_label(self.method)}…")
         expl, lock, token = self.explanation, self.model_lock, self._pair_token
         self._overall_pending = method
         occlusion_args = (self.model, self.images, self.device, self.occlusion_baseline, self.input_size)
@@ -967,7 +1065,7 @@ class PairView(QWidget):
         if isinstance(maps, str):
             for pane in self.panes:
                 pane.clear_overlay()
-                pane.show_message(f"{self.method_combo.currentText()} unavailable:\n{maps}")
+                pane.show_message(f"{method_label(self.method)} unavailable:\n{maps}")
             return
         unit = ("similarity share per cell" if self.method.startswith("decomposition")
                 else "similarity lost when hidden" if self.method == OCCLUSION else "map value")
@@ -982,7 +1080,7 @@ class PairView(QWidget):
             pane.set_map(shown, levels)
             if not np.any(shown):
                 pane.show_message(f"this map has no {self.sign} part")
-            pane.set_colorbar(self.cmap_combo.currentData(), self.sign == "signed", levels, unit)
+            pane.set_colorbar(self.display.colormap, self.sign == "signed", levels, unit)
         self._show_compare_overall(maps_b, unit)
 
     def _compare_maps(self) -> dict[str, np.ndarray] | str | None:
@@ -992,7 +1090,7 @@ class PairView(QWidget):
             return None
         method = self.method
         if method not in COMPARE_METHODS:
-            return f"{self.method_combo.currentText()} is shown for model A only"
+            return f"{method_label(self.method)} is shown for model A only"
         done = self._compare_overall.get(method)
         if done is None:
             return None  # computing
@@ -1021,7 +1119,7 @@ class PairView(QWidget):
                 pane.clear_overlay()
                 pane.show_message(maps_b)
             return
-        name = self.cmap_combo.currentData()
+        name = self.display.colormap
         if self.difference:
             diff = self.difference_maps()
             levels = display_levels(np.concatenate([d.ravel() for d in diff.values()]), "signed")
@@ -1052,10 +1150,10 @@ class PairView(QWidget):
             return
         from dmlviewer.core.explain.hover import DifferenceRenderer, HoverRenderer, pair_scale
 
-        sign, scale_mode = self.sign, self.scale_combo.currentData()
+        sign, scale_mode = self.sign, self.display.scale
         tensor = self._hover_tensor()
         scale = pair_scale(tensor) if scale_mode == "pair" else None
-        lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
+        lut = overlay_lut(self.display.colormap, sign == "signed")
         shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
         grids = (tuple(e.grid_query), tuple(e.grid_reference))
         b = self.compare_explanation if self.comparing and self.compare_state == "ready" else None
@@ -1081,7 +1179,7 @@ class PairView(QWidget):
                 signed=sign == "signed", scale=scale_b)
             if self.difference:
                 self._difference_renderers[side] = DifferenceRenderer(
-                    self._renderers[side], self._compare_renderers[side], lut=overlay_lut(self.cmap_combo.currentData(),
+                    self._renderers[side], self._compare_renderers[side], lut=overlay_lut(self.display.colormap,
                                                                                          True), scale=scale_b)
         self._partial_scale = scale
 
@@ -1139,7 +1237,7 @@ class PairView(QWidget):
             levels, label = ((-scale, scale) if signed else (0.0, scale)), "contribution to the cosine"
         if self.sign == "negative":
             label = "− " + label
-        other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
+        other.set_colorbar(self.display.colormap, signed, levels, label)
         self._compare_point(side, x, y, signed, levels, label)
         share = None
         occluded = self._hover_tensor() is not self.explanation.point_to_point
@@ -1167,7 +1265,7 @@ class PairView(QWidget):
         if not self.comparing or e is None or self.compare_state != "ready":
             return
         other = self.compare_panes[1 - side]
-        name = self.cmap_combo.currentData()
+        name = self.display.colormap
         if self.difference:
             renderer = self._difference_renderers.get(side)
             if self._partial_scale is None:
@@ -1191,10 +1289,10 @@ class PairView(QWidget):
 
     # -- display options
     def _apply_colors(self) -> None:
-        lut = overlay_lut(self.cmap_combo.currentData(), self.sign == "signed")
+        lut = overlay_lut(self.display.colormap, self.sign == "signed")
         for pane in self.panes:
             pane.set_lut(lut)
-        lut_b = overlay_lut(self.cmap_combo.currentData(), True) if self.difference else lut
+        lut_b = overlay_lut(self.display.colormap, True) if self.difference else lut
         for pane in self.compare_panes:
             pane.set_lut(lut_b)
         self._update_titles()
@@ -1219,9 +1317,9 @@ class PairView(QWidget):
     # -- matches
     def _update_matches(self) -> None:
         matches = []
-        if self.matches_box.isChecked() and self.state == "ready":
+        if self.display.matches and self.state == "ready":
             try:
-                matches = list(self.explanation.correspondences(self.matches_n.value()))
+                matches = list(self.explanation.correspondences(int(self.display.match_count)))
             except Exception as exc:  # noqa: BLE001
                 errors.report_exception(self, "Correspondences failed", exc)
         self.panes[QUERY].set_markers([m["query_xy"] for m in matches])
@@ -1241,6 +1339,7 @@ class PairView(QWidget):
         QTimer.singleShot(0, self._update_lines)
 
     def shutdown(self) -> None:
+        self.display.events.disconnect(self._on_display, missing_ok=True)
         self.prepare_runner.stop(1.0)
         self.overall_runner.stop(1.0)
         self.compare_runner.stop(1.0)

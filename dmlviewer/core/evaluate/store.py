@@ -6,9 +6,11 @@ normalization), ``labels`` (N int64), ``paths`` (N utf-8, relative to the datase
 NaN-filled when not given), optional ``groups`` (N x P x Dg). Root attributes:
 ``format_version`` (:data:`FORMAT_VERSION`), ``checkpoint_sha256``, ``model_config`` (JSON
 text), ``dataset_root``, ``dataset_format``, ``created`` (ISO 8601, UTC), ``class_names`` (JSON
-list, index = label; written by extraction, absent in older files) and, after evaluation,
-the metrics (:func:`update_attrs`). Attributes the caller does not give are written empty
-(``""``, ``model_config`` ``"{}"``), meaning unknown. Further per-row numeric datasets (e.g.
+list, index = label; written by extraction, absent in older files), ``dataset_fingerprint``
+(the listing's sha256 that binds the file to its dataset, ``core.data.identity``; empty or
+absent in older files) and, after evaluation, the metrics (:func:`update_attrs`). Attributes
+the caller does not give are written empty (``""``, ``model_config`` ``"{}"``), meaning
+unknown. Further per-row numeric datasets (e.g.
 ``grad_weights`` for grad-weight transfer, seed 002) may be stored beside the schema's; they
 are read into ``Features.extra``, and ``write_features(path, features.arrays, features.attrs)``
 rewrites a file with everything it held.
@@ -72,7 +74,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 REQUIRED_DATASETS = ("embeddings", "embeddings_raw", "labels", "paths", "split")
 OPTIONAL_DATASETS = ("groups", "boxes")
-DEFAULT_ATTRS = {"checkpoint_sha256": "", "model_config": "{}", "dataset_root": "", "dataset_format": ""}
+DEFAULT_ATTRS = {"checkpoint_sha256": "", "model_config": "{}", "dataset_root": "", "dataset_format": "",
+                 "dataset_fingerprint": ""}
 CHUNK_BYTES = 1 << 20
 NORM_TOLERANCE = 1e-3
 
