@@ -62,9 +62,10 @@ def _analyze(files: list[str], options: dict, cancel) -> tuple[str, Any]:
 #: the importer's input fields (``core.models.importing.FIELDS``) as this dialog's labels: its
 #: messages and reports name them so; a reference branch takes the query's options
 FIELD_LABELS = {
-    "weights": "the weights files", "arch": "“Architecture”", "head": "“Head”", "prefix": "“Backbone key prefix”",
-    "image_size": "“Input size”", "mean": "“mean”", "std": "“std”", "pooling": "the pooling (first in “Head”)",
-    "gem_p": "gem=P (first in “Head”)", "check_against": "“Check against”", "force": "import-model's --force",
+    "weights": "the weights files", "arch": "“Architecture”", "head": "“Head”",
+    "prefix": "“Backbone key prefix”", "image_size": "“Input size”", "mean": "“mean”", "std": "“std”",
+    "pooling": "the pooling (first in “Head”)", "gem_p": "gem=P (first in “Head”)",
+    "check_against": "“Check against”", "force": "import-model's --force",
     "reference_weights": "“Reference branch”", "reference_arch": "“Architecture”", "reference_head": "“Head”",
     "reference_prefix": "“Backbone key prefix”", "reference_image_size": "the reference branch's input size",
     "reference_mean": "“mean”", "reference_std": "“std”", "reference_pooling": "the pooling (first in “Head”)",

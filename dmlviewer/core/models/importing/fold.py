@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .errors import LayoutError
-from .head import BN_EPS, NONLINEAR_KINDS, STACK_KINDS, Layer
+from .head import BN_EPS, STACK_KINDS, Layer
 
 @dataclass
 class FoldedHead:
