@@ -179,6 +179,7 @@ def test_mean_pooled_vit_with_fc_norm_imports_through_the_command_line(tmp_path,
     the source's embeddings, and the decomposition stays complete."""
     import numpy as np
 
+    import dmlviewer
     from dmlviewer.cli import main
     from dmlviewer.core.explain import explain_pair
     from dmlviewer.core.models import load_checkpoint
@@ -209,6 +210,10 @@ def test_mean_pooled_vit_with_fc_norm_imports_through_the_command_line(tmp_path,
     e = explain_pair(model, q, r)
     total = float(e.point_to_point.sum(dtype=np.float64)) + e.bias_query + e.bias_reference + e.bias_both
     assert e.rule == "exact" and abs(total - e.similarity) < 1e-5
+    door = dmlviewer.explain(source, q, r, transform={"size": 48, "mean": model.config["mean"],
+                                                      "std": model.config["std"]})  # the Python door
+    assert door.rule == "exact" and abs(door.similarity - e.similarity) < 1e-5
+    assert np.abs(door.point_to_point.reshape(e.point_to_point.shape) - e.point_to_point).max() < 1e-5
 
     # the class token read out through fc_norm (timm's fc_norm=True with global_pool="token"), stated
     token = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=48, global_pool="token",
