@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
@@ -89,18 +89,12 @@ def vit_candidate(name: str, family: str = "", **timm_kwargs) -> Candidate:
 
 
 @lru_cache(maxsize=None)
-def candidate(name: str, family: str = "") -> Candidate:
+def candidate(name: str) -> Candidate:
     """Build ``name`` on the meta device and read its keys, head and pooling (``ValueError``
-    for a name that is neither in ``BACKBONES`` nor a resolvable ``timm:NAME``); ``family``: the
-    family whose own ``build`` makes it (registry.FAMILIES)."""
+    for a name that is neither in ``BACKBONES`` nor a resolvable ``timm:NAME``). A family may
+    build its own candidates of a name (``Family.build``: registry.build_candidate)."""
     from ..vit import timm_vit_name
 
-    if family:
-        from .registry import family_named
-
-        build = family_named(family).build
-        if build is not None:
-            return build(name)
     if timm_vit_name(name):
         return vit_candidate(name)
     try:
@@ -165,7 +159,12 @@ class Match:
     mismatched: tuple[str, ...]      # present with another shape
     missing: tuple[str, ...]         # absent (num_batches_tracked not counted)
     scope: int                       # source keys under the prefix
-    family: str = ""                 # the candidate's family (``candidate(name, family)``)
+    candidate: Candidate | None = field(default=None, compare=False, repr=False)  # what was matched
+
+    @property
+    def family(self) -> str:
+        """The family that built the candidate ("" for the generic one)."""
+        return self.candidate.family if self.candidate is not None else ""
 
     @property
     def full(self) -> bool:
@@ -175,10 +174,6 @@ class Match:
     def jaccard(self) -> float:
         total = len(self.matched) + len(self.mismatched) + len(self.missing)
         return len(self.matched) / max(total + self.scope - len(self.matched) - len(self.mismatched), 1)
-
-    @property
-    def candidate(self) -> Candidate:
-        return candidate(self.name, self.family)
 
     def describe(self) -> str:
         total = len(self.matched) + len(self.mismatched) + len(self.missing)
@@ -218,7 +213,7 @@ def matches(cand: Candidate, tensors: dict[str, torch.Tensor], prefix: str | Non
             else:
                 mismatched.append(k)
         scope = sum(1 for s in tensors if s.startswith(p))
-        found.append(Match(cand.name, p, tuple(matched), tuple(mismatched), tuple(missing), scope, cand.family))
+        found.append(Match(cand.name, p, tuple(matched), tuple(mismatched), tuple(missing), scope, cand))
     return sorted(found, key=lambda m: (len(m.matched), -len(m.missing)), reverse=True)
 
 

@@ -28,12 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .candidates import Candidate
-    from .head import Layer
-    from .sources import Sources
+# The hooks' argument types (``Sources``, ``Candidate``, ``Layer``) are named, not imported: the
+# modules that define them do not depend on this record, nor it on them.
 
 
 @dataclass

@@ -22,7 +22,7 @@ from .family import Defaults, Found, Options
 from .fold import FoldedHead, fold_head
 from .head import (BN_EPS, NONLINEAR_KINDS, Layer, apply_pooling, architecture_norms, include_architecture_norms,
                    module_params, parse_head_spec, propose_head, skipped_layers, split_classifier)
-from .registry import FAMILIES, stages, walk
+from .registry import FAMILIES, build_candidate, stages, walk
 from .sources import Sources, fmt, read_sources
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def _recognize(sources: Sources, found: list[Found], arch: str | None, prefix: s
                 cancel.raise_if_cancelled()
             yield Progress("step", len(results), total, f"trying {name}")
             try:
-                cand = candidate(name, family)
+                cand = build_candidate(name, family)
             except (ValueError, ImportError) as exc:
                 if arch:
                     raise LayoutError(f"{{arch}} {arch}: {exc}") from None

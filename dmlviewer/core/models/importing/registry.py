@@ -6,10 +6,12 @@ for every file. A new family is one module of ``families/`` and one row here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from .families import (cirtorch, dinov2_hub, hf_folder, timm_cnn, timm_convnext, timm_regnet, timm_swin, timm_vit,
                        timm_vit_mean_pooled, torchvision, torchvision_convnext, torchvision_regnet,
                        torchvision_swin, torchvision_vit)
+from .candidates import Candidate, candidate
 from .family import Family, Found
 from .sources import Sources
 
@@ -37,6 +39,13 @@ def family_named(name: str) -> Family:
         if family.name == name:
             return family
     raise KeyError(name)
+
+
+@lru_cache(maxsize=None)
+def build_candidate(name: str, family: str = "") -> Candidate:
+    """``name`` as ``family`` builds it (its ``build``), or the generic candidate ("")."""
+    build = family_named(family).build if family else None
+    return build(name) if build is not None else candidate(name)
 
 
 def _usable(family: Family) -> bool:
