@@ -9,7 +9,7 @@ with ``args`` (keyword arguments, JSON). Running the user's file is an explicit 
 their script; the weights file is data and is read only as data
 (:func:`~.backbones.read_weights_file`: ``torch.load(weights_only=True)`` or safetensors).
 
-The weights are unwrapped as ``import-model`` unwraps them (:func:`~.importer.read_sources`:
+The weights are unwrapped as ``import-model`` unwraps them (:func:`~.importing.read_sources`:
 Lightning's ``state_dict``, DDP's ``module.``, ``torch.compile``'s ``_orig_mod.``), a prefix that
 all the model's keys lack (Lightning's ``model.``/``net.`` attribute) is stripped when that makes
 the names match, and then loaded with ``strict=True``: a mismatch is one line naming a few
@@ -282,7 +282,7 @@ def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the m
     weights, and load it into ``module`` with ``strict=True``; ``CheckpointError`` in one line.
     Returns the notes worth a warning (entries of the file the model has no place for)."""
     from .checkpoint import check_finite
-    from .importer import read_sources
+    from .importing import read_sources
 
     sources = read_sources([path])  # read_weights_file, unwrapped; CheckpointError, FileNotFoundError
     for note in sources.notes:
