@@ -195,7 +195,8 @@ def test_dialog_labels_are_the_dialogs_own(qtbot):
 
 
 def test_field_error_with_braces_in_a_path_words_safely():
-    from dmlviewer.core.models.errors import ModelFieldError, braced
+    from dmlviewer.core.fields import literal
+    from dmlviewer.core.models.errors import ModelFieldError
 
-    exc = ModelFieldError("weights", braced("/data/{run}/w.pth") + ": check {field}")
+    exc = ModelFieldError("weights", literal("/data/{run}/w.pth") + ": check {field}")
     assert exc.worded({"weights": "--weights"}) == "/data/{run}/w.pth: check --weights"

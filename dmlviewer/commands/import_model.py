@@ -94,9 +94,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def option_names() -> dict[str, str]:
     """The importer's input fields (``core.models.importing.FIELDS``) as this command's options."""
+    from dmlviewer.commands.options import option_names as names
     from dmlviewer.core.models.importing import FIELDS
 
-    return {field: "WEIGHTS" if field == "weights" else "--" + field.replace("_", "-") for field in FIELDS}
+    return {**names(FIELDS), "weights": "WEIGHTS"}  # here the weights are the positional files
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,16 +7,31 @@ of the command line, so that ``dmlviewer.cli`` can word every error with it.
 
 from __future__ import annotations
 
-#: field identifier -> the option that sets it
+from typing import Iterable
+
+#: The fields whose option is not ``--`` and the identifier with dashes (``model_args``:
+#: ``--model-args``); every other field is named by that rule (:func:`option`).
 CLI_OPTIONS = {
-    "model_args": "--model-args", "weights": "--weights", "reference_weights": "--reference-weights",
-    "input_shapes": "--input-shapes", "feature_layer": "--feature-layer", "output": "--model-output",
-    "size": "--size", "dataset": "--dataset", "features": "--features", "checkpoint": "--checkpoint",
+    "output": "--model-output",
+    # a two-branch run sizes both branches with --image-size and batches --classes-per-batch pairs
+    "batch_pairs": "--classes-per-batch", "reference_size": "--image-size", "query_shape": "--image-size",
 }
+
+
+def option(field: str) -> str:
+    """The option that sets ``field``."""
+    return CLI_OPTIONS.get(field) or "--" + field.replace("_", "-")
+
+
+def option_names(fields: Iterable[str]) -> dict[str, str]:
+    """``fields`` -> their options, for the core's messages and reports that name them."""
+    return {field: option(field) for field in fields}
 
 
 def worded(exc: BaseException) -> str:
     """One line for ``exc`` in the command line's words (a field named by its option)."""
-    from dmlviewer.core.fields import worded as word
+    from dmlviewer.core.fields import FieldError
 
-    return word(exc, CLI_OPTIONS)
+    if not isinstance(exc, FieldError):
+        return str(exc)
+    return exc.worded(option_names(f for f in (exc.field, *exc.also) if f))

@@ -152,9 +152,10 @@ def backbone_type(text: str) -> str:
 
 def option_names() -> dict[str, str]:
     """How this command words the core's errors (they name options by identifier): ``--lr``."""
+    from dmlviewer.commands.options import option_names as names
     from dmlviewer.core.train.config import TrainConfig
 
-    return {name: "--" + name.replace("_", "-") for name in TrainConfig.__dataclass_fields__}
+    return names(TrainConfig.__dataclass_fields__)
 
 
 def config_from_args(args: argparse.Namespace):

@@ -41,12 +41,13 @@ def _flags(names) -> str:
 
 
 def option_names() -> dict[str, str]:
-    """How this command words the core's errors: ``train``'s options, with the two-branch
-    options that take one of them (``batch_pairs``: ``--classes-per-batch``)."""
-    from dmlviewer.commands.train import option_names as train_options
+    """How this command words the core's errors: ``train``'s options and the two-branch fields
+    (``batch_pairs``: ``--classes-per-batch``)."""
+    from dmlviewer.commands.options import option_names as names
+    from dmlviewer.core.train.config import TrainConfig
+    from dmlviewer.core.train.cross_view import CrossViewConfig
 
-    return {**train_options(), "batch_pairs": "--classes-per-batch", "reference_size": "--image-size",
-            "query_shape": "--image-size"}
+    return names([*TrainConfig.__dataclass_fields__, *CrossViewConfig.__dataclass_fields__])
 
 
 def config_from_args(args: argparse.Namespace):

@@ -10,7 +10,8 @@ line words it with the option (``--model-args``), a dialog with its field's labe
 
 A message that names further fields says so with ``also`` and writes each as ``{identifier}``
 (``FieldError("gem_p", "{field} needs {pooling} gem", also=("pooling",))``). Only those
-placeholders are replaced: any other brace in a message (a file's key, a path) stays as it is.
+placeholders are replaced; a user's text put into a template goes through :func:`literal`
+(braces doubled), so a brace in a path or a key reads as itself.
 
 A subclass may also derive from the package's own error (``class X(FieldError, ModelError)``),
 so that existing ``except ModelError`` clauses keep catching it.
@@ -21,14 +22,31 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# One pass like str.format's: a doubled brace is a literal brace, ``{identifier}`` a placeholder.
+_TOKEN = re.compile(r"\{\{|\}\}|\{(\w+)\}")
+
+
+def literal(value: object) -> str:
+    """``value`` (a path, a key, a user's value) as text safe inside a template: braces doubled."""
+    return str(value).replace("{", "{{").replace("}", "}}")
+
+
+def placeholders(template: str) -> tuple[str, ...]:
+    """The identifiers ``template`` names as ``{identifier}``, in order, each once."""
+    return tuple(dict.fromkeys(m[1] for m in _TOKEN.finditer(template) if m[1]))
 
 
 def word(template: str, names: Mapping[str, str], fields: Iterable[str]) -> str:
     """``template`` with each ``{identifier}`` of ``fields`` named as ``names`` says (the
-    identifier itself when absent); every other brace is left as it is."""
+    identifier itself when absent); a doubled brace becomes one, any other brace stays."""
     fields = set(fields)
-    return _PLACEHOLDER.sub(lambda m: names.get(m[1], m[1]) if m[1] in fields else m[0], template)
+
+    def one(m: re.Match) -> str:
+        if m[1] is None:
+            return m[0][0]
+        return names.get(m[1], m[1]) if m[1] in fields else m[0]
+
+    return _TOKEN.sub(one, template)
 
 
 class FieldError(ValueError):

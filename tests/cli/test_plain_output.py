@@ -137,6 +137,7 @@ def _plain_runs(fx, tmp: str) -> dict[str, list]:
         "retrieve": ["retrieve", "--features", fx["features"], "--query", "0", "-k", "1"],
         "import-model": ["import-model", fx["weights"], "--arch", "small_cnn", "--out", f"{tmp}/imported.pt"],
         "bench": ["bench", "metrics", "--size", "200"],
+        "report": ["report", *model, "--dataset", fx["root"], "--failures", "1", "--out", f"{tmp}/r.html", *CPU],
     }
 
 

@@ -101,9 +101,9 @@ def orientation(model, dataset, split: str | None = "test", device="cpu", max_pa
         chosen = chosen[:max_pairs]
     if not len(chosen):
         from dmlviewer.core.fields import FieldError
-        from dmlviewer.core.models.errors import braced
+        from dmlviewer.core.fields import literal
 
-        raise FieldError("dataset", f"{{field}} {braced(dataset.root)} has no {split or ''} pair with a true heading "
+        raise FieldError("dataset", f"{{field}} {literal(dataset.root)} has no {split or ''} pair with a true heading "
                                     "(headings.csv, which the synthetic cross-view data has)".replace("  ", " "))
     clock = EtaClock(len(chosen))
     records, errors = [], {name: [] for name in MAPS}

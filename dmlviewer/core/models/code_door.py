@@ -41,7 +41,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, CheckpointFieldError, ModelError, ModelFieldError, braced
+from dmlviewer.core.fields import literal
+
+from .errors import CheckpointError, CheckpointFieldError, ModelError, ModelFieldError
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +275,7 @@ def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor],
     shapes = [f"{k} (file {tuple(tensors[k].shape)}, model {tuple(model[k].shape)})" for k in model
               if tuple(tensors[k].shape) != tuple(model[k].shape)]
     more = f" and {len(shapes) - 3} more" if len(shapes) > 3 else ""
-    return CheckpointFieldError("model_args", braced(f"{path} does not fit the model of {entry}: shapes differ for "
+    return CheckpointFieldError("model_args", literal(f"{path} does not fit the model of {entry}: shapes differ for "
                                                      f"{', '.join(shapes[:3])}{more}") + " (check {field})")
 
 
@@ -343,7 +345,7 @@ def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | N
         try:
             return load_weights(pair, weights, entry)
         except CheckpointError as exc:
-            raise CheckpointFieldError("reference_weights", braced(str(exc)[:700]) + (
+            raise CheckpointFieldError("reference_weights", literal(str(exc)[:700]) + (
                 " (one weights file for a two-branch model holds both branches, its keys starting with query. and "
                 "reference.; or give the reference branch's file as {field})")) from None
     notes = []
@@ -386,7 +388,7 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     two = isinstance(module, tuple)
     if not two and (reference_weights or input_shapes):
         given = "reference_weights" if reference_weights else "input_shapes"
-        raise ModelFieldError(given, f"{{field}} is for a two-branch model: {braced(entry)} returned one module "
+        raise ModelFieldError(given, f"{{field}} is for a two-branch model: {literal(entry)} returned one module "
                                      "(return a (query, reference) pair of modules for a query and a reference "
                                      "encoder)")
     notes: list[str] = []

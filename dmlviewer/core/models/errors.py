@@ -27,6 +27,3 @@ class CheckpointFieldError(FieldError, CheckpointError):
     """A :class:`CheckpointError` that one input field can fix (``model_args``, ``reference_weights``)."""
 
 
-def braced(text: object) -> str:
-    """``text`` (a path, a key, a user's value) safe inside a :class:`FieldError` template."""
-    return str(text).replace("{", "{{").replace("}", "}}")

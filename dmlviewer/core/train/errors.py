@@ -12,20 +12,14 @@ template (paths, names) goes through :func:`literal`, so that its braces stay te
 
 from __future__ import annotations
 
-import string
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from dmlviewer.core.fields import FieldError, worded
+from dmlviewer.core.fields import FieldError, literal, placeholders, worded  # noqa: F401 - literal: the trainers' import
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (invalid configuration, non-finite loss, out of memory, ...)."""
-
-
-def literal(value: Any) -> str:
-    """``value`` as text to put into a field-error template (braces doubled)."""
-    return str(value).replace("{", "{{").replace("}", "}}")
 
 
 class FieldsError(FieldError):
@@ -34,15 +28,9 @@ class FieldsError(FieldError):
     ``fields`` all of them. ``str()`` uses the identifiers."""
 
     def __init__(self, template: str) -> None:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
-        self.fields = tuple(dict.fromkeys(names))
+        self.fields = placeholders(template)
+        super().__init__(None, template, also=self.fields)
         self.field = self.fields[0] if self.fields else ""
-        self.template = template
-        ValueError.__init__(self, self.worded({}))
-
-    def worded(self, names: Mapping[str, str]) -> str:
-        """The message with each field named as ``names`` says (the identifier when absent)."""
-        return self.template.format_map({f: names.get(f, f) for f in self.fields})
 
 
 class TrainingFieldsError(FieldsError, TrainingError):
