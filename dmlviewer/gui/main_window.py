@@ -1179,7 +1179,7 @@ class MainWindow(QMainWindow):
 
     def _on_similarity(self, value) -> None:
         if value is not None and self.pair_view.comparing:  # both models' similarities
-            b = self.pair_view.compare_similarity
+            b = self.pair_view.rows[1].similarity
             self.similarity_label.setText(f"A {value:+.4f} · B " + ("…" if b is None else f"{b:+.4f}"))
             self.similarity_label.setToolTip("cosine similarity of the pair under model A and model B")
             return
