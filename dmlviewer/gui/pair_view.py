@@ -7,7 +7,9 @@ nothing stale is ever drawn. Then each pane shows the overall map of the chosen 
 (Decomposition and Decomposition+Bias come with the pair; the Grad-CAM family and grad-weight
 transfer are computed on request, again in the background), and hovering one pane shows the
 partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one call of the
-core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
+core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per row and drawn event.
+The toolbar is bound to :class:`~dmlviewer.core.display.DisplayOptions` (``PairView.display``)
+both ways: a control sets its option, an option set elsewhere moves its control and redraws.
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
 where it is opposed, "signed" both on a diverging map), *scale* ("each map", the default,
@@ -16,8 +18,8 @@ model and the colour bar reads 0..1 of it; "whole pair" uses one fixed scale for
 maps of the pair, ``core.explain.hover.pair_scale``: the strongest 2 % of the points saturate,
 so maps of different points compare and a weak point looks weak), colour map and opacity.
 The hovered point's share of the similarity (and, on "each map", its map's peak cell pair)
-is printed on the other pane, next to its colour bar, whatever the scale. "Matches" draws the top-N point-to-point
-correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
+is printed on the other pane, next to its colour bar, whatever the scale. "Matches" draws the
+top-N point-to-point correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
 
 *Resolution* (issue 11) is the network's input size for the pair: the model's own, 1.5x, 2x or
 the images' own size (``core.models.resolution.input_sizes``); a larger input gives a finer
@@ -26,12 +28,14 @@ smaller places. A change re-prepares the pair in the background like a new pair.
 under the panes says which decomposition rule the pair was explained with (exact, or first
 order where the head is not piecewise linear at the input).
 
-*Two models* (issue 24): :meth:`PairView.set_compare_model` puts a second model (B) beside the
-first (A). The pair is then prepared for both (B in its own background runner), and a second
-row of panes shows B's query and reference maps under A's, each row with its own colour
-scale, or one scale for both with "Shared scale". Hovering either row's query (or reference)
-draws every row's partial map of that point (:class:`~dmlviewer.gui.hover_link.HoverLink`
-rows; each row is one call of its model's precomputed renderer). "Difference" shows A minus B
+*Rows* (issue 24, issue 30): each model is one :class:`~dmlviewer.gui.pair_row.PairRow` of
+:attr:`PairView.rows` (its model, runners, explanation, overall maps, renderers and panes, one
+freshness stamp); model A is row 0 and :meth:`PairView.set_compare_model` adds model B as row 1
+under it. The pair is prepared by every row's model (each in its own background runner); each
+row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
+(or reference) draws every row's partial map of that point
+(:class:`~dmlviewer.gui.hover_link.HoverLink`: one core call, ``hover_points``, gives each row's
+overlay, share and peak, and the link writes every pane). "Difference" shows A minus B
 in the second row instead: the overall maps subtracted at image size, the partial maps by
 :class:`~dmlviewer.core.explain.hover.DifferenceRenderer`, both on one symmetric scale with the
 diverging colour map. B's overall maps are those that come with its pair and the Grad-CAM
@@ -57,7 +61,6 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlide
 
 from dmlviewer.core.display import DisplayOptions, check
 from dmlviewer.core.explain.methods import label as method_label, methods
-from dmlviewer.core.explain.hover import MAX_OVERLAY_SIDE, overlay_shape  # noqa: F401 - the pair view's sizes
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
@@ -322,7 +325,7 @@ class PairView(QWidget):
         if k < len(self._made):
             row = self._made[k]
         else:
-            row = PairRow(chr(ord("A") + k), methods("pair_view" if k == 0 else "compare_row"), self)
+            row = PairRow(chr(ord("A") + k), methods("pair_view") if k == 0 else COMPARE_METHODS, self)
             self._made.append(row)
             row.link = self.link.add_row(row.panes)
             self.row_splitter.addWidget(row.splitter)
@@ -334,6 +337,8 @@ class PairView(QWidget):
                 pane.set_opacity(opacity)
         self.rows.append(row)
         row.splitter.show()
+        if k > 0:  # the same split as row A's (a panorama's larger share, or one the user dragged)
+            row.splitter.setSizes(self.rows[0].splitter.sizes())
         self.link.set_row_shown(row.link, True)
         return row
 
@@ -515,8 +520,8 @@ class PairView(QWidget):
         try:
             combo = self._combo(name)
             if name == "input_size":
-                if self.size_combo.count() == 0:
-                    return True  # no model yet: the size is chosen when one opens
+                if self.size_combo.count() == 0 or (value is None and self._own_size() is None):
+                    return True  # no model yet (the size is chosen when one opens), or one fixed entry
                 index = self.size_combo.findData(self._own_size() if value is None else int(value))
                 ok = index >= 0
                 if ok:

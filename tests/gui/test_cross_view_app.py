@@ -19,7 +19,7 @@ from tiny_two_branch import tiny_two_branch, tiny_two_branch_checkpoint
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -236,6 +236,7 @@ def test_the_orientation_legend_sits_under_the_aerial_image_with_one_and_two_mod
     assert view.rows[1].state == "ready"
     qtbot.wait(50)
     assert aerial.height() < 0.6 * view.row_splitter.height()  # half the height: the image fills it
+    assert abs(view.rows[1].panes[REFERENCE].width() - aerial.width()) <= 2  # row B split as row A
     assert aerial.guide_legend.isVisible() and _legend_top(aerial) >= _image_bottom(aerial) - 1
     hover(view.panes[QUERY], view.link, 100.0, 20.0)  # the hovered map shows whole above the legend
     assert aerial.overlay_image().ndim == 3

@@ -14,7 +14,7 @@ from dmlviewer.core.explain.occlusion import OcclusionMaps, occlusion
 from dmlviewer.core.progress import run_to_end
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -68,7 +68,7 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     _hover(r, view.link, 33.0, 12.0)
     _hover(q, view.link, 20.0, 30.0)
     assert "explains" in loaded.statusBar().currentMessage()
-    assert view._hover_tensor() is expl.point_to_point
+    assert view._hover_tensor(view.rows[0]) is expl.point_to_point
 
 
 def test_pair_faithfulness_window_from_the_tools_menu(loaded, qtbot):
