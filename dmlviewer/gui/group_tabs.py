@@ -81,7 +81,6 @@ class GroupTabs(QWidget):
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
-        self.model = None
         self.model_lock = model_lock or threading.RLock()
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
@@ -136,6 +135,11 @@ class GroupTabs(QWidget):
         return self.rows[0].panes
 
     @property
+    def model(self):
+        """The open model (the row's)."""
+        return self.rows[0].model
+
+    @property
     def explanation(self):
         """The pair's explanation by the open model (the pair view's), None until it is ready."""
         return self.rows[0].explanation
@@ -149,7 +153,7 @@ class GroupTabs(QWidget):
         return max(0, self.tabs.currentIndex())
 
     def set_model(self, model) -> None:
-        self.model = model
+        self.rows[0].model = model
         self.rows[0].restart()
         self._data = None
         while self.tabs.count():
