@@ -64,7 +64,8 @@ def pair_view_target(view) -> Target | None:
     if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
         return None
     images = view.images
-    compare = view.compare_explanation if view.comparing and view.compare_state == "ready" else None
+    row_b = view.rows[1] if view.comparing else None
+    compare = row_b.explanation if row_b is not None and row_b.state == "ready" else None
 
     def figure(scale: float) -> Figure:
         method = view.method

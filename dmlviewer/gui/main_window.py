@@ -367,8 +367,7 @@ class MainWindow(QMainWindow):
         for event in (events.dataset, events.model, events.pair, events.features):
             self._observe(event, self._remember_session)  # after the panels: the last session on disk
         link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
-        for signal in (link.point_changed, link.point_cleared):
-            signal.connect(lambda *_: self.session.set_pinned(self.pair_view.link.pinned))
+        link.pinned_changed.connect(lambda: self.session.set_pinned(link.pinned))
         self._observe(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
@@ -1307,7 +1306,7 @@ class MainWindow(QMainWindow):
 
     def _on_similarity(self, value) -> None:
         if value is not None and self.pair_view.comparing:  # both models' similarities
-            b = self.pair_view.compare_similarity
+            b = self.pair_view.rows[1].similarity
             self.similarity_label.setText(f"A {value:+.4f} · B " + ("…" if b is None else f"{b:+.4f}"))
             self.similarity_label.setToolTip("cosine similarity of the pair under model A and model B")
             return

@@ -267,7 +267,7 @@ def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_ru
     assert win.open_dataset(demo_root) and win.open_checkpoint(two_runs["ms"])
     wait_ready(win.pair_view)
     win.open_compare(two_runs["triplet"])
-    qtbot.waitUntil(lambda: win.pair_view.compare_state == "ready", timeout=30000)
+    qtbot.waitUntil(lambda: win.pair_view.rows[1].state == "ready", timeout=30000)
     win.dataset_label.setText("demo-data: 800 images, 20 classes")  # the demo's, as the window words it
     win.statusBar().showMessage("query (58, 82): +1.25% of the similarity  [pinned, Esc to release]")
     qtbot.wait(50)

@@ -16,7 +16,7 @@ from _mouse import hover, viewport_pos
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -118,7 +118,7 @@ def test_nothing_stale_is_shown_while_a_pair_is_preparing(loaded, wait_ready):
 def test_overall_maps_of_each_method_come_from_the_core(loaded, qtbot, method):
     view = loaded.pair_view
     view.set_method(method)
-    qtbot.waitUntil(lambda: view._overall.get(method) is True, timeout=20000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get(method) is True, timeout=20000)
     for pane, side in zip(view.panes, ("query", "reference")):
         np.testing.assert_array_equal(pane.overlay_image(), view.explanation.overall(method, side, "positive"))
         lo, hi = pane.overlay_item.levels
@@ -281,7 +281,7 @@ def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_qu
     view = loaded.pair_view
     view.set_method("grad_transfer")
     assert "Grad-CAM weights" in view.panes[0].message.text()
-    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get("grad_transfer") is True, timeout=60000)
     assert loaded.dialogs == []
     job = [j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]
     assert len(job) == 1 and job[0].state == "finished"
@@ -295,7 +295,7 @@ def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_qu
         np.testing.assert_array_equal(pane.overlay_image(), expl.overall("grad_transfer", side, "positive"))
     # Another pair reuses the weights (no second job).
     loaded.set_pair(loaded.query_index, loaded.query_index + 3)
-    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get("grad_transfer") is True, timeout=60000)
     assert len([j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]) == 1
 
 

@@ -339,8 +339,9 @@ def test_the_last_session_reopens_model_b_beside_model_a(qtbot, dialogs, demo_ro
     slot = second.session.slot("compare")
     assert slot is not None and slot.source.path == str(other) and slot.info["sha256"] == sha_b
     wait_ready(second.pair_view, timeout=120000)
-    qtbot.waitUntil(lambda: second.pair_view.compare_state in ("ready", "failed"), timeout=60000)
-    assert second.pair_view.compare_state == "ready"  # the second row is back
+    rows = second.pair_view.rows
+    qtbot.waitUntil(lambda: len(rows) == 2 and rows[1].state in ("ready", "failed"), timeout=60000)
+    assert rows[1].state == "ready"  # the second row is back
     second.close()
 
     shutil.move(other, tmp_path / "moved.pt")
