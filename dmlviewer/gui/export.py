@@ -79,8 +79,9 @@ def pair_view_target(view) -> Target | None:
             compare_used = compare
         return pair_view_figure(view.explanation, images.query, images.reference,
                                 (_plain(images.query_title), _plain(images.reference_title)), method,
-                                view.sign, _colormap(view.cmap_combo.currentData()), scale,
-                                matches=5, compare=compare_used, names=("A", f"B {view.compare_name}"),
+                                view.sign, _colormap(view.display.colormap), scale,
+                                matches=5, compare=compare_used,
+                                names=("A", f"B {row_b.name}" if row_b is not None else "B"),
                                 shared_scale=view.shared_scale)
 
     return Target("Pair view", figure)

@@ -76,7 +76,7 @@ def test_a_label_names_the_model_everywhere_and_the_last_session_keeps_it(two_op
     assert window.compare_label.text() == "B: triplet baseline"
     assert window.windowTitle().endswith("vs B: triplet baseline")
     assert window._model_name("compare") == "B (triplet baseline)"  # job names
-    assert window.pair_view.compare_name == "triplet baseline"  # the second row's captions
+    assert window.pair_view.rows[1].name == "triplet baseline"  # the second row's captions
     remembered = LastSession.from_dict(settings.session_values()["last"])
     assert remembered.models["compare"].label == "triplet baseline"
     assert remembered.models["primary"].label is None
@@ -267,7 +267,7 @@ def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_ru
     assert win.open_dataset(demo_root) and win.open_checkpoint(two_runs["ms"])
     wait_ready(win.pair_view)
     win.open_compare(two_runs["triplet"])
-    qtbot.waitUntil(lambda: win.pair_view.rows[1].state == "ready", timeout=30000)
+    qtbot.waitUntil(lambda: win.pair_view.comparing and win.pair_view.rows[1].state == "ready", timeout=30000)
     win.dataset_label.setText("demo-data: 800 images, 20 classes")  # the demo's, as the window words it
     win.statusBar().showMessage("query (58, 82): +1.25% of the similarity  [pinned, Esc to release]")
     qtbot.wait(50)
