@@ -84,12 +84,14 @@ def run(args: argparse.Namespace) -> int:
     dataset = open_dataset(args.dataset, args.format, args.protocol)
     if len(dataset.indices(args.split)) < 2:
         raise UsageError(f"the dataset has fewer than two {args.split!r} images")
+    from dmlviewer.core.files import RefusedFile
+
     pairs = None
     if args.pairs:
         try:
             pairs = read_pairs(args.pairs, dataset)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        except (RefusedFile, ValueError) as exc:  # a missing or refused file, or a bad line: one line
+            raise UsageError(f"--pairs: {exc}") from None
     failures = DEFAULT_FAILURES if args.failures is None else args.failures
     if pairs is None and failures == 0:
         raise UsageError("--failures 0 shows nothing: give at least 1")

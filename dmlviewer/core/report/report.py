@@ -96,7 +96,9 @@ def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
                                      else line.split())]
         parts = [p for p in parts if p]
         if len(parts) != 2 or any(p not in index for p in parts):
-            raise ValueError(f"{path}: line {number} does not name two images of the dataset: {line[:120]!r}")
+            # the line itself is not echoed: the file may be any file, a secret one included
+            raise ValueError(f"{path}: line {number} does not name two images of the dataset "
+                             "(one pair a line: query path, reference path)")
         pairs.append((index[parts[0]], index[parts[1]]))
     if not pairs:
         raise ValueError(f"{path}: no pairs (one pair a line: query path, reference path)")
