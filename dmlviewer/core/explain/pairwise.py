@@ -25,9 +25,13 @@ by ``Z / (|Eq_p||Er_p|)``.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+
+#: the order of :attr:`PairTerms.scalars`
+SCALARS = ("bias_query", "bias_reference", "bias_both", "similarity", "norm")
 
 
 @dataclass
@@ -37,18 +41,35 @@ class PairTerms:
     ``point_to_point``: ``nq x nr`` (flattened grids, row-major); ``similarity`` is the cosine of
     the two embeddings; completeness: ``point_to_point.sum() + bias_query + bias_reference +
     bias_both == similarity``.
+
+    Everything stays on the contributions' device: ``scalars`` holds the bias terms, the
+    similarity and ``Z`` (:data:`SCALARS` order, float64); reading one of them as a float
+    (``bias_query``, ...) copies ``scalars`` to the host once (one synchronisation), or not at
+    all when the caller has already brought them over with :meth:`set_host_scalars`.
     """
 
     point_to_point: torch.Tensor
-    bias_query: float
-    bias_reference: float
-    bias_both: float
-    similarity: float
-    norm: float
+    scalars: torch.Tensor
     overall_query: torch.Tensor  # nq, "Decomposition"
     overall_reference: torch.Tensor  # nr, "Decomposition"
     overall_bias_query: torch.Tensor  # nq, "Decomposition+Bias"
     overall_bias_reference: torch.Tensor  # nr, "Decomposition+Bias"
+    _host: tuple[float, ...] | None = field(default=None, repr=False)
+
+    def set_host_scalars(self, values) -> None:
+        """The host copy of :attr:`scalars` (already transferred with other arrays)."""
+        self._host = tuple(float(v) for v in values)
+
+    def _scalar(self, name: str) -> float:
+        if self._host is None:
+            self.set_host_scalars(self.scalars.detach().cpu().tolist())
+        return self._host[SCALARS.index(name)]
+
+    bias_query = property(lambda self: self._scalar("bias_query"))
+    bias_reference = property(lambda self: self._scalar("bias_reference"))
+    bias_both = property(lambda self: self._scalar("bias_both"))
+    similarity = property(lambda self: self._scalar("similarity"))
+    norm = property(lambda self: self._scalar("norm"))
 
 
 def pair_terms(
@@ -57,27 +78,25 @@ def pair_terms(
     """Eq. 3 from the contributions ``C`` (``n x D``) and biases ``B`` (``D``) of both images.
 
     The point-to-point tensor is one matrix product ``Cq Cr^T / Z``; the overall maps are
-    matrix-vector products (no sum over the big tensor needed).
+    matrix-vector products (no sum over the big tensor needed). No value leaves the device
+    (no synchronisation): ``Z`` divides as a tensor, the scalars are dot products in float64.
     """
-    contrib_q = contrib_q.float()
-    contrib_r = contrib_r.float()
-    bias_q = bias_q.float().reshape(-1)
-    bias_r = bias_r.float().reshape(-1)
+    contrib_q = contrib_q.detach().float()
+    contrib_r = contrib_r.detach().float()
+    bias_q = bias_q.detach().float().reshape(-1)
+    bias_r = bias_r.detach().float().reshape(-1)
     sum_q = contrib_q.sum(0)
     sum_r = contrib_r.sum(0)
     emb_q = sum_q + bias_q
     emb_r = sum_r + bias_r
     z = (emb_q.double().norm() * emb_r.double().norm()).clamp_min(1e-30)
-    zf = float(z)
-    p2p = (contrib_q @ contrib_r.T) / zf
-    dot = lambda a, b: float(a.double() @ b.double() / z)  # noqa: E731 (scalars in float64)
+    zf = z.float()
+    left = torch.stack([sum_q, sum_r, bias_q, emb_q]).double()
+    right = torch.stack([bias_r, bias_q, bias_r, emb_r]).double()
+    scalars = torch.cat([(left * right).sum(1) / z, z[None]])
     return PairTerms(
-        point_to_point=p2p,
-        bias_query=dot(sum_q, bias_r),
-        bias_reference=dot(sum_r, bias_q),
-        bias_both=dot(bias_q, bias_r),
-        similarity=dot(emb_q, emb_r),
-        norm=zf,
+        point_to_point=(contrib_q @ contrib_r.T) / zf,
+        scalars=scalars,
         overall_query=(contrib_q @ sum_r) / zf,
         overall_reference=(contrib_r @ sum_q) / zf,
         overall_bias_query=(contrib_q @ emb_r) / zf,
@@ -86,7 +105,7 @@ def pair_terms(
 
 
 def group_point_to_point(
-    contrib_q: torch.Tensor, contrib_r: torch.Tensor, slices: list[slice], norm: float
+    contrib_q: torch.Tensor, contrib_r: torch.Tensor, slices: list[slice], norm: float | torch.Tensor
 ) -> list[torch.Tensor]:
     """One ``nq x nr`` point-to-point tensor per embedding group, divided by the global ``Z``
     (``norm``) so that they sum to :attr:`PairTerms.point_to_point`."""
