@@ -3,9 +3,10 @@
 #   gpu.txt          the GPU's name, driver, torch, date
 #   tests.txt        pytest tests/gpu (and the extract/explain tests on this machine)
 #   bench.json       dmlviewer bench explain / extract / train-step --device cuda (this tree)
-#   before.json      bench explain / extract --device cuda of the tree in $BEFORE (if given)
-#   profile.txt      torch.profiler of pair preparation (resnet50) and cProfile of extraction's
-#                    main process; the loader alone at several worker counts; nvJPEG decoding
+#   before.json      bench extract --device cuda of the tree in $BEFORE (if given)
+#   profile.txt      packaging/gpu_profile.py: pair preparation (torch.profiler), extraction at
+#                    several worker counts, the loader alone, the main process (cProfile), nvJPEG
+#   profile_before.txt  the pair-preparation part for the tree in $BEFORE
 # Usage (from the repository root): OUT=/tmp/out [BEFORE=/path/to/old/tree] packaging/gpu_check.sh
 # It needs torch with CUDA, torchvision, h5py, opencv, timm, pytest; other Python packages the
 # project needs can be given as wheels in $WHEELS (installed to a temporary folder).
@@ -27,41 +28,44 @@ cat "$OUT/gpu.txt"
 
 step() { echo "== $1 ($(date +%T))"; }
 
-step "GPU tests"
-timeout 240 $PY -m pytest -q -p no:cacheprovider tests/gpu -x -o addopts="" 2>&1 | tail -25 | tee "$OUT/tests.txt"
+step "profiles"
+timeout 120 $PY packaging/gpu_profile.py 2>&1 | tee "$OUT/profile.txt" | grep -v "^ *[-a-zA-Z_:]* *[0-9.]*%" | tail -45
+if [ -n "${BEFORE:-}" ]; then
+  step "before: pair preparation ($BEFORE)"
+  PYTHONPATH=$BEFORE${PYTHONPATH#$HERE} timeout 40 $PY packaging/gpu_profile.py pairs 2>&1 | tee "$OUT/profile_before.txt" | grep "^pair\|per pair"
+fi
 
 step "bench explain / extract / train-step on cuda"
 : >"$OUT/bench.json"
-for name in explain extract train-step; do
-  timeout 150 $PY -m dmlviewer bench "$name" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
-    || echo "bench $name failed: $?" | tee -a "$OUT/bench.err"
+for spec in "explain 150" "extract 80" "train-step 60"; do
+  set -- $spec
+  timeout "$2" $PY -m dmlviewer bench "$1" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
+    || echo "bench $1 failed: $?" | tee -a "$OUT/bench.err"
 done
-$PY - "$OUT/bench.json" <<'EOF'
+$PY - "$OUT/bench.json" <<'EOF2'
 import json, sys
 text = open(sys.argv[1]).read()
 dec, pos, rows = json.JSONDecoder(), 0, []
-while pos < len(text.strip()):
-    obj, end = dec.raw_decode(text, pos)
-    rows.append(obj); pos = end
-    while pos < len(text) and text[pos].isspace(): pos += 1
+while text[pos:].strip():
+    while text[pos].isspace():
+        pos += 1
+    obj, pos = dec.raw_decode(text, pos)
+    rows.append(obj)
 for r in rows:
     if r["benchmark"] == "explain":
         for p in r["prepare"]:
-            print("explain", p["model"], p["image"], "bare", p["bare_forward_ms"], "prep", p["prepare_ms"], "ratio", p["ratio"], "w/pre", p["ratio_with_preprocessing"])
+            print("explain", p["model"], p["image"], "bare", p["bare_forward_ms"], "prep", p["prepare_ms"],
+                  "ratio", p["ratio"], "w/pre", p["ratio_with_preprocessing"])
     else:
-        print(r["benchmark"], {k: v for k, v in r.items() if k not in ("machine",)})
-EOF
-
+        print(r["benchmark"], {k: v for k, v in r.items() if k != "machine"})
+EOF2
 if [ -n "${BEFORE:-}" ]; then
-  step "before: bench explain / extract on cuda ($BEFORE)"
-  : >"$OUT/before.json"
-  for name in explain extract; do
-    (cd "$BEFORE" && PYTHONPATH=$BEFORE${PYTHONPATH#$HERE} timeout 120 $PY -m dmlviewer bench "$name" --json --device cuda) \
-      >>"$OUT/before.json" 2>>"$OUT/bench.err" || echo "before $name failed" | tee -a "$OUT/bench.err"
-  done
-  grep -E '"(ratio|prepare_ms|bare_forward_ms|ours_images_per_s|bare_images_per_s)"' "$OUT/before.json" | tr -s ' ' | head -40
+  step "before: bench extract on cuda ($BEFORE)"
+  (cd "$BEFORE" && PYTHONPATH=$BEFORE${PYTHONPATH#$HERE} timeout 60 $PY -m dmlviewer bench extract --json --device cuda) \
+    >"$OUT/before.json" 2>>"$OUT/bench.err" || echo "before extract failed" | tee -a "$OUT/bench.err"
+  grep -E '"(ratio|ours_images_per_s|bare_images_per_s|num_workers|images)"' "$OUT/before.json"
 fi
 
-step "profiles"
-timeout 150 $PY packaging/gpu_profile.py 2>&1 | tee "$OUT/profile.txt" | tail -60
+step "GPU tests"
+timeout 180 $PY -m pytest -q -p no:cacheprovider tests/gpu -o addopts="" 2>&1 | tail -25 | tee "$OUT/tests.txt"
 step "done"

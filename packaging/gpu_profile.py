@@ -2,7 +2,7 @@
 
 1. pair preparation (resnet50, 500x375 images): torch.profiler's host-side operators and the
    synchronising CUDA calls per prepared pair, with the bare forward's time beside;
-2. extraction (resnet50 at 224 px, batch 128, 4,000 demo JPEGs): ours at several worker counts,
+2. extraction (resnet50 at 224 px, batch 128, 800 demo JPEGs listed five times): ours at several worker counts,
    the data loader alone at the same counts, the bare loop on preloaded tensors, and a cProfile
    of the main process during one extraction;
 3. nvJPEG: batched ``torchvision.io.decode_jpeg(..., device="cuda")`` over the same files.
@@ -69,6 +69,7 @@ def pair_profile() -> None:
 
 
 def extraction_profile() -> None:
+    from dmlviewer.bench.extract import repeated
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
     from dmlviewer.core.evaluate.extract import extract_features, make_loader
     from dmlviewer.core.models import build_model, default_config
@@ -79,8 +80,8 @@ def extraction_profile() -> None:
     model = build_model(default_config(backbone="resnet50", image_size=224, dim=512), dev).eval()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        root = make_demo_data(Path(tmp) / "data", classes=40, per_class=100, size=128)
-        dataset = open_dataset(root).select_split("all")
+        root = make_demo_data(Path(tmp) / "data", classes=20, per_class=40, size=128)
+        dataset = repeated(open_dataset(root).select_split("all"), 5)
         n = len(dataset)
         print(f"extraction: {n} images made in {time.perf_counter() - t0:.1f} s")
         images = torch.stack([to_tensor(load_image(dataset.abspath(i)), 224) for i in range(n)])
@@ -137,6 +138,11 @@ def extraction_profile() -> None:
 
 
 if __name__ == "__main__":
-    print(torch.cuda.get_device_name(0), time.strftime("%Y-%m-%d"))
-    pair_profile()
-    extraction_profile()
+    import sys
+
+    parts = sys.argv[1:] or ["pairs", "extract"]
+    print(torch.cuda.get_device_name(0), time.strftime("%Y-%m-%d"), parts)
+    if "pairs" in parts:
+        pair_profile()
+    if "extract" in parts:
+        extraction_profile()
