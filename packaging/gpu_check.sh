@@ -29,7 +29,7 @@ cat "$OUT/gpu.txt"
 step() { echo "== $1 ($(date +%T))"; }
 
 step "profiles"
-timeout 120 $PY packaging/gpu_profile.py 2>&1 | tee "$OUT/profile.txt" | grep -v "^ *[-a-zA-Z_:]* *[0-9.]*%" | tail -45
+timeout 120 $PY packaging/gpu_profile.py 2>&1 | tee "$OUT/profile.txt" | tail -70
 if [ -n "${BEFORE:-}" ]; then
   step "before: pair preparation ($BEFORE)"
   PYTHONPATH=$BEFORE${PYTHONPATH#$HERE} timeout 40 $PY packaging/gpu_profile.py pairs 2>&1 | tee "$OUT/profile_before.txt" | grep "^pair\|per pair"
