@@ -1,10 +1,12 @@
 """One pair's explanation: everything the viewer shows for a query and a reference image.
 
-:func:`explain_pair` runs both forward passes (one batch when the inputs have the same size),
-decomposes both embeddings (:func:`.decompose`), forms the point-to-point tensor as one matrix
-product and the bias terms of seed 000 Eq. 3 (:mod:`.pairwise`), and precomputes what hovering
-needs (the tensor and its transpose, float32 C-contiguous) and the "Decomposition" and
-"Decomposition+Bias" overall maps at both original image sizes. Grad-CAM, RGrad-CAM,
+:func:`explain_pair` preprocesses both images on the model's device (:func:`~dmlviewer.core.data.transforms.to_tensor`),
+runs both forward passes (one batch when the inputs have the same size), decomposes both
+embeddings (:func:`.decompose`), forms the point-to-point tensor as one matrix product and the
+bias terms of seed 000 Eq. 3 (:mod:`.pairwise`), all on that device, and brings over in ONE
+transfer what hovering needs (the tensor and its transpose, float32 C-contiguous), the
+"Decomposition" and "Decomposition+Bias" grid maps and the scalars. The overall maps at the
+original image sizes are upsampled on first request and cached; Grad-CAM, RGrad-CAM,
 grad-transfer maps, group tensors and attention maps are computed on request and cached.
 
 Coordinates: ``side`` is ``"query"`` or ``"reference"``; points are ``(x, y)`` pixels of that
@@ -103,10 +105,9 @@ class PairExplanation:
         self._grid_maps: dict[tuple[str, str], np.ndarray] = {
             key: _frozen(value.reshape(grids[key[1]])) for key, value in zip(overall, on_host[3:])
         }
+        # at image size on first request (:meth:`overall`): a viewer draws one method's maps, and
+        # faithfulness, agreement and orientation read the grid maps only
         self._image_maps: dict[tuple[str, str], np.ndarray] = {}
-        for method in ("decomposition", "decomposition_bias"):
-            for side in SIDES:
-                self.overall(method, side)
         self._groups: list[np.ndarray] | None = None
         self._attention: dict[str, dict[str, np.ndarray]] = {}
 
@@ -249,12 +250,15 @@ class PairExplanation:
         return s.out.embedding[s.index].detach().float().cpu().numpy()
 
 
-def _to_host(tensors: list[torch.Tensor | None]) -> list[np.ndarray | None]:
+def _to_host(tensors: list[torch.Tensor | None], packed: bool | None = None) -> list[np.ndarray | None]:
     """The tensors as numpy arrays (float32, except float64 ones), ``None`` kept. On the host they
     are views; from an accelerator they come over packed in ONE transfer (one synchronisation
-    instead of one per tensor): float64 tensors travel as their float32 bit pairs."""
+    instead of one per tensor): float64 tensors travel as their float32 bit pairs. ``packed``
+    forces either way (default: packed unless all are on the host)."""
     present = [t.detach() for t in tensors if t is not None]
-    if all(t.device.type == "cpu" for t in present):
+    if packed is None:
+        packed = not all(t.device.type == "cpu" for t in present)
+    if not packed:
         return [None if t is None else t.detach().numpy() for t in tensors]
     flat = [(t.contiguous().view(torch.float32) if t.dtype == torch.float64 else t.float()).reshape(-1)
             for t in present]

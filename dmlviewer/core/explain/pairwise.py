@@ -30,10 +30,6 @@ from dataclasses import dataclass, field
 import torch
 
 
-#: the order of :attr:`PairTerms.scalars`
-SCALARS = ("bias_query", "bias_reference", "bias_both", "similarity", "norm")
-
-
 @dataclass
 class PairTerms:
     """The four terms of Eq. 3 for one pair, all already divided by ``Z = |Eq||Er|``.
@@ -42,10 +38,11 @@ class PairTerms:
     the two embeddings; completeness: ``point_to_point.sum() + bias_query + bias_reference +
     bias_both == similarity``.
 
-    Everything stays on the contributions' device: ``scalars`` holds the bias terms, the
-    similarity and ``Z`` (:data:`SCALARS` order, float64); reading one of them as a float
-    (``bias_query``, ...) copies ``scalars`` to the host once (one synchronisation), or not at
-    all when the caller has already brought them over with :meth:`set_host_scalars`.
+    Everything stays on the contributions' device. ``scalars`` (float64, 10 values) holds the
+    dot products of the query's ``(sum C, B, E)`` with the reference's ``(sum C, B, E)`` (a
+    3 x 3 matrix, row-major) and ``Z``: reading ``bias_query``, ``similarity``, ... divides on
+    the host after ONE copy of ``scalars`` (one synchronisation), or none when the caller has
+    brought them over already (:meth:`set_host_scalars`).
     """
 
     point_to_point: torch.Tensor
@@ -60,16 +57,22 @@ class PairTerms:
         """The host copy of :attr:`scalars` (already transferred with other arrays)."""
         self._host = tuple(float(v) for v in values)
 
-    def _scalar(self, name: str) -> float:
+    def _dot(self, q: int, r: int) -> float:
         if self._host is None:
             self.set_host_scalars(self.scalars.detach().cpu().tolist())
-        return self._host[SCALARS.index(name)]
+        return self._host[3 * q + r] / self._host[9]
 
-    bias_query = property(lambda self: self._scalar("bias_query"))
-    bias_reference = property(lambda self: self._scalar("bias_reference"))
-    bias_both = property(lambda self: self._scalar("bias_both"))
-    similarity = property(lambda self: self._scalar("similarity"))
-    norm = property(lambda self: self._scalar("norm"))
+    # rows/columns of the 3 x 3 matrix: 0 = sum of the contributions, 1 = bias, 2 = embedding
+    bias_query = property(lambda self: self._dot(0, 1), doc="sum Cq . Br / Z")
+    bias_reference = property(lambda self: self._dot(1, 0), doc="Bq . sum Cr / Z")
+    bias_both = property(lambda self: self._dot(1, 1), doc="Bq . Br / Z")
+    similarity = property(lambda self: self._dot(2, 2), doc="Eq . Er / Z, the cosine")
+
+    @property
+    def norm(self) -> float:
+        """``Z = |Eq||Er|``."""
+        self._dot(0, 0)
+        return self._host[9]
 
 
 def pair_terms(
@@ -77,30 +80,32 @@ def pair_terms(
 ) -> PairTerms:
     """Eq. 3 from the contributions ``C`` (``n x D``) and biases ``B`` (``D``) of both images.
 
-    The point-to-point tensor is one matrix product ``Cq Cr^T / Z``; the overall maps are
-    matrix-vector products (no sum over the big tensor needed). No value leaves the device
-    (no synchronisation): ``Z`` divides as a tensor, the scalars are dot products in float64.
+    The point-to-point tensor and the query's two overall maps are ONE matrix product
+    ``Cq [Cr; sum Cr; Er]^T / Z``, the reference's maps another (no sum over the big tensor);
+    the scalars are one 3 x 3 product in float64. No value leaves the device (no
+    synchronisation) and few operations are launched (the host, not the GPU, sets the pace
+    of a pair on a GPU).
     """
     contrib_q = contrib_q.detach().float()
     contrib_r = contrib_r.detach().float()
     bias_q = bias_q.detach().float().reshape(-1)
     bias_r = bias_r.detach().float().reshape(-1)
-    sum_q = contrib_q.sum(0)
-    sum_r = contrib_r.sum(0)
-    emb_q = sum_q + bias_q
-    emb_r = sum_r + bias_r
-    z = (emb_q.double().norm() * emb_r.double().norm()).clamp_min(1e-30)
+    nr = contrib_r.shape[0]
+    sum_q, sum_r = contrib_q.sum(0), contrib_r.sum(0)
+    emb_q, emb_r = sum_q + bias_q, sum_r + bias_r
+    vectors = torch.stack([sum_q, bias_q, emb_q, sum_r, bias_r, emb_r]).double()
+    z = torch.linalg.vector_norm(vectors[2::3], dim=1).prod().clamp_min(1e-30)
+    scalars = torch.cat([(vectors[:3] @ vectors[3:].T).reshape(-1), z[None]])
     zf = z.float()
-    left = torch.stack([sum_q, sum_r, bias_q, emb_q]).double()
-    right = torch.stack([bias_r, bias_q, bias_r, emb_r]).double()
-    scalars = torch.cat([(left * right).sum(1) / z, z[None]])
+    query = (contrib_q @ torch.cat([contrib_r, sum_r[None], emb_r[None]]).T) / zf  # nq x (nr + 2)
+    reference = (contrib_r @ torch.stack([sum_q, emb_q], 1)) / zf  # nr x 2
     return PairTerms(
-        point_to_point=(contrib_q @ contrib_r.T) / zf,
+        point_to_point=query[:, :nr],
         scalars=scalars,
-        overall_query=(contrib_q @ sum_r) / zf,
-        overall_reference=(contrib_r @ sum_q) / zf,
-        overall_bias_query=(contrib_q @ emb_r) / zf,
-        overall_bias_reference=(contrib_r @ emb_q) / zf,
+        overall_query=query[:, nr],
+        overall_reference=reference[:, 0],
+        overall_bias_query=query[:, nr + 1],
+        overall_bias_reference=reference[:, 1],
     )
 
 

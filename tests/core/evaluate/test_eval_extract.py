@@ -109,3 +109,18 @@ def test_retrieve_matches_sorted_similarities(model, data, tmp_path):
     assert len(retrieve(f, 7, k=100)) == 23
     with pytest.raises(IndexError):
         retrieve(f, 24)
+
+
+def test_rows_written_in_blocks_are_the_batches_rows_in_order(model, data, tmp_path, monkeypatch):
+    """Several batches gathered per HDF5 append (blocks of WRITE_ROWS rows, the last shorter):
+    the file holds every row once, in listing order, with its own outputs."""
+    from dmlviewer.core.evaluate import extract, extract_features, read_features
+
+    monkeypatch.setattr(extract, "WRITE_ROWS", 5)
+    run_to_end(extract_features(model, data, tmp_path / "blocks.h5", batch_size=3, num_workers=0))
+    got = read_features(tmp_path / "blocks.h5")
+    direct = _direct(model, data)
+    assert list(got.paths) == list(data.paths)
+    np.testing.assert_array_equal(got.labels, data.labels)
+    np.testing.assert_allclose(got.embeddings, direct.embedding.numpy(), atol=1e-5)
+    np.testing.assert_allclose(got.groups, direct.groups.numpy(), atol=1e-5)
