@@ -37,10 +37,10 @@ fi
 
 step "bench explain / extract / train-step on cuda"
 : >"$OUT/bench.json"
-for spec in "explain 150" "extract 80" "train-step 60"; do
+for spec in "150 explain" "80 extract" "60 train-step"; do
   set -- $spec
-  timeout "$2" $PY -m dmlviewer bench "$1" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
-    || echo "bench $1 failed: $?" | tee -a "$OUT/bench.err"
+  timeout "$1" $PY -m dmlviewer bench "${@:2}" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
+    || echo "bench $2 failed: $?" | tee -a "$OUT/bench.err"
 done
 $PY - "$OUT/bench.json" <<'EOF2'
 import json, sys
@@ -68,4 +68,9 @@ fi
 
 step "GPU tests"
 timeout 180 $PY -m pytest -q -p no:cacheprovider tests/gpu -o addopts="" 2>&1 | tail -25 | tee "$OUT/tests.txt"
+
+step "bench metrics on cuda (60,000 rows)"
+timeout 100 $PY -m dmlviewer bench metrics --size 60000 --json --device cuda >"$OUT/metrics.json" 2>>"$OUT/bench.err" \
+  || echo "bench metrics failed: $?"
+grep -E '"(ratio|ours_s|theirs_s|seconds|size|n)"' "$OUT/metrics.json" | head
 step "done"

@@ -149,7 +149,7 @@ def to_tensor_on(image: np.ndarray, size: int | tuple[int, int] | None, device: 
         else:
             x = torch.nn.functional.interpolate(x.permute(2, 0, 1)[None].double(), size=(th, tw),
                                                 mode="bilinear", align_corners=False)[0].permute(1, 2, 0)
-        x = x.round_().clamp_(0, 255)
+        x = x.round_()  # area and bilinear weights are convex: already within 0..255
     return normalize_on(x, mean, std).contiguous()
 
 
