@@ -165,14 +165,6 @@ def _collate_mixed(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch
             torch.tensor([item[2] for item in batch], dtype=torch.int64))
 
 
-def _worker_threads(_: int) -> None:
-    """A loader worker's OpenCV runs on one thread: the workers are the parallelism (without
-    this every worker's OpenCV starts a pool as large as the machine)."""
-    import cv2
-
-    cv2.setNumThreads(1)
-
-
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None, rank: int = 0,
                 world_size: int = 1, branches: np.ndarray | None = None) -> torch.utils.data.DataLoader:
@@ -194,8 +186,10 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
         generator=torch.Generator().manual_seed(0),
-        persistent_workers=False,  # one pass per loader: workers would outlive it for nothing
-        worker_init_fn=_worker_threads if workers else None,
+        # one pass per loader: persistent workers would outlive it for nothing. (No OpenCV
+        # thread setting in the workers: cv2.setNumThreads in a child forked while the parent's
+        # OpenCV pool exists hangs it.)
+        persistent_workers=False,
     )
 
 
