@@ -296,7 +296,9 @@ def _finished(expected: np.ndarray, index: torch.Tensor, host: dict[str, torch.T
     whose image was bad (replaced by its successor) left out."""
     if done is not None:
         done.synchronize()
-    arrays = {k: v.numpy() for k, v in host.items()}
+    # copied out of the pinned buffers (which the caching allocator then reuses): results kept
+    # for a whole dataset must not hold gigabytes of page-locked memory
+    arrays = {k: v.numpy().copy() if done is not None else v.numpy() for k, v in host.items()}
     good = index.numpy() == expected
     if not good.all():
         arrays = {k: v[good] for k, v in arrays.items()}
