@@ -30,6 +30,24 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: how the Python door names the fields of the core's errors (:mod:`dmlviewer.core.fields`): its
+#: keyword arguments
+PYTHON_NAMES = {"output": "output=", "size": "size=", "transform": "transform=", "feature_layer": "feature_layer=",
+                "input_shapes": "size= (a pair, one per branch)"}
+
+
+@contextlib.contextmanager
+def _python_words():
+    """A :class:`~dmlviewer.core.fields.FieldError` raised inside says its field as this door's
+    keyword argument (``output=``), the exception otherwise unchanged (type, traceback)."""
+    from dmlviewer.core.fields import FieldError
+
+    try:
+        yield
+    except FieldError as exc:
+        exc.args = (exc.worded(PYTHON_NAMES),)
+        raise
+
 
 def open_model(model: Any, *, feature_layer: str | None = None, output: Any = None, transform: Any = None,
                size: int | None = None, device: str = "cpu"):
@@ -38,7 +56,8 @@ def open_model(model: Any, *, feature_layer: str | None = None, output: Any = No
     differently from how it was given, e.g. eval mode for a module in training mode)."""
     from dmlviewer.core.models import open_model as _open
 
-    return _open(model, device, feature_layer=feature_layer, output=output, transform=transform, size=size)
+    with _python_words():
+        return _open(model, device, feature_layer=feature_layer, output=output, transform=transform, size=size)
 
 
 def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = None, *, output: Any = None,
@@ -61,11 +80,12 @@ def explain(model: Any, query: Any, reference: Any, feature_layer: str | None = 
     ``rule_detail``): BatchNorm then uses its running statistics and Dropout is off."""
     import dataclasses
 
-    from dmlviewer.core.explain import METHODS, Explanation, explain_pair
+    from dmlviewer.core.explain import Explanation, explain_pair
+    from dmlviewer.core.explain import methods as registry
 
-    if method not in METHODS or method == "grad_transfer":
-        raise ValueError(f"method must be one of {', '.join(m for m in METHODS if m != 'grad_transfer')}, got {method!r}")
-    with _module_restored(model):
+    if method not in registry.methods("python"):
+        raise ValueError(f"method must be one of {', '.join(registry.methods('python'))}, got {method!r}")
+    with _module_restored(model), _python_words():
         m, info = open_model(model, feature_layer=feature_layer, output=output, transform=transform, size=size,
                              device=device)
         try:  # the overall maps may re-run the module: computed before its hooks go
@@ -137,8 +157,11 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
     ``block``: run the Qt event loop until the window closes. ``None``: block in a script; in
     IPython or a notebook never block the kernel: Qt's event loop is started there as ``%gui qt``
     does when it is not running yet, and when it cannot be started ``view`` returns ``None`` at
-    once with one line saying what to run. Returns the window when not blocking, else the app's
-    exit status."""
+    once with one line saying what to run. Returns, when not blocking, the session
+    (:class:`dmlviewer.core.session.Session`, evented, as napari's ``view_image`` returns its
+    viewer): ``session.window`` is the window, and setting the pair (``session.set_pair(q, r)``)
+    or a display option (``session.display.sign = "signed"``) updates it; when blocking, the
+    app's exit status."""
     if block is None:
         shell = _ipython_shell()
         block = shell is None
@@ -160,7 +183,8 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
     if features:
         window.open_features(features)
     if not block:
-        return window
+        window.session.window = window
+        return window.session
     status = app.exec()
     window.shutdown()
     return int(status)

@@ -35,6 +35,7 @@ COMMANDS = {
     "faithfulness": "faithfulness",
     "compare": "compare",
     "retrieve": "retrieve",
+    "report": "report",
     "import-model": "import_model",
     "bench": "bench",
 }
@@ -104,7 +105,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return _classes((("dmlviewer.core.data.errors", "DatasetError"), ("dmlviewer.core.data.errors", "ImageError"),
                      ("dmlviewer.core.evaluate.store", "StoreError"),
                      ("dmlviewer.core.models.errors", "CheckpointError"),
-                     ("dmlviewer.core.models.errors", "ModelError")))
+                     ("dmlviewer.core.models.errors", "ModelError"), ("dmlviewer.core.fields", "FieldError")))
 
 
 def _job_errors() -> tuple[type[BaseException], ...]:
@@ -142,9 +143,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"dmlviewer {args.command}: error: {exc}\n")
         return 2
     except _input_errors() as exc:  # bad dataset, image, checkpoint or feature file
+        from dmlviewer.commands.options import worded
+
         if args.verbose:
             log.exception("input error")
-        sys.stderr.write(f"dmlviewer {args.command}: error: {exc}\n")
+        sys.stderr.write(f"dmlviewer {args.command}: error: {worded(exc)}\n")
         return 2
     except FileNotFoundError as exc:
         name = exc.filename or str(exc)

@@ -513,8 +513,8 @@ def compare_scenario(window, out: Path, pin: tuple[float, float], shots: set[str
     pair_view, runner = window.pair_view, window.runner
     window.open_compare(COMPARE_MODEL)
     yield Wait(f"model B ({COMPARE_MODEL}) on the pair", timeout_s=600,
-               done=lambda: pair_view.compare_state in ("ready", "failed"))
-    if pair_view.compare_state != "ready":
+               done=lambda: pair_view.comparing and pair_view.rows[1].state in ("ready", "failed"))
+    if not pair_view.comparing or pair_view.rows[1].state != "ready":
         raise RuntimeError(f"model B ({COMPARE_MODEL}) could not explain the pair")
     pair_view.link.pin(0, *pin)
     yield delay(400)

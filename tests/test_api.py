@@ -157,15 +157,16 @@ def test_view_in_a_notebook_starts_qt_event_loop_and_never_blocks(monkeypatch):
     _no_event_loop(monkeypatch)
     shell = _FakeShell()
     monkeypatch.setattr(api, "_ipython_shell", lambda: shell)
-    window = dmlviewer.view()
+    session = dmlviewer.view()  # the session, its window reachable from it
     try:
-        assert shell.calls == ["qt"] and window is not None and window.isVisible()
+        assert shell.calls == ["qt"] and session is not None and session.window.isVisible()
     finally:
-        window.close()
+        session.close()
+    assert not session.window.isVisible()
     running = _FakeShell(loop="qt6")  # after %gui qt: nothing to start
     monkeypatch.setattr(api, "_ipython_shell", lambda: running)
-    window = dmlviewer.view()
-    window.close()
+    session = dmlviewer.view()
+    session.close()
     assert running.calls == []
 
 

@@ -37,6 +37,7 @@ TINY: dict[str, tuple[dict[str, str], list[str]]] = {
     "faithfulness": ({"--pairs": "2"}, []),
     "localize": ({}, ["--limit", "4"]),
     "correspond": ({}, ["--pairs", "4"]),
+    "report": ({"--failures": "2"}, []),
 }
 
 

@@ -214,3 +214,45 @@ def test_ci_still_finds_the_test_command():
     assert cmd == _readme_command("test-command")
     assert cmd.startswith("python3 -m dmlviewer.system_check --offscreen --install && python3 -m venv .venv")
     assert "pytest" in cmd and "\n" not in cmd
+
+
+def test_the_offscreen_set_up_installs_the_tests_browser(monkeypatch, capsys):
+    """--offscreen --install (the README's test command) also installs Chromium, which the
+    report's browser test needs, when no Chromium-family browser is found; the app's set-up
+    (without --offscreen) does not, and a browser that cannot be installed is a note, not a
+    failure."""
+    calls = []
+    installed = {"chromium": False}
+
+    def run(args, env):
+        calls.append(args)
+        if "install" in args:
+            installed["chromium"] = True
+        return subprocess.CompletedProcess(args, 0)
+
+    which = lambda name: "/usr/bin/chromium" if name == "chromium" and installed["chromium"] else None  # noqa: E731
+    monkeypatch.setattr(system_check, "_loads", lambda name: True)
+    monkeypatch.setattr(system_check, "venv_package", lambda: None)
+    monkeypatch.setattr(system_check, "install_command", lambda: ["apt-get"])
+    monkeypatch.setattr(system_check.subprocess, "run", run)
+    monkeypatch.setattr(system_check.shutil, "which", which)
+    monkeypatch.setattr(system_check, "browser_path", lambda which=which: system_check.TEST_BROWSERS[0]
+                        if installed["chromium"] else None)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    assert system_check.main(["--install"]) == 0 and calls == []  # the app needs no browser
+    assert system_check.main(["--offscreen", "--install"]) == 0
+    assert calls[-1] == ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+    calls.clear()
+    assert system_check.main(["--offscreen", "--install"]) == 0 and calls == []  # there now
+    installed["chromium"] = False
+    monkeypatch.setattr(system_check.subprocess, "run", lambda args, env: calls.append(args) or
+                        subprocess.CompletedProcess(args, 100))
+    assert system_check.main(["--offscreen", "--install"]) == 0
+    assert "sudo apt-get install -y chromium" in capsys.readouterr().err
+
+
+def test_browser_path_finds_the_first_chromium_family_browser():
+    found = {"google-chrome": "/opt/google/chrome"}
+    assert system_check.browser_path(found.get) == "/opt/google/chrome"
+    assert system_check.browser_path(lambda name: None) is None

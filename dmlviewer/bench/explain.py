@@ -86,7 +86,7 @@ def door_models(entry: str, args: dict, folder: str, device: str = "cpu") -> tup
 
     from dmlviewer.core.models import open_model
     from dmlviewer.core.models.code_door import build_module, open_code_model
-    from dmlviewer.core.models.importer import analyze, write_checkpoint
+    from dmlviewer.core.models.importing import analyze, write_checkpoint
     from dmlviewer.core.progress import run_to_end
 
     torch.manual_seed(0)

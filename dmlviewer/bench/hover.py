@@ -106,18 +106,19 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         view.set_compare_model(build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval(),
                                "cpu", "B")
     deadline = time.monotonic() + 120
-    while (view.state == "preparing" or view.compare_state == "preparing") and time.monotonic() < deadline:
+    while any(row.state == "preparing" for row in view.rows) and time.monotonic() < deadline:
         app.processEvents()
         time.sleep(0.005)
-    if view.state != "ready" or (compare and view.compare_state != "ready"):
-        raise RuntimeError(f"the pair was not prepared (state {view.state}, model B {view.compare_state})")
+    states = [row.state for row in view.rows]
+    if any(state != "ready" for state in states):
+        raise RuntimeError(f"the pair was not prepared (states of the rows: {', '.join(states)})")
     for _ in range(5):
         app.processEvents()
     size = view.input_size
 
     query, reference = view.panes
-    viewport, target = query.graphics.viewport(), reference.graphics.viewport()
-    target_b = view.compare_panes[1].graphics.viewport() if compare else None
+    viewport = query.graphics.viewport()
+    targets = [row.panes[1].graphics.viewport() for row in view.rows]  # every row's reference pane
     points = _path(events + warmup, IMAGE_SHAPE)
     times, changed, last = [], 0, None
     clock = time.perf_counter
@@ -126,15 +127,13 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         t0 = clock()
         QTest.mouseMove(viewport, pos)
         view.link.flush()
-        target.repaint()
-        if target_b is not None:
-            target_b.repaint()
+        for target in targets:
+            target.repaint()
         t1 = clock()
         hover = view.link.hover
         if k >= warmup:
             times.append((t1 - t0) * 1e3)
-            drawn = reference.overlay_item.isVisible() and (
-                not compare or view.compare_panes[1].overlay_item.isVisible())
+            drawn = all(row.panes[1].overlay_item.isVisible() for row in view.rows)
             if hover is not None and hover != last and drawn:
                 changed += 1
         last = hover

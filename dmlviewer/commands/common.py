@@ -130,22 +130,12 @@ def add_device(parser: argparse.ArgumentParser, default: str = "auto", what: str
                         help=f"where the model runs{what}: {DEVICE_HELP}")
 
 
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
-        return _strict(value.item())
-    return value
-
-
 def print_json(value: Any) -> None:
     """Write ``value`` to stdout in the one JSON style of the command line (see the module
     docstring)."""
-    sys.stdout.write(json.dumps(_strict(value), indent=2, allow_nan=False) + "\n")
+    from dmlviewer.core.json_style import json_text
+
+    sys.stdout.write(json_text(value))
     sys.stdout.flush()
 
 
@@ -207,12 +197,21 @@ FEATURE_LAYER_HELP = ("--model: the module whose output is the feature map the m
                       "named_modules(), e.g. layer4 or trunk.3); default: the last layer with a spatial output. A "
                       "two-branch --model takes QUERY_LAYER,REFERENCE_LAYER")
 OUTPUT_HELP = ("--model whose forward returns a tuple, list, dict or object: the key, index or attribute that "
-               "holds the embedding (e.g. embeddings or 0); default: a tensor as it is, a tuple's first element, "
-               "a dict's embedding, embeddings or features")
+               "holds the embedding (e.g. embeddings or 0); default: a tensor as it is, a one-element tuple's "
+               "element, a dict's embedding, embeddings or features (a tuple of several is refused: say which)")
 #: the options that only --model uses (command_model_source refuses them with --checkpoint)
 CODE_OPTIONS = (("--model-args", "model_args"), ("--weights", "weights"),
                 ("--reference-weights", "reference_weights"), ("--input-shapes", "input_shapes"),
                 ("--feature-layer", "feature_layer"), ("--model-output", "model_output"))
+
+
+def usage_error(exc: BaseException):
+    """The :class:`~dmlviewer.cli.UsageError` (one line, exit status 2) for a core error, a field
+    named by its option (:mod:`.options`)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.commands.options import worded
+
+    return UsageError(worded(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
 def json_object(text: str) -> dict:
@@ -309,7 +308,7 @@ def open_command_model(args: argparse.Namespace, device: str, size: int | None =
     try:
         dev = resolve_device(device)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if size:
         source = replace(source, options={**source.options, "size": int(size)})
     model, info = source.open(dev)

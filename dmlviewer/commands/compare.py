@@ -23,7 +23,7 @@ gradcam gradcam_nonorm rgradcam occlusion`` (repeatable or a comma list; default
   ``retrieval_disagreements`` (queries where exactly one model's nearest neighbour is of the
   query's class), ``num_pairs``;
 - ``--randomize``: ``split``, ``models`` (the one model's figures), ``agreement`` (``methods``
-  and ``depths``: per randomized depth its ``label``, ``modules``, mean ``similarity`` and per
+  and ``depths``: per randomized depth its ``label``, ``name`` (readable: ``stage 4``), ``modules``, mean ``similarity`` and per
   method ``overall_map_spearman iou peak_distance`` with ``mean`` and ``per_pair``), ``pairs``
   (``query reference query_path reference_path similarity randomized_similarity``),
   ``num_pairs``.
@@ -36,7 +36,8 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, MODEL_HELP, PROTOCOLS, add_code_options, add_device,
-                                      drive, int_range, open_command_model, print_json, seed_type, thresholds_type)
+                                      drive, int_range, open_command_model, print_json, seed_type, thresholds_type,
+                                      usage_error)
 
 log = logging.getLogger(__name__)
 
@@ -110,19 +111,20 @@ def _sources(args: argparse.Namespace) -> list[argparse.Namespace]:
 
 def _methods(args: argparse.Namespace) -> list[str]:
     from dmlviewer.cli import UsageError
-    from dmlviewer.core.explain.pair import METHODS
-    from dmlviewer.core.explain.randomization import CHECK_METHODS
+    from dmlviewer.core.explain import methods as registry
+
+    checked = registry.methods("sanity_check")
 
     names = [n.strip() for v in (args.method or []) for n in v.split(",") if n.strip()]
     if args.randomize:
         if not names or names == ["all"]:
-            return list(CHECK_METHODS)
-        bad = [n for n in names if n not in CHECK_METHODS]
+            return list(checked)
+        bad = [n for n in names if n not in checked]
         if bad:
-            raise UsageError(f"unknown method {bad[0]!r} for --randomize; choose from {', '.join(CHECK_METHODS)}, all")
+            raise UsageError(f"unknown method {bad[0]!r} for --randomize; choose from {', '.join(checked)}, all")
         return list(dict.fromkeys(names))
     names = names or ["decomposition"]
-    choices = [m for m in METHODS if m != "grad_transfer"]
+    choices = registry.methods("compare")
     if len(names) != 1 or names[0] not in choices:
         raise UsageError(f"comparing two models measures one method's agreement: --method one of {', '.join(choices)}")
     return names
@@ -168,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
                                  **{k: v for k, v in e.items() if k != "name"}}
                                 for e, source in zip(result["models"], sources)]
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(result)
     else:
@@ -220,7 +222,8 @@ def _print_text(result: dict, randomize: bool) -> None:
         for d in agreement["depths"]:
             cells = "  ".join(f"{_number(d['methods'][m]['overall_map_spearman']['mean']):>18s}"
                               for m in agreement["methods"])
-            out.write(f"{d['depth']:5d}  {cells}  {d['label']}\n")
+            name = d.get("name") or d["label"]
+            out.write(f"{d['depth']:5d}  {cells}  {name}" + (f" ({d['label']})" if name != d["label"] else "") + "\n")
         return
     a = result["agreement"]
     out.write(f"agreement of the {a['method']} maps over {result['num_pairs']} pairs: Spearman "

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dmlviewer.commands.common import usage_error
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from dmlviewer.commands.common import add_device, add_model_options, int_range, seed_type
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = drive(correspond(model, dataset, split, args.pairs, args.seed, device), "correspond")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(result)
     else:

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from dmlviewer.commands.common import add_model_options
+from dmlviewer.commands.common import add_model_options, usage_error
 
 
 def _ks(text: str) -> list[int]:
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             elif event.kind == "done":
                 metrics = event.data["result"]
     except ValueError as exc:  # a bad device or an empty split; bad files are reported by the cli
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     except RuntimeError as exc:
         if not distributed:
             raise

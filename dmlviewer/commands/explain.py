@@ -18,12 +18,9 @@ import logging
 from pathlib import Path
 
 from dmlviewer.commands.common import add_model_options, add_save_grad_weights
+from dmlviewer.core.explain import methods as registry
 
 log = logging.getLogger(__name__)
-
-#: the overall-map methods (``dmlviewer.core.explain.METHODS``; repeated so that building the
-#: parser does not import torch)
-METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--query", required=True, help="query image file")
     p.add_argument("--reference", required=True, help="reference image file")
-    p.add_argument("--method", default="decomposition", choices=METHODS, help="overall map method")
+    p.add_argument("--method", default="decomposition", choices=registry.methods("explain"),
+                   help="overall map method")
     p.add_argument("--out", required=True, help="output .npz (.npz is added to a name without it)")
     p.add_argument("--features", help="feature file with grad_weights (for --method grad_transfer); it is only "
                                       "read, unless --save-grad-weights")
@@ -93,8 +91,8 @@ def check_two_branch_options(model, size: int | None, method: str | None = None)
     if size is not None:
         raise UsageError(f"--size does not apply to a two-branch model: each branch takes its own input shape "
                          f"({shapes}); leave --size out")
-    if method == "grad_transfer":
-        raise UsageError("--method grad_transfer is not available for a two-branch model (its grad-weight bank "
+    if method is not None and method not in registry.methods("two_branch"):
+        raise UsageError(f"--method {method} is not available for a two-branch model (its grad-weight bank "
                          "holds one network's Grad-CAM weights; street and aerial images go through different "
                          "branches); choose another --method")
 
@@ -117,8 +115,11 @@ def timm_weights_advice(checkpoint: str, exc: Exception) -> str | None:
 def grad_bank_from_features(model, features_path: str, device, save: bool = False):
     """The :class:`GradWeightBank` of a feature file. When the file has no ``grad_weights`` they
     are computed from the images it lists; with ``save`` they are stored in it (the file is
-    rewritten atomically), otherwise the file is left as it is and the user is told."""
+    rewritten atomically), otherwise the file is left as it is and the user is told. A file that
+    cannot give them is a ``UsageError`` (one line)."""
     import numpy as np
+
+    from dmlviewer.cli import UsageError
 
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.evaluate import read_features
@@ -131,12 +132,13 @@ def grad_bank_from_features(model, features_path: str, device, save: bool = Fals
     if weights is None:
         root = features.attrs.get("dataset_root")
         if not root:
-            raise ValueError(f"{features_path} has no grad_weights and no dataset_root to compute them from")
+            raise UsageError(f"{features_path} has no grad_weights and no dataset_root to compute them from (write "
+                             "the file with evaluate, which records its dataset, or store grad weights in it)")
         dataset = open_dataset(root, features.attrs.get("dataset_format") or None)
         index = {p: i for i, p in enumerate(dataset.paths)}
         missing = [p for p in features.paths if p not in index]
         if missing:
-            raise ValueError(f"{features_path}: {len(missing)} stored image(s) are not in {root}, e.g. {missing[0]}")
+            raise UsageError(f"{features_path}: {len(missing)} stored image(s) are not in {root}, e.g. {missing[0]}")
         rows = dataset.subset([index[p] for p in features.paths])
         log.info("computing grad weights of %d images in %s", len(rows), features_path)
         result = run_to_end(compute_grad_weights(model, rows, device=device))
@@ -149,5 +151,5 @@ def grad_bank_from_features(model, features_path: str, device, save: bool = Fals
                         "--save-grad-weights stores them there)", features_path)
     weights = np.asarray(weights, dtype=np.float32)
     if weights.ndim != 2 or len(weights) != len(features):
-        raise ValueError(f"{features_path}: grad_weights of shape {weights.shape} for {len(features)} images")
+        raise UsageError(f"{features_path}: grad_weights of shape {weights.shape} for {len(features)} images")
     return GradWeightBank(features.embeddings, weights)

@@ -22,8 +22,8 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive, int_range,
-                                      open_command_model, print_json, seed_type)
-from dmlviewer.commands.explain import METHODS
+                                      open_command_model, print_json, seed_type, usage_error)
+from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.perturb_options import BASELINES, CPU_BATCH, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS, GPU_BATCH
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder")
     p.add_argument("--method", action="append", default=None,
-                   help=f"method(s), repeatable or comma-separated: {', '.join(METHODS)}, occlusion, "
-                        "point_to_point, group_<p>, or all (default all)")
+                   help=f"method(s), repeatable or comma-separated: {', '.join(registry.methods('faithfulness'))}, "
+                        "group_<p>, or all (default all)")
     p.add_argument("--pairs", type=int_range(1, 100_000), default=200, metavar="N",
                    help="pairs evaluated, half same-class (default 200)")
     p.add_argument("--baseline", default="blur", choices=BASELINES, help="what a removed cell shows (default blur)")
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                                      device=device, batch_size=args.batch_size, seed=args.seed,
                                      grad_bank=bank), "faithfulness")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(results)
     else:

@@ -92,10 +92,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def option_names() -> dict[str, str]:
+    """The importer's input fields (``core.models.importing.FIELDS``) as this command's options."""
+    from dmlviewer.commands.options import option_names as names
+    from dmlviewer.core.models.importing import FIELDS
+
+    return {**names(FIELDS), "weights": "WEIGHTS"}  # here the weights are the positional files
+
+
 def run(args: argparse.Namespace) -> int:
+    """The command; the importer's errors name its inputs by field, worded here as options."""
+    from dmlviewer.core.fields import FieldError
+    from dmlviewer.core.models import CheckpointError
+
+    try:
+        return _run(args)
+    except FieldError as exc:
+        raise CheckpointError(exc.worded(option_names())) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import check_output_file
-    from dmlviewer.core.models.importer import analyze, describe_reference_check, write_checkpoint
+    from dmlviewer.core.models.importing import analyze, describe_reference_check, named, write_checkpoint
     from dmlviewer.core.progress import run_to_end
 
     out = Path(args.out)
@@ -125,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     plan = run_to_end(analyze(args.weights, arch=args.arch, head=args.head, prefix=args.prefix,
                               image_size=side, mean=args.mean, std=args.std,
                               pooling=args.pooling, gem_p=args.gem_p, force=args.force))
-    sys.stdout.write(plan.report(full_mapping=args.full_mapping) + "\n")
+    sys.stdout.write(plan.report(full_mapping=args.full_mapping, names=option_names()) + "\n")
     path, diff = write_checkpoint(plan, out, check_against=args.check_against, force=args.force)
     sys.stdout.write(f"wrote {path}\n")
     sys.stdout.write(f"folding check: the folded head vs. its own source layers differs by {diff:.2g} (relative); "
@@ -142,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(describe_reference_check(check) + "\n")
     for line in plan.assumptions:
         if line.startswith("LEFT OUT"):
-            sys.stderr.write(f"WARNING: {line}\n")
+            sys.stderr.write(f"WARNING: {named(line, option_names())}\n")
     return 0
 
 
@@ -155,17 +174,19 @@ REFERENCE_OPTIONS = ("--reference-arch", "--reference-head", "--reference-prefix
 def _run_two_branch(args: argparse.Namespace, out: Path) -> int:
     """Both branches' plans (``analyze_two_branch``: the reference's first, each file set read
     before any report), the report of both, one two-branch checkpoint (issue 25)."""
-    from dmlviewer.core.models.importer import (TWO_BRANCH_INHERITED, analyze_two_branch, check_two_branch_plans,
-                                                describe_reference_check, two_branch_report,
-                                                write_two_branch_checkpoint)
+    from dmlviewer.core.models.importing import (TWO_BRANCH_INHERITED, analyze_two_branch, check_two_branch_plans,
+                                                 describe_reference_check, named, two_branch_report,
+                                                 write_two_branch_checkpoint)
 
     query, reference, shapes = analyze_two_branch(
         args.weights, args.reference_weights,
         {key: getattr(args, key) for key in TWO_BRANCH_INHERITED},
         {key: getattr(args, f"reference_{key}") for key in TWO_BRANCH_INHERITED},
-        query_shape=args.image_size, reference_shape=args.reference_image_size, force=args.force)
+        query_shape=args.image_size, reference_shape=args.reference_image_size, force=args.force,
+        not_given="no --reference-* option gave them")
     check_two_branch_plans(query, reference)  # before the long report: one line
-    sys.stdout.write(two_branch_report(query, reference, shapes, full_mapping=args.full_mapping) + "\n")
+    sys.stdout.write(two_branch_report(query, reference, shapes, full_mapping=args.full_mapping, names=option_names())
+                     + "\n")
     path, diff = write_two_branch_checkpoint(query, reference, out, shapes,
                                              check_against=(args.check_against, args.reference_check_against),
                                              force=args.force)
@@ -186,5 +207,5 @@ def _run_two_branch(args: argparse.Namespace, out: Path) -> int:
             sys.stdout.write(f"{side} branch: {describe_reference_check(check)}\n")
         for line in plan.assumptions:
             if line.startswith("LEFT OUT"):
-                sys.stderr.write(f"WARNING: {side} branch: {line}\n")
+                sys.stderr.write(f"WARNING: {side} branch: {named(line, option_names())}\n")
     return 0

@@ -16,8 +16,8 @@ import logging
 import sys
 
 from dmlviewer.commands.common import (GRAD_FEATURES_HELP, add_model_options, add_source_options, drive,
-                                      open_command_model, print_json, thresholds_type)
-from dmlviewer.commands.explain import METHODS
+                                      open_command_model, print_json, thresholds_type, usage_error)
+from dmlviewer.core.explain import methods as registry
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     p.add_argument("--dataset", required=True, help="dataset folder (with boxes)")
     p.add_argument("--method", action="append", required=True,
-                   help=f"overall-map method(s), repeatable or comma-separated: {', '.join(METHODS)}, or all")
+                   help=f"overall-map method(s), repeatable or comma-separated: "
+                        f"{', '.join(registry.methods('explain'))}, or all")
     p.add_argument("--thresholds", default="0.05:0.8:0.05", type=thresholds_type, metavar="a:b:step",
                    help="thresholds in [0, 1] as a fraction of each map's maximum: a:b:step or a comma list "
                         "(at most 1000; default 0.05:0.8:0.05)")
@@ -48,15 +49,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def parse_methods(values: list[str]) -> list[str]:
     from dmlviewer.cli import UsageError
 
+    known = registry.methods("explain")
     methods = []
     for value in values:
         for name in value.split(","):
             name = name.strip()
             if name == "all":
-                methods.extend(METHODS)
+                methods.extend(known)
             elif name:
-                if name not in METHODS:
-                    raise UsageError(f"unknown method {name!r}; choose from {', '.join(METHODS)}, all")
+                if name not in known:
+                    raise UsageError(f"unknown method {name!r}; choose from {', '.join(known)}, all")
                 methods.append(name)
     if not methods:
         raise UsageError("no method given")
@@ -64,18 +66,22 @@ def parse_methods(values: list[str]) -> list[str]:
 
 
 def _two_branch_methods(model, methods: list[str], given: list[str]) -> list[str]:
-    """``methods`` for a two-branch model: without ``grad_transfer`` (its bank holds one network's
-    Grad-CAM weights), which named on its own is refused and under ``all`` left out."""
+    """``methods`` for a two-branch model: those of the registry's ``two_branch`` use (without
+    ``grad_transfer``: its bank holds one network's Grad-CAM weights); one named on its own is
+    refused, under ``all`` left out."""
     from dmlviewer.cli import UsageError
     from dmlviewer.core.models.two_branch import TwoBranchModel
 
-    if not isinstance(model, TwoBranchModel) or "grad_transfer" not in methods:
+    kept = registry.methods("two_branch")
+    if not isinstance(model, TwoBranchModel) or all(m in kept for m in methods):
         return methods
-    if any(name.strip() == "grad_transfer" for value in given for name in value.split(",")):
-        raise UsageError("--method grad_transfer is not available for a two-branch model (its grad-weight bank "
-                         "holds one network's Grad-CAM weights); choose another --method")
-    log.info("grad_transfer left out: not available for a two-branch model")
-    return [m for m in methods if m != "grad_transfer"]
+    named = {name.strip() for value in given for name in value.split(",")}
+    for m in methods:
+        if m not in kept and m in named:
+            raise UsageError(f"--method {m} is not available for a two-branch model (its grad-weight bank "
+                             "holds one network's Grad-CAM weights); choose another --method")
+    log.info("%s left out: not available for a two-branch model", ", ".join(m for m in methods if m not in kept))
+    return [m for m in methods if m in kept]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         results = drive(localize(model, dataset, methods, thresholds, args.pairing, split, device,
                                  limit=args.limit, seed=args.seed, grad_bank=bank), "localize")
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
     if args.json:
         print_json(results)
     else:

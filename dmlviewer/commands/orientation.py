@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dmlviewer.commands.common import usage_error
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from dmlviewer.commands.common import add_device, add_model_options, int_range
@@ -43,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         split = None if args.split == "all" else args.split
         result = drive(orientation(model, dataset, split, device, args.pairs), "orientation")
     except (ValueError, DatasetError) as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
+        from dmlviewer.core.fields import FieldError
+
+        error = usage_error(exc)
+        if isinstance(exc, FieldError) and exc.field == "dataset":  # no heading: say how to get one
+            error = UsageError(f"{error}; make one with make-demo-data --cross-view")
+        raise error from None
     if not args.per_pair:
         result.pop("pairs", None)
     if args.json:

@@ -23,6 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dmlviewer.commands.common import usage_error
+
 
 def _region(text: str) -> tuple[int, int, int, int]:
     try:
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import print_json
     from dmlviewer.core.evaluate import open_features, retrieve
+    from dmlviewer.core.evaluate.store import StoreError
 
     if not Path(args.features).exists():
         raise UsageError(f"feature file not found: {args.features}")
@@ -79,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--region needs --checkpoint or --model (the model that computes the region's feature)")
         results = _region_results(args, source, features, index)
     else:
-        results = retrieve(features, args.query, args.k, index=index)
+        try:
+            results = retrieve(features, args.query, args.k, index=index)
+        except StoreError:
+            raise  # a bad file: the cli's one line
+        except ValueError as exc:  # a zero query vector
+            raise UsageError(f"{args.features}: {exc}") from None
     query = {"index": args.query, "path": features.paths[args.query], "label": int(features.labels[args.query])}
     if args.region:
         query["region"] = list(args.region)
@@ -104,7 +112,7 @@ def _index(args: argparse.Namespace):
     try:
         return drive(prepare_index(args.features), "search index")
     except PermissionError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None
 
 
 def _region_results(args: argparse.Namespace, source, features, index=None) -> list[dict]:
@@ -129,4 +137,4 @@ def _region_results(args: argparse.Namespace, source, features, index=None) -> l
         return region_retrieve(model, image, args.region, features, k=args.k, device=device, index=index,
                                query_row=args.query)
     except ValueError as exc:  # bad device, empty region; bad files are reported by the cli
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc) from None

@@ -150,6 +150,14 @@ def backbone_type(text: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(BACKBONES)}, or timm:NAME)")
 
 
+def option_names() -> dict[str, str]:
+    """How this command words the core's errors (they name options by identifier): ``--lr``."""
+    from dmlviewer.commands.options import option_names as names
+    from dmlviewer.core.train.config import TrainConfig
+
+    return names(TrainConfig.__dataclass_fields__)
+
+
 def config_from_args(args: argparse.Namespace):
     """The :class:`TrainConfig`: recipe ``args.recipe`` with the options given on top."""
     from dmlviewer.core.train import TrainConfig
@@ -221,6 +229,7 @@ class _Printer:
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import cancel_on_signals
+    from dmlviewer.core.fields import worded
     from dmlviewer.core.progress import CancelToken
     from dmlviewer.core.train import TrainingError, train, validate
 
@@ -240,9 +249,10 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    names = option_names()
     errors = validate(config)
     if errors:
-        raise UsageError("; ".join(errors))
+        raise UsageError("; ".join(worded(e, names) for e in errors))
     cancel = CancelToken()
     printer = _Printer(config)
     recipe = getattr(args, "recipe", "default")
@@ -259,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     printer.event(event)
     except TrainingError as exc:
-        sys.stderr.write(f"dmlviewer train: error: {exc}\n")
+        sys.stderr.write(f"dmlviewer train: error: {worded(exc, names)}\n")
         return 1
     wall = time.perf_counter() - start
     state = "cancelled" if result["cancelled"] else "done"

@@ -40,6 +40,16 @@ def _flags(names) -> str:
     return ", ".join("--" + k.replace("_", "-") for k in names)
 
 
+def option_names() -> dict[str, str]:
+    """How this command words the core's errors: ``train``'s options and the two-branch fields
+    (``batch_pairs``: ``--classes-per-batch``)."""
+    from dmlviewer.commands.options import option_names as names
+    from dmlviewer.core.train.config import TrainConfig
+    from dmlviewer.core.train.cross_view import CrossViewConfig
+
+    return names([*TrainConfig.__dataclass_fields__, *CrossViewConfig.__dataclass_fields__])
+
+
 def config_from_args(args: argparse.Namespace):
     """The :class:`~dmlviewer.core.train.cross_view.CrossViewConfig` of the options given; with
     ``--resume`` the options left out keep the run's own values (its ``config.json``)."""
@@ -70,8 +80,10 @@ def config_from_args(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import cancel_on_signals
+    from dmlviewer.core.fields import worded
     from dmlviewer.core.progress import CancelToken
     from dmlviewer.core.train.cross_view import train_cross_view, validate_cross_view
+    from dmlviewer.core.train.errors import TrainingError
 
     refused = _refused(args)
     if refused:
@@ -82,9 +94,10 @@ def run(args: argparse.Namespace) -> int:
     if ignored:
         log.warning("train --branches 2 ignores %s (they do not change what is trained)", _flags(ignored))
     config = config_from_args(args)
+    names = option_names()
     errors = validate_cross_view(config)
     if errors:
-        raise UsageError("; ".join(errors))
+        raise UsageError("; ".join(worded(e, names) for e in errors))
     cancel = CancelToken()
 
     def on_epoch(record: dict) -> None:
@@ -97,8 +110,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with cancel_on_signals(cancel):
             result = train_cross_view(config, on_epoch, cancel)
-    except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
+    except TrainingError as exc:  # a run that cannot start or go on: exit 1
+        sys.stderr.write(f"dmlviewer train: error: {worded(exc, names)}\n")
+        return 1
+    except ValueError as exc:  # a dataset that is not a usable cross-view set
+        raise UsageError(worded(exc, names).splitlines()[0]) from None
     if result["cancelled"]:
         sys.stderr.write(f"cancelled: state saved to {result['checkpoint']} after epoch {result['epoch']}; "
                          "continue with --resume\n")

@@ -46,7 +46,7 @@ class DisplayOptions:
     shared_scale: bool = False
     matches: bool = False
     match_count: int = 8
-    neighbours: int = 10
+    neighbours: int = 12
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values, for the last session."""

@@ -432,16 +432,6 @@ def describe_os_error(exc: OSError, path: str | os.PathLike | None = None) -> st
     return f"{shown}: {reason}" if shown else reason
 
 
-def disk_full(folder: str | os.PathLike, margin: int = 1 << 16) -> bool:
-    """Whether ``folder``'s file system has less than ``margin`` bytes free (used to tell a
-    full disk behind a library's error that lost the errno)."""
-    try:
-        st = os.statvfs(folder)
-    except (OSError, AttributeError):
-        return False
-    return st.f_bavail * st.f_frsize < margin
-
-
 # ----------------------------------------------------------------------------------- lock
 
 

@@ -1,18 +1,29 @@
-"""The app's state as one headless object that the widgets observe (issue 23), in the manner of
-napari's ``ViewerModel``: the dataset, the models in named slots, the pair, the feature file and
-the device live here, and every change is announced once through :attr:`Session.events`.
+"""The app's state as one headless, evented object that the widgets bind to (issues 23 and 30),
+in the manner of napari's ``ViewerModel``: the dataset with its identity, the models in named
+slots, the pair, the feature file, the jobs with their stamps, the device, the pinned point and
+the display options live here, and every change is announced once on
+:attr:`Session.events` (a psygnal ``SignalGroup``, the event library napari and magicgui use;
+the display options announce theirs on ``session.display.events``).
 
+- **Dataset identity**: the resolved root plus a fingerprint of the listing
+  (:mod:`dmlviewer.core.data.identity`); two folders with the same file names are two datasets.
 - **Slots** hold a model with its ``info`` (from :func:`~dmlviewer.core.models.open_model`) and
   the :class:`~dmlviewer.core.models.source.ModelSource` it was opened from: ``"primary"`` (the
-  model on screen) and ``"compare"`` (reserved for model comparison, issue 24).
-- **Generation**: a counter bumped whenever the dataset or a model changes. A background job
-  takes a :meth:`Session.stamp` when it starts; :meth:`Session.accepts` is the one check whether
-  its result still belongs to what is open (results for a dataset or model that was closed
-  meanwhile are dropped; no panel keeps its own check).
+  model on screen) and ``"compare"`` (model B of a comparison, issue 24).
+- **Features** are bound to the dataset identity (:meth:`Session.features_fit`: the file's
+  ``dataset_fingerprint``) and to the model's checksum (:meth:`Session.features_problem`);
+  another dataset drops features that do not fit it.
+- **Freshness, one rule**: a background result is shown only when :meth:`Session.accepts` the
+  :class:`Stamp` taken when its work started: the dataset identity and the model of its slot
+  (and, for work that reads them, the feature file) are still what is open. No widget keeps a
+  counter of its own.
+- **Jobs**: the background jobs working for what is open (:meth:`Session.add_job`), each with
+  its kind and stamp, so that a widget can say "computing" while one runs.
 - **Last session**: :meth:`Session.to_dict` gives what can be reopened in another process
   (dataset path and format, each persistent slot's ``ModelSource.to_dict()``, the pair as
-  dataset-relative paths, the feature file); :meth:`Session.from_dict` reads it back as a
-  :class:`LastSession`, checking every field, since settings text is untrusted.
+  dataset-relative paths, the feature file, the display options); :meth:`Session.from_dict`
+  reads it back as a :class:`LastSession`, checking every field, since settings text is
+  untrusted.
 - **Recent models**: :func:`add_recent_source` and :func:`recent_sources` keep a list of model
   source dicts, newest first, without duplicates.
 
@@ -28,6 +39,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from psygnal import Signal, SignalGroup
+
+from dmlviewer.core.data.identity import DatasetIdentity, dataset_identity, features_fit_dataset
+from dmlviewer.core.display import DisplayOptions
 
 if TYPE_CHECKING:
     from dmlviewer.core.models.source import ModelSource
@@ -50,40 +66,18 @@ class SessionError(ValueError):
 
 # -- events -----------------------------------------------------------------------------------
 
-class Emitter:
-    """One event: callbacks connected to it are called, in order, with what :meth:`emit` gets."""
+class SessionEvents(SignalGroup):
+    """The session's events, each emitted once per change, after the state has changed:
+    ``dataset()``, ``model(slot)``, ``pair()``, ``features()``, ``device()``, ``jobs()``,
+    ``pinned()``. The display options have their own (``session.display.events``)."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._callbacks: list[Callable[..., Any]] = []
-
-    def connect(self, callback: Callable[..., Any]) -> Callable[..., Any]:
-        """Call ``callback`` on every emission (once, however often it is connected)."""
-        if callback not in self._callbacks:
-            self._callbacks.append(callback)
-        return callback
-
-    def disconnect(self, callback: Callable[..., Any]) -> None:
-        if callback in self._callbacks:
-            self._callbacks.remove(callback)
-
-    def emit(self, *args: Any) -> None:
-        for callback in list(self._callbacks):
-            callback(*args)
-
-
-class SessionEvents:
-    """The session's events: ``dataset()``, ``model(slot)``, ``pair()``, ``features()``,
-    ``device()``; each fires once per change, after the state has changed."""
-
-    NAMES = ("dataset", "model", "pair", "features", "device")
-
-    def __init__(self) -> None:
-        self.dataset = Emitter("dataset")
-        self.model = Emitter("model")
-        self.pair = Emitter("pair")
-        self.features = Emitter("features")
-        self.device = Emitter("device")
+    dataset = Signal()
+    model = Signal(str)
+    pair = Signal()
+    features = Signal()
+    device = Signal()
+    jobs = Signal()
+    pinned = Signal()
 
 
 # -- state ------------------------------------------------------------------------------------
@@ -103,31 +97,57 @@ class ModelSlot:
 
 @dataclass(frozen=True)
 class Stamp:
-    """What a job's result belongs to: the generation when it started, the dataset (resolved
-    path) and the model (weights' sha256) of ``slot``."""
+    """What a job's result belongs to: the dataset (its identity), the model (weights' sha256)
+    of ``slot`` and, for work that reads them, the feature file; ``generation`` is the
+    session's count of dataset and model changes when the stamp was taken."""
 
     generation: int
-    dataset: str | None
+    dataset: DatasetIdentity | None
     model_sha: str | None
     slot: str = "primary"
+    features: str | None = None
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """A background job working for what is open: its kind (``"extract"``, ``"grad"``,
+    ``"open-compare"`` …), its name, the stamp taken when it was queued and the runner's
+    handle of it (to cancel it)."""
+
+    kind: str
+    name: str
+    stamp: Stamp
+    handle: Any = None
 
 
 class Session:
-    """The app's state (see the module docstring). Change it through the ``set_*`` methods only,
-    so that every observer hears of it."""
+    """The app's state (see the module docstring). Change it through the ``set_*`` methods (and
+    ``display``'s fields), so that every observer hears of it."""
 
     def __init__(self, device: str = "cpu") -> None:
         self.events = SessionEvents()
+        self.display = DisplayOptions()
         self.dataset: Any = None
         self.dataset_path: str | None = None
         self.dataset_format: str | None = None
+        self.dataset_identity: DatasetIdentity | None = None
         self.slots: dict[str, ModelSlot] = {}
         self.query_index: int | None = None
         self.reference_index: int | None = None
         self.features: Any = None
         self.features_path: str | None = None
+        self.features_chosen = False  # the feature file was opened by the user (not computed here)
         self.device: str = device
+        self.jobs: dict[Any, JobEntry] = {}
+        self.pinned: tuple | None = None  # (side, x, y) of the pinned point, None: none
         self.generation = 0
+        self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
+        self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
+
+    def close(self) -> None:
+        """Close the window showing this session (``dmlviewer.view``'s), if any."""
+        if self.window is not None:
+            self.window.close()
 
     # -- the primary slot, as most callers see it
     def slot(self, name: str = "primary") -> ModelSlot | None:
@@ -148,17 +168,36 @@ class Session:
         slot = self.slots.get("primary")
         return None if slot is None else slot.source
 
+    @property
+    def model_sha(self) -> str | None:
+        slot = self.slots.get("primary")
+        return None if slot is None else slot.sha256
+
     # -- changes
-    def set_dataset(self, dataset: Any, path: str | None, fmt: str | None = None) -> None:
-        """Open ``dataset`` (read from ``path``; ``fmt`` the format asked for, None: detected).
-        The pair is cleared (its indices belonged to the previous dataset)."""
+    def set_dataset(self, dataset: Any, path: str | None, fmt: str | None = None,
+                    identity: DatasetIdentity | None = None) -> None:
+        """Open ``dataset`` (read from ``path``; ``fmt`` the format asked for, None: detected;
+        ``identity``: computed where it was opened, else here). The pair is cleared (its indices
+        belonged to the previous dataset), and so are features that do not fit it."""
+        if dataset is not None and identity is None:
+            identity = dataset_identity(dataset, path)
         self.dataset, self.dataset_path, self.dataset_format = dataset, path, fmt or None
+        self.dataset_identity = identity if dataset is not None else None
         self.generation += 1
         had_pair = self.query_index is not None or self.reference_index is not None
         self.query_index = self.reference_index = None
+        stale_features = self.features is not None and dataset is not None and not self.features_fit()
+        if stale_features:
+            log.info("closing %s: computed from another dataset", self.features_path)
+            self.features, self.features_path, self.features_chosen = None, None, False
+        had_pin, self.pinned = self.pinned is not None, None
         self.events.dataset.emit()
         if had_pair:
             self.events.pair.emit()
+        if stale_features:
+            self.events.features.emit()
+        if had_pin:
+            self.events.pinned.emit()
 
     def set_model(self, model: Any, info: dict | None = None, source: "ModelSource | None" = None,
                   slot: str = "primary") -> None:
@@ -178,11 +217,15 @@ class Session:
             return
         self.query_index, self.reference_index = query_index, reference_index
         self.events.pair.emit()
+        if self.pinned is not None:
+            self.set_pinned(None)
 
-    def set_features(self, features: Any, path: str | None) -> None:
-        if features is self.features and path == self.features_path:
+    def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
+        """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
+        file that does not fit is then flagged, not replaced without asking)."""
+        if features is self.features and path == self.features_path and chosen == self.features_chosen:
             return
-        self.features, self.features_path = features, path
+        self.features, self.features_path, self.features_chosen = features, path, bool(chosen)
         self.events.features.emit()
 
     def set_device(self, device: str) -> None:
@@ -191,22 +234,101 @@ class Session:
         self.device = device
         self.events.device.emit()
 
-    # -- jobs
-    def stamp(self, slot: str = "primary") -> Stamp:
-        """What a job started now works for (keep it with the job; see :meth:`accepts`)."""
+    def set_pinned(self, point: tuple | None) -> None:
+        """Pin ``point`` (``(side, x, y)``) of the pair; None releases the pin."""
+        point = None if point is None else tuple(point)
+        if point == self.pinned:
+            return
+        self.pinned = point
+        self.events.pinned.emit()
+
+    # -- features: bound to the dataset identity and to the model's checksum
+    def features_fit(self, features: Any = None) -> bool:
+        """Were ``features`` (default: the open ones) computed from the open dataset? True
+        without a dataset (nothing to check against yet); see
+        :func:`~dmlviewer.core.data.identity.features_fit_dataset`."""
+        features = self.features if features is None else features
+        if features is None or self.dataset is None or self.dataset_identity is None:
+            return True
+        key = (id(features), id(self.dataset), self.dataset_identity)
+        if self._fit_cache is not None and self._fit_cache[0] == key:  # a file without a fingerprint reads its paths
+            return self._fit_cache[1]
+        attrs = getattr(features, "attrs", None) or {}
+        fits = features_fit_dataset(attrs, lambda: features.paths, self.dataset, self.dataset_identity)
+        self._fit_cache = (key, fits, features)  # the features kept alive while their id is the key
+        return fits
+
+    def features_problem(self, features: Any = None) -> str | None:
+        """Why ``features`` (default: the open ones) must not be shown with the open dataset and
+        model, in one sentence (None: they may)."""
+        features = self.features if features is None else features
+        if features is None:
+            return None
+        if not self.features_fit(features):
+            root = str((getattr(features, "attrs", None) or {}).get("dataset_root") or "") or "another folder"
+            return (f"These features were computed from another dataset ({root}) than the open one: "
+                    "their neighbours are not shown.")
+        if self.model is None:
+            return None
+        stored = str((getattr(features, "attrs", None) or {}).get("checkpoint_sha256", "") or "")
+        if not stored:
+            return ("These features do not say which checkpoint computed them, so they may belong to "
+                    "another model: their neighbours are not shown.")
+        sha = self.model_sha
+        if sha and stored != sha:
+            return (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than the "
+                    f"open one ({sha[:12]}…): their neighbours are not shown.")
+        return None
+
+    # -- jobs and freshness
+    def stamp(self, slot: str = "primary", features: bool = False) -> Stamp:
+        """What a job started now works for (keep it with the job; see :meth:`accepts`);
+        ``features``: the work reads the open feature file too."""
         model = self.slots.get(slot)
-        return Stamp(self.generation, _dataset_key(self.dataset_path), None if model is None else model.sha256, slot)
+        return Stamp(self.generation, self.dataset_identity, None if model is None else model.sha256, slot,
+                     self._features_key() if features else None)
 
     def accepts(self, stamp: Stamp | None) -> bool:
-        """May a result made under ``stamp`` be shown? True while nothing changed since, or when
-        the same dataset and the same model weights are open again; False for the results of a
-        dataset or model that is no longer open."""
+        """May a result made under ``stamp`` be shown? True while the same dataset (identity) and
+        the same model weights of its slot are open (and the same feature file, for a stamp
+        taken with ``features``); False for the results of what is no longer open."""
         if stamp is None:
+            return False
+        if stamp.features is not None and stamp.features != self._features_key():
             return False
         if stamp.generation == self.generation:
             return True
         now = self.stamp(stamp.slot)
         return (stamp.dataset, stamp.model_sha) == (now.dataset, now.model_sha) and stamp.model_sha is not None
+
+    def _features_key(self) -> str:
+        if self.features is None:
+            return ""
+        created = (getattr(self.features, "attrs", None) or {}).get("created", "")
+        return f"{self.features_path}|{created}|{id(self.features)}"
+
+    def add_job(self, job_id: Any, kind: str, name: str = "", stamp: Stamp | None = None,
+                handle: Any = None) -> JobEntry:
+        """Remember a job queued for what is open now (``stamp``: default, taken now)."""
+        entry = JobEntry(kind, name, stamp or self.stamp(), handle)
+        self.jobs[job_id] = entry
+        self.events.jobs.emit()
+        return entry
+
+    def end_job(self, job_id: Any) -> JobEntry | None:
+        """Forget a job that ended (finished, failed or cancelled); its entry, None if unknown."""
+        entry = self.jobs.pop(job_id, None)
+        if entry is not None:
+            self.events.jobs.emit()
+        return entry
+
+    def running(self, kind: str) -> list[Any]:
+        """Ids of the jobs of ``kind`` that work for what is open now."""
+        return [job_id for job_id, entry in self.jobs.items() if entry.kind == kind and self.accepts(entry.stamp)]
+
+    def stale_jobs(self) -> list[Any]:
+        """Ids of the jobs that work for a dataset or model no longer open."""
+        return [job_id for job_id, entry in self.jobs.items() if not self.accepts(entry.stamp)]
 
     # -- the last session
     def to_dict(self) -> dict:
@@ -219,7 +341,7 @@ class Session:
             return None if index is None or paths is None else str(paths[index])
 
         return LastSession(self.dataset_path, self.dataset_format, models, rel(self.query_index),
-                           rel(self.reference_index), self.features_path).to_dict()
+                           rel(self.reference_index), self.features_path, self.display.to_dict()).to_dict()
 
     @staticmethod
     def from_dict(data: Any) -> "LastSession":
@@ -238,10 +360,11 @@ class LastSession:
     query: str | None = None
     reference: str | None = None
     features: str | None = None
+    display: dict = field(default_factory=dict)  # DisplayOptions.to_dict(); read with DisplayOptions.update
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"version": 1}
-        for key in ("dataset", "format", "query", "reference", "features"):
+        for key in ("dataset", "format", "query", "reference", "features", "display"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         models = {name: (source if isinstance(source, dict) else source.to_dict())
@@ -274,6 +397,7 @@ class LastSession:
             out[key] = value
         if out.get("format") and out["format"] not in DATASET_FORMATS:
             raise SessionError(f"the remembered session has an unknown dataset format {out['format']!r:.40}")
+        out["display"] = _display_values(data.get("display"))
         models = data.get("models") or {}
         if not isinstance(models, dict):
             raise SessionError("the remembered session's models are not an object")
@@ -286,6 +410,20 @@ class LastSession:
             except ModelError as exc:
                 raise SessionError(f"the remembered session's {name} model: {exc}") from None
         return cls(**out)
+
+    @staticmethod
+    def display_from_settings(values: dict) -> dict:
+        """Only the display options of the last session's settings (``session/last``), read
+        without the model sources (so without importing torch: the window reads them while it
+        is built); values are checked where they are used (``DisplayOptions.update``)."""
+        text = values.get("last")
+        if not text or not isinstance(text, (str, bytes)) or len(text) > 16 * _MAX_TEXT:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return {}
+        return _display_values(data.get("display")) if isinstance(data, dict) else {}
 
     @classmethod
     def from_settings(cls, values: dict) -> "LastSession":
@@ -300,13 +438,14 @@ class LastSession:
         return cls.from_dict(old)
 
 
-def _dataset_key(path: str | None) -> str | None:
-    if not path:
-        return None
-    try:
-        return str(Path(path).resolve())
-    except OSError:
-        return str(path)
+def _display_values(display: Any) -> dict:
+    """Remembered display options as plain values (untrusted: each is checked by
+    ``DisplayOptions.update`` where it is used); anything but an object is ignored."""
+    if isinstance(display, dict) and len(display) <= 64:
+        return {str(k)[:64]: v for k, v in display.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    if display not in (None, ""):
+        log.warning("the remembered display options are not an object: ignored")
+    return {}
 
 
 # -- recent models ----------------------------------------------------------------------------
@@ -325,7 +464,7 @@ def recent_sources(items: Iterable[Any]) -> list["ModelSource"]:
         except (ModelError, TypeError, ValueError) as exc:
             log.warning("skipping a remembered model: %s", exc)
             continue
-        key = source.to_json()
+        key = _recent_key(source)
         if key not in seen:
             seen.add(key)
             out.append(source)
@@ -338,8 +477,15 @@ def add_recent_source(items: Iterable[Any], source: "ModelSource", limit: int = 
     known = recent_sources(items)
     if source.persistent:
         source = _normalized(source)
-        known = [source] + [s for s in known if s.to_json() != source.to_json()]
+        known = [source] + [s for s in known if _recent_key(s) != _recent_key(source)]
     return [s.to_dict() for s in known[:limit]]
+
+
+def _recent_key(source: "ModelSource") -> str:
+    """What makes two recent models one entry: the source without the user's label."""
+    from dataclasses import replace
+
+    return replace(source, label=None).to_json() if source.kind != "python" else source.to_json()
 
 
 def _normalized(source: "ModelSource") -> "ModelSource":
@@ -401,6 +547,7 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
     from dmlviewer.core.models.source import ModelSource
 
     result: dict = {"errors": [], "format": fmt}
+    remembered_features = None  # the last session's feature file: opened only if it fits the dataset
     sources: list[tuple[str, ModelSource]] = []  # (title of the error, source); the last one is opened
     compare_source = None  # the last session's model B, reopened beside its own model A only
     if last_session is not None:
@@ -411,7 +558,8 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
             record = None
         if record is not None and record.dataset and Path(record.dataset).exists():
             dataset, demo, result["format"] = record.dataset, None, record.format
-            features = record.features if record.features and Path(record.features).exists() else None
+            if record.features and Path(record.features).exists() and not features:
+                features = remembered_features = record.features
             if record.models.get("primary") is not None:
                 sources.append(("Cannot reopen the last session's model", record.models["primary"]))
                 compare_source = record.models.get("compare")
@@ -468,6 +616,17 @@ def read_session_files(dataset: str | None = None, fmt: str | None = None, model
                 result[key] = (open_features(path), path)
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             result["errors"].append((title, exc, None))
+    if "dataset" in result:
+        from dmlviewer.core.data.identity import listing_fingerprint
+
+        listing_fingerprint(result["dataset"][0])  # the dataset's identity: here, not on the GUI thread
+    if remembered_features and "features" in result and "dataset" in result:
+        opened, path = result["dataset"]
+        identity = dataset_identity(opened, path)
+        attrs = getattr(result["features"][0], "attrs", None) or {}
+        if not features_fit_dataset(attrs, lambda: result["features"][0].paths, opened, identity):
+            log.info("not reopening %s: computed from another dataset than %s", remembered_features, path)
+            del result["features"]
     return result
 
 

@@ -15,6 +15,12 @@ branch's file (the Weights file then holds the query branch's; without it the We
 both, keys ``query.``/``reference.``) and Input shapes the two branches' inputs (``64x256,128``).
 Whether the callable returns two modules is only known once it is run, so the fields are always
 there and a note says when they apply; a one-module callable with them is refused on Open.
+
+Preprocessing (issue 31 item 7): Input size, Mean and Std give how images are prepared for the
+model, as ``import-model --image-size/--mean/--std`` do for a checkpoint; left empty, the
+module's own input size (else 224 px) and ImageNet's mean and std are assumed, and the dialog
+says which. An error shown under the fields goes as soon as a field changes; the fields of the
+last Open are kept in the settings and filled in on the next start.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit,
+from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFormLayout, QLabel, QLayout, QLineEdit,
                                QVBoxLayout, QWidget)
 
 from dmlviewer.gui import settings
@@ -37,6 +43,15 @@ PYTHON_FILTER = "Python files (*.py);;All files (*)"
 WEIGHTS_FILTER = "Weights (*.pth *.pt *.bin *.ckpt *.safetensors);;All files (*)"
 #: Largest module file whose names are listed (its syntax tree is parsed, not run).
 _MAX_SOURCE_BYTES = 2_000_000
+
+#: How the app names the fields of the core's errors (:class:`dmlviewer.core.fields.FieldError`):
+#: each by this dialog's label (``output`` and ``size`` have no field here: the doors that set them).
+FIELD_LABELS = {
+    "model_args": "“Keyword arguments”", "weights": "“Weights file”", "feature_layer": "“Feature layer”",
+    "reference_weights": "“Reference weights”", "input_shapes": "“Input shapes”",
+    "output": "output= in Python or --model-output on the command line",
+    "size": "the pair view's “Resolution”",
+}
 #: The sentence that says what Open does with the file.
 #: The note under the two-branch fields.
 TWO_BRANCH_NOTE = ("Two-branch (cross-view) models: when the function returns a (query, reference) pair of "
@@ -47,6 +62,13 @@ TWO_BRANCH_NOTE = ("Two-branch (cross-view) models: when the function returns a 
 RUNS_CODE = ("Open runs this file (or imports this module) as Python code, just as running your own "
              "script would: open only code you trust. The weights file is read as tensors only, "
              "nothing in it is run.")
+
+
+#: Where the fields of the last Open are kept (as the training dialog keeps its settings).
+LAST_FIELDS_KEY = "code_model/last_fields"
+#: The fields kept, by attribute name.
+FIELDS = ("module", "name", "args", "weights", "feature_layer", "reference_weights", "input_shapes", "size",
+          "mean", "std")
 
 
 def callables_in(path: str | Path) -> list[str]:
@@ -74,11 +96,43 @@ def _existing_file(text: str, what: str) -> str:
     return str(path.resolve())
 
 
+def _numbers(text: str, what: str, positive: bool = False) -> list[float] | None:
+    """Three numbers (R, G, B) from a field ("0.5, 0.5, 0.5"; one number for all three), None
+    for an empty field; ValueError naming the field otherwise."""
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if not parts:
+        return None
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"{what}: give three numbers (R, G, B), e.g. 0.485, 0.456, 0.406") from None
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3 or not all(abs(v) <= 1e3 for v in values) or (positive and not all(v > 0 for v in values)):
+        raise ValueError(f"{what}: give three numbers (R, G, B){', each above 0' if positive else ''}, "
+                         f"e.g. 0.229, 0.224, 0.225")
+    return values
+
+
+def assumed_preprocessing(size: str = "", mean: str = "", std: str = "") -> str:
+    """What the app assumes for a code model from the dialog's preprocessing fields, in words."""
+    side = f"{size.strip()} px" if size.strip() else "the module's own input size (else 224 px)"
+    try:
+        m, s = _numbers(mean, "mean"), _numbers(std, "std", positive=True)
+    except ValueError:
+        m = s = None
+    norm = ("ImageNet mean and std" if m is None and s is None else
+            f"mean {', '.join(f'{v:g}' for v in m) if m else 'ImageNet'}, "
+            f"std {', '.join(f'{v:g}' for v in s) if s else 'ImageNet'}")
+    return f"Preprocessing: images are stretched to {side} and normalized with {norm}."
+
+
 def code_source(module: str, name: str, args_text: str = "", weights: str = "", feature_layer: str = "",
-                reference_weights: str = "", input_shapes: str = ""):
+                reference_weights: str = "", input_shapes: str = "", size: str = "", mean: str = "",
+                std: str = ""):
     """A ``ModelSource(kind="code")`` from the dialog's fields; ``ValueError`` with one line
     saying which field to change (``reference_weights`` and ``input_shapes``: a two-branch
-    model's, see the module docstring)."""
+    model's, see the module docstring; ``size``, ``mean`` and ``std``: the preprocessing)."""
     from dmlviewer.core.models.source import ModelSource
     from dmlviewer.core.models.two_branch import parse_input_shapes
 
@@ -113,6 +167,18 @@ def code_source(module: str, name: str, args_text: str = "", weights: str = "", 
             options["input_shapes"] = [list(shape) for shape in parse_input_shapes(input_shapes)]
         except ValueError as exc:
             raise ValueError(f"input shapes: {exc}") from None
+    if size.strip():
+        try:
+            side = int(size.strip())
+        except ValueError:
+            side = 0
+        if not 8 <= side <= 4096:
+            raise ValueError(f"input size: give a side in pixels from 8 to 4096, e.g. 224 (got {size.strip()[:20]!r})")
+        options["size"] = side
+    for key, text in (("mean", mean), ("std", std)):
+        values = _numbers(text, key, positive=key == "std")
+        if values is not None:
+            options[key] = values
     return ModelSource("code", entry=f"{module}:{name}", args=args, weights=weights or None, options=options,
                        reference_weights=reference_weights or None)
 
@@ -146,6 +212,18 @@ class CodeModelDialog(QDialog):
         self.reference_weights.edit.setPlaceholderText("two-branch models only: the reference branch's weights")
         self.input_shapes = QLineEdit()
         self.input_shapes.setPlaceholderText("two-branch models only: query,reference e.g. 64x256,128")
+        self.size = QLineEdit()
+        self.size.setPlaceholderText("optional: the module's own, else 224")
+        self.size.setToolTip("The side, in pixels, images are stretched to (as import-model --image-size)")
+        self.mean = QLineEdit()
+        self.mean.setPlaceholderText("optional: ImageNet's 0.485, 0.456, 0.406")
+        self.mean.setToolTip("The input's mean per RGB channel, on a 0-1 scale (as import-model --mean)")
+        self.std = QLineEdit()
+        self.std.setPlaceholderText("optional: ImageNet's 0.229, 0.224, 0.225")
+        self.std.setToolTip("The input's standard deviation per RGB channel, on a 0-1 scale (as import-model --std)")
+        self.preprocessing = QLabel()
+        self.preprocessing.setWordWrap(True)
+        self.preprocessing.setObjectName("assumedPreprocessing")
         two_note = QLabel(TWO_BRANCH_NOTE)
         two_note.setWordWrap(True)
         two_note.setObjectName("twoBranchNote")
@@ -158,6 +236,10 @@ class CodeModelDialog(QDialog):
         form.addRow("Reference weights", self.reference_weights)
         form.addRow("Input shapes", self.input_shapes)
         form.addRow(two_note)
+        form.addRow("Input size", self.size)
+        form.addRow("Mean", self.mean)
+        form.addRow("Std", self.std)
+        form.addRow(self.preprocessing)
         self.error = QLabel()
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #eb5757")
@@ -170,10 +252,61 @@ class CodeModelDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.error)
         layout.addWidget(self.buttons)
-        # At its size hint the fields cut their placeholders and paths off after ~15 characters.
-        self.resize(max(self.sizeHint().width(), 600), self.sizeHint().height())
+        # The dialog grows with its wrapped notes and the error (never cuts them off).
+        layout.setSizeConstraint(QLayout.SetMinimumSize)
         if source is not None and source.kind == "code":
             self.set_source(source)
+        else:
+            self.restore_fields()
+        for edit in (self.args, self.feature_layer, self.input_shapes, self.size, self.mean, self.std):
+            edit.textChanged.connect(self._fields_changed)
+        for path in (self.module, self.weights, self.reference_weights):
+            path.changed.connect(self._fields_changed)
+        self.name.editTextChanged.connect(self._fields_changed)
+        self._show_preprocessing()
+        # At its size hint the fields cut their placeholders and paths off after ~15 characters.
+        self.resize(max(self.sizeHint().width(), 640), self.sizeHint().height())
+        self._fit_height()
+
+    def _fit_height(self) -> None:
+        """Tall enough at its width for every wrapped note and the error (none cut off)."""
+        layout = self.layout()
+        needed = layout.heightForWidth(self.width()) if layout.hasHeightForWidth() else layout.sizeHint().height()
+        if needed > self.height():
+            self.resize(self.width(), needed)
+
+    def fields(self) -> dict[str, str]:
+        """Every field's text, by :data:`FIELDS` name."""
+        return {key: (self.name.currentText() if key == "name" else getattr(self, key).text()) for key in FIELDS}
+
+    def set_fields(self, values: dict) -> None:
+        for key in FIELDS:
+            value = values.get(key)
+            if not isinstance(value, str):
+                continue
+            if key == "name":
+                self.name.setEditText(value)
+            else:
+                getattr(self, key).setText(value)
+
+    def restore_fields(self) -> None:
+        """The fields of the last Open (settings), when there are any."""
+        try:
+            values = json.loads(str(settings.app_settings().value(LAST_FIELDS_KEY, "") or "{}"))
+        except ValueError:
+            values = {}
+        if isinstance(values, dict):
+            self.set_fields(values)
+
+    def _fields_changed(self, *_args) -> None:
+        """A field changed: the error it may have caused goes, the preprocessing note follows."""
+        if not self.error.isHidden():
+            self.error.hide()
+            self.error.clear()
+        self._show_preprocessing()
+
+    def _show_preprocessing(self) -> None:
+        self.preprocessing.setText(assumed_preprocessing(self.size.text(), self.mean.text(), self.std.text()))
 
     def set_source(self, source) -> None:
         """Fill the fields from a code ``ModelSource``."""
@@ -186,6 +319,10 @@ class CodeModelDialog(QDialog):
         self.reference_weights.setText(source.reference_weights or "")
         shapes = source.options.get("input_shapes") or []
         self.input_shapes.setText(",".join(f"{s[0]}x{s[1]}" if isinstance(s, list) else str(s) for s in shapes))
+        self.size.setText(str(source.options.get("size") or ""))
+        for key in ("mean", "std"):
+            values = source.options.get(key)
+            getattr(self, key).setText(", ".join(f"{float(v):g}" for v in values) if values else "")
 
     def _list_names(self) -> None:
         """Offer the file's public functions and classes (read from its syntax tree)."""
@@ -205,11 +342,14 @@ class CodeModelDialog(QDialog):
         try:
             self.source = code_source(self.module.text(), self.name.currentText(), self.args.text(),
                                       self.weights.text(), self.feature_layer.text(),
-                                      self.reference_weights.text(), self.input_shapes.text())
+                                      self.reference_weights.text(), self.input_shapes.text(),
+                                      self.size.text(), self.mean.text(), self.std.text())
         except ValueError as exc:
             self.error.setText(str(exc))
             self.error.show()
+            self._fit_height()  # room for the error line: the notes above keep theirs
             return
         self.error.hide()
+        settings.app_settings().setValue(LAST_FIELDS_KEY, json.dumps(self.fields()))
         super().accept()
         self.source_chosen.emit(self.source)

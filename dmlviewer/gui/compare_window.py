@@ -26,17 +26,19 @@ model (or dataset) replaced meanwhile is dropped.
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
-                               QPushButton, QSizePolicy, QSpinBox, QSplitter, QTableWidget, QTableWidgetItem,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QGroupBox, QHBoxLayout, QHeaderView,
+                               QLabel, QPushButton, QSizePolicy, QSpinBox, QSplitter, QTableWidget,
+                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
 
-from dmlviewer.gui.widgets import add_legend, series_pen, style_plot
+from dmlviewer.core.explain import methods as registry
+from dmlviewer.gui.widgets import LegendStrip, method_color, series_pen, style_plot
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +61,8 @@ COLUMNS = [
 DIAGNOSIS_COLUMNS = [
     ("Recall@1 train", "train", "recall@1"),
     ("Recall@1 test", "test", "recall@1"),
-    ("Localization train (Decomposition)", "train", "localization/decomposition"),
-    ("Localization train (Decomposition+Bias)", "train", "localization/decomposition_bias"),
+    *((f"Localization train ({registry.label(m)})", "train", f"localization/{m}")
+      for m in registry.methods("diagnosis")),
     ("MAP@R test", "test", "map@r"),
 ]
 
@@ -127,16 +129,18 @@ def leaders(rows: list[tuple[str, dict[str, float | None]]]) -> dict[str, str | 
 
 #: what core.explain.randomization appends to a two-branch model's depth labels
 BOTH_BRANCHES = " (both branches)"
+#: The line style of each model's sanity-check curves (A solid, B dashed).
+MODEL_STYLES = {"A": Qt.SolidLine, "B": Qt.DashLine}
 
 
-def _short_label(label: str) -> str:
-    """A randomized depth's label short enough for an axis tick: "head", or the last two parts
-    of a layer's name ("stages.3"; a merged step "a .. b": its first layer's; a two-branch
-    model's without its "(both branches)", which the caption says once)."""
-    first = label.removesuffix(BOTH_BRANCHES).split(" .. ")[0]
-    if first == "head" or first.startswith("head."):
-        return "head"
-    return ".".join(first.split(".")[-2:])
+def tick_label(depth: dict) -> str:
+    """A randomized depth on the plot's axis: "+ stage 4", as the README's table names it
+    (``randomization.readable_name``; a merged step by its first part, a two-branch model's
+    without "(both branches)", which the caption says once)."""
+    from dmlviewer.core.explain.randomization import readable_name
+
+    label = str(depth.get("label", "")).removesuffix(BOTH_BRANCHES).split(" .. ")[0]
+    return f"+ {readable_name(label)}"
 
 
 class CompareWindow(QWidget):
@@ -154,7 +158,11 @@ class CompareWindow(QWidget):
         self._stamps = None
         self._check_stamps = None
         self.result: dict | None = None
-        self.check_result: dict | None = None
+        self.check_result: dict | None = None  # the latest check (of model A or B)
+        self.check_results: dict[str, tuple] = {}  # "A"/"B" -> (randomization_check result, the slot's stamp)
+        self._idle = True  # no comparison asked for yet: the status line says what is missing
+        self._check_letters: tuple[str, ...] = ()
+        self._result_names: dict[str, str] = {}  # the models' names when the comparison was shown
         self.models_label = QLabel()
         self.models_label.setWordWrap(True)
         self.split_combo = QComboBox()
@@ -171,9 +179,14 @@ class CompareWindow(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.cancel_button.clicked.connect(self.cancel)
+        self.save_button = QPushButton("Save…")
+        self.save_button.setToolTip("Save the comparison: JSON as 'dmlviewer compare --json' prints it, or the "
+                                    "tables as CSV")
+        self.save_button.setEnabled(False)
+        self.save_button.clicked.connect(self._ask_save_comparison)
         controls = QHBoxLayout()
         for widget in (QLabel("Split"), self.split_combo, QLabel("Pairs"), self.pairs_spin, self.run_button,
-                       self.cancel_button):
+                       self.cancel_button, self.save_button):
             controls.addWidget(widget)
         controls.addStretch(1)
         self.status = QLabel("Open two models (File ▸ Compare With Model) and a dataset, then Compare.")
@@ -217,6 +230,10 @@ class CompareWindow(QWidget):
         self.check_model_combo = QComboBox()
         self.check_model_combo.addItem("model A", "primary")
         self.check_model_combo.addItem("model B", "compare")
+        self.check_model_combo.addItem("models A and B", "both")
+        self.check_model_combo.setToolTip("Whose layers are re-initialized; the curves of each model's latest "
+                                          "check are shown together (A solid, B dashed)")
+        self.check_model_combo.currentIndexChanged.connect(self.refresh)
         self.check_pairs_spin = QSpinBox()
         self.check_pairs_spin.setRange(1, 1000)
         self.check_pairs_spin.setValue(8)
@@ -233,9 +250,14 @@ class CompareWindow(QWidget):
         self.check_cancel_button = QPushButton("Cancel")
         self.check_cancel_button.setEnabled(False)
         self.check_cancel_button.clicked.connect(self.cancel_check)
+        self.check_save_button = QPushButton("Save…")
+        self.check_save_button.setToolTip("Save the sanity check: JSON as 'dmlviewer compare --randomize --json' "
+                                          "prints it, or its curves as CSV")
+        self.check_save_button.setEnabled(False)
+        self.check_save_button.clicked.connect(self._ask_save_check)
         check_controls = QHBoxLayout()
         for widget in (self.check_model_combo, QLabel("Pairs"), self.check_pairs_spin, QLabel("Depths"),
-                       self.check_depths_spin, self.check_button, self.check_cancel_button):
+                       self.check_depths_spin, self.check_button, self.check_cancel_button, self.check_save_button):
             check_controls.addWidget(widget)
         check_controls.addStretch(1)
         self.check_status = QLabel("Sanity check: does each method lose agreement as layers are randomized?")
@@ -245,13 +267,17 @@ class CompareWindow(QWidget):
         self.check_plot.setLabel("left", "mean Spearman")
         self.check_plot.setLabel("bottom", "layers re-initialized (top down)")
         self.check_plot.setYRange(-0.2, 1.05)
-        self.check_legend = add_legend(self.check_plot, "top-right")
+        self.check_plot.getAxis("bottom").setTicks([[(0, "trained")]])  # the depths come with a check
+        self.check_plot.setXRange(-0.2, 4.2)
         self.check_plot.setMinimumWidth(300)
+        self.check_legend_strip = LegendStrip(columns=3)  # beside the plot: it never hides a curve
+        self.check_legend = self.check_legend_strip.legend
         check_box = QGroupBox("Sanity check")
         check_layout = QVBoxLayout(check_box)
         check_layout.addLayout(check_controls)
         check_layout.addWidget(self.check_status)
         check_layout.addWidget(self.check_plot, 1)
+        check_layout.addWidget(self.check_legend_strip)
 
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(self.lists)
@@ -296,13 +322,28 @@ class CompareWindow(QWidget):
         a, b = session.slot("primary"), session.slot("compare")
         names = [self.window_._display_name(s) if slot is not None else "none"
                  for s, slot in (("primary", a), ("compare", b))]
-        self.models_label.setText(f"<b>A</b>: {names[0]}   ·   <b>B</b>: {names[1]}   ·   dataset: "
-                                  f"{Path(session.dataset_path).name if session.dataset_path else 'none'}")
-        self.run_button.setEnabled(a is not None and b is not None and session.dataset is not None
-                                   and (self.job is None or self.job.ended))
-        checked = session.slot(self.check_model_combo.currentData())
-        self.check_button.setEnabled(checked is not None and session.dataset is not None
+        self.models_label.setText(f"<b>A</b>: {html.escape(names[0])}&emsp;|&emsp;<b>B</b>: {html.escape(names[1])}"
+                                  f"&emsp;|&emsp;dataset: "
+                                  f"{html.escape(Path(session.dataset_path).name) if session.dataset_path else 'none'}")
+        ready = a is not None and b is not None and session.dataset is not None
+        self.run_button.setEnabled(ready and (self.job is None or self.job.ended))
+        if self._idle:  # what to do next, from what is open (never "Open two models" when two are)
+            missing = [what for what, there in (("model A (File ▸ Open)", a is not None),
+                                                ("model B (File ▸ Compare With Model)", b is not None),
+                                                ("a dataset", session.dataset is not None)) if not there]
+            self.status.setText("Models A and B and a dataset are open: choose the split and the number of pairs, "
+                                "then Compare." if not missing else f"Open {' and '.join(missing)}, then Compare.")
+        wanted = self.check_model_combo.currentData()
+        checked = [session.slot(s) for s in (("primary", "compare") if wanted == "both" else (wanted,))]
+        self.check_button.setEnabled(all(c is not None for c in checked) and session.dataset is not None
                                      and (self.check_job is None or self.check_job.ended))
+        stale = [letter for letter, (_, stamp) in self.check_results.items() if not session.accepts(stamp)]
+        for letter in stale:  # a check of a model (or dataset) no longer open is not shown
+            del self.check_results[letter]
+        if stale:
+            self._draw_checks()
+        self.save_button.setEnabled(self.result is not None)
+        self.check_save_button.setEnabled(bool(self.check_results))
 
     # -- the comparison job
     def start(self) -> None:
@@ -323,6 +364,7 @@ class CompareWindow(QWidget):
         name = (f"Compare {window._model_name('primary')} and {window._model_name('compare')} on {pairs} "
                 f"{split} pairs of {Path(session.dataset_path).name}")
         self._stamps = (session.stamp("primary"), session.stamp("compare"))
+        self._idle = False
         self.job = window.runner.submit(name, factory)
         self.status.setText("Comparing… (see View ▸ Jobs)")
         self.cancel_button.setEnabled(True)
@@ -334,27 +376,40 @@ class CompareWindow(QWidget):
 
     # -- the sanity-check job
     def start_check(self) -> None:
-        """Queue the cascading randomization check of the chosen model on the chosen split."""
+        """Queue the cascading randomization check of the chosen model (or of both, one after
+        the other) on the chosen split."""
         from dmlviewer.core.explain.randomization import randomization_check
 
         window, session = self.window_, self.window_.session
-        slot_name = self.check_model_combo.currentData()
-        slot = session.slot(slot_name)
-        if slot is None or session.dataset is None:
+        wanted = self.check_model_combo.currentData()
+        slot_names = ("primary", "compare") if wanted == "both" else (wanted,)
+        slots = [session.slot(name) for name in slot_names]
+        if any(slot is None for slot in slots) or session.dataset is None:
             self.refresh()
             return
-        model, dataset, device, lock = slot.model, session.dataset, window.device, window.model_lock
+        models = [(("A" if name == "primary" else "B"), slot.model) for name, slot in zip(slot_names, slots)]
+        dataset, device, lock = session.dataset, window.device, window.model_lock
         split, pairs = self.split_combo.currentData(), self.check_pairs_spin.value()
         depths = self.check_depths_spin.value()
 
         def factory(cancel):
-            return locked_steps(randomization_check(model, dataset, pairs, split=split, device=device,
-                                                    max_steps=depths, cancel=cancel), lock)
+            from dmlviewer.core.progress import Progress
 
-        self._check_stamps = (session.stamp(slot_name),)
-        self._check_model = "A" if slot_name == "primary" else "B"
-        self.check_job = window.runner.submit(
-            f"Randomization check of {window._model_name(slot_name)} on {pairs} {split} pairs", factory)
+            results = {}
+            for letter, model in models:  # each check's "done" event holds its result: one "done" for all
+                for event in locked_steps(randomization_check(model, dataset, pairs, split=split, device=device,
+                                                              max_steps=depths, cancel=cancel), lock):
+                    if event.kind == "done":
+                        results[letter] = event.data.get("result")
+                    else:
+                        yield event
+            yield Progress("done", 1, 1, "randomization check done", data={"result": results})
+
+        self._check_stamps = tuple(session.stamp(name) for name in slot_names)
+        self._check_letters = tuple(letter for letter, _ in models)
+        self._check_model = " and ".join(self._check_letters)
+        who = " and ".join(window._model_name(name) for name in slot_names)
+        self.check_job = window.runner.submit(f"Randomization check of {who} on {pairs} {split} pairs", factory)
         self.check_status.setText("Checking… (see View ▸ Jobs)")
         self.check_cancel_button.setEnabled(True)
         self.refresh()
@@ -395,7 +450,8 @@ class CompareWindow(QWidget):
         if job is self.job:
             self.show_result(result)
         else:
-            self.show_check(result)
+            for letter, stamp in zip(self._check_letters, self._check_stamps):
+                self.show_check(result[letter], letter, stamp)
 
     def _on_failed(self, job, text: str) -> None:
         if self._ended(job):
@@ -414,6 +470,7 @@ class CompareWindow(QWidget):
     def show_result(self, result: dict) -> None:
         """Fill the diagnosis table and both lists from a ``compare_models`` result."""
         self.result = result
+        self._result_names = self._names()
         rows = result.get("pairs") or []
         agreement = result.get("agreement") or {}
         mean = (agreement.get("overall_map_spearman") or {}).get("mean")
@@ -438,6 +495,7 @@ class CompareWindow(QWidget):
                     item.setToolTip(str(row.get(key)))
                 self.table.setItem(r, c, item)
         self._show_retrieval(result.get("retrieval_disagreements") or [])
+        self.save_button.setEnabled(True)
 
     def _show_diagnosis(self, result: dict) -> None:
         rows = diagnosis_figures(result)
@@ -492,32 +550,118 @@ class CompareWindow(QWidget):
                 table.setItem(r, c, item)
         self.lists.setTabText(1, f"Retrieval disagreements ({len(entries)})")
 
-    def show_check(self, result: dict) -> None:
-        """Draw the sanity-check curve of a ``randomization_check`` result: per method the mean
-        Spearman per depth, depth 0 the trained model (1)."""
+    def show_check(self, result: dict, model: str = "A", stamp=None) -> None:
+        """Keep ``result`` (a ``randomization_check`` result) as model ``model``'s ("A" or "B")
+        check and draw every kept check: per method the mean Spearman per depth, depth 0 the
+        trained model (1)."""
+        self.check_result = result
+        self.check_results[model] = (result, stamp if stamp is not None else
+                                     self.window_.session.stamp("primary" if model == "A" else "compare"))
+        self._draw_checks()
+        depths = result.get("depths") or []
+        both = bool(depths) and all(str(d["label"]).endswith(BOTH_BRANCHES) for d in depths)
+        labels = "; ".join(f"{d['depth']}: {d.get('name') or d['label']} "
+                           f"({str(d['label']).removesuffix(BOTH_BRANCHES) if both else d['label']})" for d in depths)
+        shown = " and ".join(sorted(self.check_results))
+        # short enough for two lines in a narrow window; the layers of each depth in the tooltip
+        self.check_status.setText(f"Model {shown}" + (" (A solid, B dashed)" if len(self.check_results) > 1 else "")
+                                  + f", {result.get('num_pairs')} pairs, {len(depths)} depths"
+                                  + (" (both branches each)" if both else "")
+                                  + ". A method that explains the model falls towards 0.")
+        self.check_status.setToolTip(f"Layers re-initialized at each depth of model {model}: {labels}")
+        self.check_save_button.setEnabled(True)
+
+    def _draw_checks(self) -> None:
+        """Draw the kept checks (A solid, B dashed; one colour per method), the legend beside."""
         from dmlviewer.gui.faithfulness_view import method_label
 
-        self.check_result = result
         plot = self.check_plot
         plot.clear()
-        self.check_legend.clear()
-        depths = result.get("depths") or []
-        xs = [0] + [int(d["depth"]) for d in depths]
-        for k, method in enumerate(result.get("methods") or []):
-            ys = [1.0] + [float(d["methods"][method]["overall_map_spearman"]["mean"]) for d in depths]
-            plot.plot(xs, ys, pen=series_pen(k), symbol="o", symbolSize=6, symbolBrush=series_pen(k).color(),
-                      name=method_label(method))
-        ticks = [(0, "trained")] + [(int(d["depth"]), f"+{_short_label(str(d['label']))}") for d in depths]
-        plot.getAxis("bottom").setTicks([ticks])
-        plot.setXRange(-0.2, max(xs) + 0.2)
-        both = bool(depths) and all(str(d["label"]).endswith(BOTH_BRANCHES) for d in depths)
-        labels = "; ".join(f"{d['depth']}: {str(d['label']).removesuffix(BOTH_BRANCHES) if both else d['label']}"
-                           for d in depths)
-        # short enough for two lines in a narrow window; the layers of each depth in the tooltip
-        self.check_status.setText(f"Model {getattr(self, '_check_model', 'A')}, {result.get('num_pairs')} pairs, "
-                                  f"{len(depths)} depths" + (" (both branches each)" if both else "")
-                                  + ". A method that explains the model falls towards 0.")
-        self.check_status.setToolTip(f"Layers re-initialized at each depth: {labels}")
+        entries: dict[str, Any] = {}
+        xs_all, ticks, lowest = [0], {0: "trained"}, []
+        for letter in sorted(self.check_results):
+            result = self.check_results[letter][0]
+            depths = result.get("depths") or []
+            xs = [0] + [int(d["depth"]) for d in depths]
+            xs_all += xs
+            for d in depths:
+                ticks.setdefault(int(d["depth"]), tick_label(d))
+            for k, method in enumerate(result.get("methods") or []):
+                ys = [1.0] + [float(d["methods"][method]["overall_map_spearman"]["mean"]) for d in depths]
+                lowest += [y for y in ys if y == y]  # NaN (no agreement measurable) left out
+                color = method_color(method, k)
+                pen = series_pen(k, color=color, style=MODEL_STYLES.get(letter, Qt.SolidLine))
+                curve = plot.plot(xs, ys, pen=pen, symbol="o" if letter == "A" else "t", symbolSize=6,
+                                  symbolBrush=pen.color(), name=method_label(method))
+                entries.setdefault(method_label(method), curve)
+        items = list(entries.items())
+        if len(self.check_results) > 1:  # which line style is which model
+            for letter in sorted(self.check_results):
+                key = pg.PlotDataItem(pen=series_pen(0, color="#e0e0e0", style=MODEL_STYLES[letter]))
+                items.append((f"model {letter}", key))
+        self.check_legend_strip.set_items([(curve, name) for name, curve in items])
+        plot.getAxis("bottom").setTicks([sorted(ticks.items())])
+        plot.setXRange(-0.2, max(xs_all) + 0.2)
+        plot.setYRange(min([-0.2] + [v - 0.05 for v in lowest]), 1.05)  # every point in sight
+
+    # -- saving (issue 31 item 10)
+    def _names(self) -> dict[str, str]:
+        return {"A": self.window_._display_name("primary"), "B": self.window_._display_name("compare")}
+
+    def save_comparison(self, path: str | Path) -> list[Path]:
+        """Write the comparison shown: ``.csv``: the pairs table at ``path``, the diagnosis and the
+        retrieval disagreements beside it (``NAME-diagnosis.csv``, ``NAME-retrieval.csv``); else
+        JSON as ``compare --json`` prints it. Returns the files written."""
+        from dmlviewer.core.explain.comparison_files import (comparison_document, comparison_tables, csv_text,
+                                                             json_text, write_files)
+
+        if self.result is None:
+            return []
+        names = self._result_names or self._names()
+        if str(path).lower().endswith(".csv"):
+            tables = comparison_tables(self.result, names)
+            return write_files(path, {"": csv_text(tables["pairs"]), "-diagnosis": csv_text(tables["diagnosis"]),
+                                      "-retrieval": csv_text(tables["retrieval"])})
+        return write_files(path, {"": json_text(comparison_document(self.result, names))})
+
+    def save_check(self, path: str | Path) -> list[Path]:
+        """Write the sanity checks shown: ``.csv``: one row per model, depth and method; else JSON
+        as ``compare --randomize --json`` prints it (two models: ``{"checks": [A, B]}``)."""
+        from dmlviewer.core.explain.comparison_files import check_table, checks_document, csv_text, json_text, write_files
+
+        if not self.check_results:
+            return []
+        names = self._names()
+        checks = {letter: (result, names[letter]) for letter, (result, _) in self.check_results.items()}
+        if str(path).lower().endswith(".csv"):
+            return write_files(path, {"": csv_text(check_table(checks))})
+        return write_files(path, {"": json_text(checks_document(checks, self.split_combo.currentData()))})
+
+    def _ask_save(self, what: str, default: str, save) -> None:
+        from dmlviewer.gui import errors, settings
+
+        start = Path(settings.start_dir(settings=self.window_.settings)) / default
+        path, chosen = QFileDialog.getSaveFileName(self, f"Save the {what}", str(start),
+                                                   "JSON (*.json);;CSV tables (*.csv)")
+        if not path:
+            return
+        if not Path(path).suffix:
+            path += ".csv" if chosen.startswith("CSV") else ".json"
+        try:
+            written = save(path)
+        except OSError as exc:
+            from dmlviewer.core.files import describe_os_error
+
+            errors.show_error(self, f"Cannot save the {what}", describe_os_error(exc, path), "")
+            return
+        label = self.status if what == "comparison" else self.check_status
+        label.setText(f"Saved {', '.join(p.name for p in written)} in {Path(path).parent}.")
+
+    def _ask_save_comparison(self) -> None:
+        self._ask_save("comparison", "comparison.json", self.save_comparison)
+
+    def _ask_save_check(self) -> None:
+        self._ask_save("sanity check", "sanity_check.json", self.save_check)
 
     # -- opening pairs
     def _on_row(self, row: int, _column: int) -> None:

@@ -49,6 +49,7 @@ _EXPLAINED = ("DatasetError", "ImageError", "StoreError", "CheckpointError", "Mo
 def user_message(exc: BaseException) -> str:
     """The line a user reads for ``exc``: a system error described ("no space left on FOLDER"),
     an input error's own message, otherwise the type and the message."""
+    from dmlviewer.core.fields import FieldError, worded
     from dmlviewer.core.files import describe_os_error
 
     if isinstance(exc, FileNotFoundError):
@@ -57,6 +58,10 @@ def user_message(exc: BaseException) -> str:
         return describe_os_error(exc)
     if isinstance(exc, MemoryError):
         return "not enough memory for this"
+    if isinstance(exc, FieldError):  # a field named by its label in the dialog that has it
+        from dmlviewer.gui.code_model_dialog import FIELD_LABELS
+
+        return worded(exc, FIELD_LABELS)
     if type(exc).__name__ in _EXPLAINED:
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

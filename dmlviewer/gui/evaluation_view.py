@@ -46,10 +46,9 @@ SPLITS = ["test", "train", "all"]
 def row_label(key: str) -> str:
     """Display name of a table row: ``localization (rgradcam)`` -> ``Localization (RGrad-CAM)``."""
     if key.startswith("localization (") and key.endswith(")"):
-        from dmlviewer.gui.pair_view import METHODS
+        from dmlviewer.core.explain.methods import label
 
-        method = key[len("localization ("):-1]
-        return f"Localization ({dict(METHODS).get(method, method)})"
+        return f"Localization ({label(key[len('localization ('):-1])})"
     return key
 
 

@@ -36,20 +36,19 @@ log = logging.getLogger(__name__)
 
 #: reference orders: colour and dash
 REFERENCE_STYLE = {"random": ("#9e9e9e", Qt.DashLine), "oracle": ("#ffffff", Qt.DashLine)}
-#: display names of the maps that are not the pair view's methods
-EXTRA_LABELS = {"point_to_point": "Point-to-point", "random": "Random order (floor)",
-                "oracle": "Greedy oracle (ceiling)"}
+#: display names of the reference orders (the methods' names come from the method registry)
+EXTRA_LABELS = {"random": "Random order (floor)", "oracle": "Greedy oracle (ceiling)"}
 
 
 def method_label(method: str) -> str:
-    """Display name of a scored map: the pair view's ("Decomposition+Bias"), "Group 2" for
-    ``group_1``, the reference orders spelled out."""
+    """Display name of a scored map: the method registry's ("Decomposition+Bias"), "Group 2"
+    for ``group_1``, the reference orders spelled out."""
     from dmlviewer.core.explain.faithfulness import GROUP_PREFIX
-    from dmlviewer.gui.pair_view import METHODS
+    from dmlviewer.core.explain.methods import label
 
     if method.startswith(GROUP_PREFIX) and method[len(GROUP_PREFIX):].isdigit():
         return f"Group {int(method[len(GROUP_PREFIX):]) + 1}"
-    return dict(METHODS).get(method) or EXTRA_LABELS.get(method) or method.replace("_", " ")
+    return EXTRA_LABELS.get(method) or label(method)
 
 
 def method_pens(methods: Sequence[str], width: float = 2.0) -> dict[str, QPen]:

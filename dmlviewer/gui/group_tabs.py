@@ -22,15 +22,14 @@ import threading
 
 import numpy as np
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QSplitter, QStackedWidget,
-                               QTabBar, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import STATIC_OVERLAY, overlay_lut
-from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
+from dmlviewer.gui.hover_link import QUERY, SIDE_NAMES, HoverLink
 from dmlviewer.gui.image_pane import ImagePane
-from dmlviewer.gui.pair_view import PairImages, overlay_shape
-from dmlviewer.gui.worker import LatestRunner
+from dmlviewer.gui.pair_row import PairRow
+from dmlviewer.gui.pair_view import PairImages
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +73,19 @@ def model_layers(model) -> list[str]:
 
 
 class GroupTabs(QWidget):
-    """Tab bar of groups, attention-map choice, share read-out and two hoverable panes."""
+    """Tab bar of groups, attention-map choice, share read-out and two hoverable panes: one
+    :class:`~dmlviewer.gui.pair_row.PairRow` (the open model's), whose runner computes the
+    groups' data and whose renderers are built like the pair view's."""
 
     status_message = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
         super().__init__(parent)
-        self.model = None
         self.model_lock = model_lock or threading.RLock()
-        self.explanation = None
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
-        self._renderers: dict[int, object] = {}
-        self._scale = 1.0  # colour scale of the group-wise partial maps (see _build_renderers)
+        #: The open model's row (the pair view's explanation, its group data's runner, its panes).
+        self.rows = [PairRow("A", (), self)]
 
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
@@ -98,11 +97,6 @@ class GroupTabs(QWidget):
         self.share_label = QLabel("")
         self.share_label.setObjectName("groupShare")
         self.share_label.setWordWrap(True)
-        self.panes = (ImagePane("Query"), ImagePane("Reference"))
-        splitter = QSplitter(Qt.Horizontal)
-        for pane in self.panes:
-            splitter.addWidget(pane)
-            splitter.setStretchFactor(splitter.count() - 1, 1)
         header = QHBoxLayout()
         header.addWidget(self.tabs, 1)
         header.addWidget(QLabel("Map"))
@@ -112,7 +106,7 @@ class GroupTabs(QWidget):
         content_layout.setContentsMargins(0, 0, 0, 0)
         content_layout.addLayout(header)
         content_layout.addWidget(self.share_label)
-        content_layout.addWidget(splitter, 1)
+        content_layout.addWidget(self.rows[0].splitter, 1)
 
         self.explain_label = QLabel(NO_MODEL_TEXT)
         self.explain_label.setObjectName("emptyExplanation")
@@ -126,11 +120,9 @@ class GroupTabs(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.stack)
 
-        self.link = HoverLink(self.panes, self._render_partial, self._show_attention, parent=self)
-        self.link.point_changed.connect(self._on_point)
-        self.runner = LatestRunner(self)
-        self.runner.result_ready.connect(self._on_data)
-        self.runner.request_failed.connect(self._on_failed)
+        self.link = HoverLink(self._show_attention, self._describe, parent=self)
+        self.rows[0].link = self.link.add_row(self.panes)
+        self.link.message.connect(self.status_message)
         self.tabs.currentChanged.connect(self._on_group)
         self.kind_combo.currentIndexChanged.connect(self._show_attention)
         lut = overlay_lut(STATIC_OVERLAY)  # transparent low end, no dark colours (colormaps.LIGHT)
@@ -138,6 +130,20 @@ class GroupTabs(QWidget):
             pane.set_lut(lut)
 
     # -- state
+    @property
+    def panes(self) -> tuple[ImagePane, ImagePane]:
+        return self.rows[0].panes
+
+    @property
+    def model(self):
+        """The open model (the row's)."""
+        return self.rows[0].model
+
+    @property
+    def explanation(self):
+        """The pair's explanation by the open model (the pair view's), None until it is ready."""
+        return self.rows[0].explanation
+
     @property
     def group_count(self) -> int:
         return self.tabs.count()
@@ -147,8 +153,8 @@ class GroupTabs(QWidget):
         return max(0, self.tabs.currentIndex())
 
     def set_model(self, model) -> None:
-        self.model = model
-        self.explanation = None
+        self.rows[0].model = model
+        self.rows[0].restart()
         self._data = None
         while self.tabs.count():
             self.tabs.removeTab(0)
@@ -179,7 +185,7 @@ class GroupTabs(QWidget):
         """New photographs (the pair view prepares the explanation; :meth:`set_explanation`
         follows)."""
         self.images = images
-        self.explanation = None
+        self.rows[0].restart()
         self._data = None
         self.link.reset()
         for pane, image, title in zip(self.panes, (images.query, images.reference) if images else (None, None),
@@ -190,7 +196,9 @@ class GroupTabs(QWidget):
 
     def set_explanation(self, explanation) -> None:
         """The pair's explanation is ready: compute attention maps and group tensors."""
-        self.explanation = explanation
+        row = self.rows[0]
+        row.restart()
+        row.explanation = explanation
         if explanation is None or not self.active:
             return
         slices, lock = list(self.model.group_slices), self.model_lock
@@ -198,15 +206,12 @@ class GroupTabs(QWidget):
         def job(cancel):
             with lock:
                 cancel.raise_if_cancelled()
-                return explanation, _group_data(explanation, slices)
+                return _group_data(explanation, slices)
 
-        self.runner.submit(job, cancel_aware=True)
+        row.run(row.runner, job, self._on_data, self._on_failed)
 
     # -- results
-    def _on_data(self, _request: int, value: object) -> None:
-        explanation, data = value
-        if explanation is not self.explanation:
-            return
+    def _on_data(self, data: dict) -> None:
         self._data = data
         current = self.kind_combo.currentData()
         self.kind_combo.blockSignals(True)
@@ -220,7 +225,7 @@ class GroupTabs(QWidget):
         self.kind_combo.blockSignals(False)
         self._on_group()
 
-    def _on_failed(self, _request: int, text: str) -> None:
+    def _on_failed(self, text: str) -> None:
         first, details = errors.split_failure(text)
         self._clear_panes("group attention unavailable")
         errors.show_error(self, "Group attention failed", first, details)
@@ -278,59 +283,46 @@ class GroupTabs(QWidget):
 
     # -- group-wise hover
     def _build_renderers(self) -> None:
-        from dmlviewer.core.explain.hover import HoverRenderer, pair_scale  # the core's hover path
+        """The group's partial maps on the pair view's whole-pair scale (``pair_scale`` of the
+        whole tensor): a group's map is coloured by how much of the cosine it carries,
+        comparable across groups and with the pair view; built as the pair view builds its
+        rows' (``core.explain.hover.side_renderers``)."""
+        from dmlviewer.core.explain.hover import pair_scale, side_renderers  # the core's hover path
 
-        self._renderers = {}
+        row, link = self.rows[0], self.rows[0].link
+        row.renderers, link.renderers = {}, {}
         data, e = self._data, self.explanation
         if data is None or e is None:
             return
-        p2p = data["tensors"][self.group]
-        shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
-        grids = (tuple(e.grid_query), tuple(e.grid_reference))
-        lut = overlay_lut("jet")
-        # The pair view's whole-pair scale: a group's partial map is coloured by how much of the
-        # cosine it carries, comparable across groups and with the pair view.
-        self._scale = pair_scale(e.point_to_point)
-        for side in (QUERY, REFERENCE):
-            other = 1 - side
-            self._renderers[side] = HoverRenderer(
-                p2p if side == QUERY else p2p.T, shapes[side], grids[side],
-                overlay_shape(shapes[other]), grids[other], lut=lut, scale=self._scale)
+        row.scale = pair_scale(e.point_to_point)
+        row.renderers = dict(enumerate(side_renderers(
+            data["tensors"][self.group], (tuple(e.image_shape_query), tuple(e.image_shape_reference)),
+            (tuple(e.grid_query), tuple(e.grid_reference)), lut=overlay_lut("jet"), scale=row.scale,
+            similarity=float(e.similarity) if e.similarity else None)))
+        group = self.group + 1
+        link.renderers = row.renderers
+        link.colorbar = ("jet", False, (0.0, row.scale), f"group {group}: contribution to the cosine")
+        link.readout = lambda p: (None if p.share is None
+                                  else f"<b>{100.0 * p.share:+.1f}%</b> of the similarity (group {group})")
 
-    def _render_partial(self, side: int, x: float, y: float):
-        renderer = self._renderers.get(side)
-        if renderer is None:
-            return None
-        try:
-            return renderer.render(x, y)
-        except ValueError:
-            return None
-
-    def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
-        other = self.panes[1 - side]
-        other.set_colorbar("jet", False, (0.0, self._scale), f"group {self.group + 1}: contribution to the cosine")
-        renderer, e = self._renderers.get(side), self.explanation
-        if renderer is not None and e is not None and e.similarity:
-            try:
-                share = float(renderer.grid_map(x, y).sum(dtype=np.float64)) / float(e.similarity)
-                other.show_readout(f"<b>{100.0 * share:+.1f}%</b> of the similarity (group {self.group + 1})")
-            except ValueError:  # a point on the very border
-                other.show_readout(None)
-        self.status_message.emit(f"group {self.group + 1}, {SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
-                                 + ("   [pinned, Esc to release]" if pinned else ""))
+    def _describe(self, side: int | None, x: float, y: float, _point, pinned: bool) -> str | None:
+        if side is None:
+            return None  # the status line keeps the last point
+        return (f"group {self.group + 1}, {SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
+                + ("   [pinned, Esc to release]" if pinned else ""))
 
     def unpin(self) -> None:
         self.link.unpin()
 
     def _clear_panes(self, message: str | None) -> None:
-        self._renderers = {}
+        self.rows[0].renderers, self.rows[0].link.renderers = {}, {}
         self.share_label.setText("")
         for pane in self.panes:
             pane.clear_overlay()
             pane.show_message(message)
 
     def shutdown(self) -> None:
-        self.runner.stop(1.0)
+        self.rows[0].shutdown()
 
 
 def _group_data(explanation, slices: list[slice]) -> dict:

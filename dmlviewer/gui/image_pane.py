@@ -20,6 +20,7 @@ draws a rectangle and emits ``region_selected((y0, x0, y1, x1))`` in pixel-edge 
 from __future__ import annotations
 
 import functools
+import html
 import re
 
 import numpy as np
@@ -164,12 +165,14 @@ class ImagePane(QWidget):
             item.hide()
             self.view.addItem(item, ignoreBounds=True)
         self._marker_labels: list[pg.TextItem] = []
-        # Named lines over the image (the cross-view orientation lines, issue 25) and their legend.
+        # Named lines over the image (the cross-view orientation lines, issue 25) and their legend,
+        # a line under the view (issue 31 item 6): drawn in the view, it covered the lower half of
+        # an aerial image that filled a half-height pane (two models), and the map hovered there.
         self._guide_items: list[tuple[str, pg.PlotDataItem]] = []
-        self.guide_legend = pg.LegendItem(offset=(8, -8), labelTextColor="w", brush=pg.mkBrush(0, 0, 0, 170),
-                                          labelTextSize="8pt")  # bottom left: the read-out is top left
-        self.guide_legend.setParentItem(self.view)
-        self.guide_legend.setZValue(30)
+        self.guide_legend = QLabel()
+        self.guide_legend.setObjectName("guideLegend")
+        self.guide_legend.setTextFormat(Qt.RichText)
+        self.guide_legend.setWordWrap(True)
         self.guide_legend.hide()
         self.guide_points = pg.ScatterPlotItem(size=10, symbol="o", pen=pg.mkPen("k", width=1))
         self.guide_points.setZValue(19)
@@ -192,6 +195,7 @@ class ImagePane(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.title)
         layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.guide_legend)
 
         self.shape: tuple[int, int] | None = None  # (H, W) of the photograph
         self._overlay_shape: tuple[int, int] | None = None
@@ -391,7 +395,7 @@ class ImagePane(QWidget):
                    points: list[tuple[float, float, str]] = ()) -> None:
         """Named polylines over the image, ``(name, xs, ys, colour, dashed)`` with ``xs``/``ys``
         in continuous image coordinates (pixel ``i`` spans ``[i, i + 1)``), listed in a legend
-        at the view's bottom left, and dots ``(x, y, colour)``; empty lists remove them."""
+        under the view, and dots ``(x, y, colour)``; empty lists remove them."""
         if points:
             self.guide_points.setData([p[0] for p in points], [p[1] for p in points],
                                       brush=[pg.mkBrush(p[2]) for p in points])
@@ -399,14 +403,15 @@ class ImagePane(QWidget):
         for _, item in self._guide_items:
             self.view.removeItem(item)
         self._guide_items = []
-        self.guide_legend.clear()
+        entries = []
         for name, xs, ys, colour, dashed in guides:
             pen = pg.mkPen(colour, width=2, style=Qt.DashLine if dashed else Qt.SolidLine, cosmetic=True)
             item = pg.PlotDataItem(list(xs), list(ys), pen=pen)
             item.setZValue(18)
             self.view.addItem(item, ignoreBounds=True)
-            self.guide_legend.addItem(item, name)
             self._guide_items.append((name, item))
+            entries.append(f"<span style='color:{colour}'>{'╍╍' if dashed else '━━'}</span>&nbsp;{html.escape(name)}")
+        self.guide_legend.setText("&nbsp;&nbsp; ".join(entries))
         self.guide_legend.setVisible(bool(guides))
 
     def guides(self) -> list[tuple[str, np.ndarray, np.ndarray]]:

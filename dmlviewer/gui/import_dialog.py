@@ -1,6 +1,6 @@
 """File > Import Model: a dmlviewer checkpoint from weights files trained elsewhere.
 
-The dialog is the GUI of ``dmlviewer import-model`` (``core.models.importer``): pick the weights
+The dialog is the GUI of ``dmlviewer import-model`` (``core.models.importing``): pick the weights
 file(s) (a pytorch-metric-learning trunk and embedder together), and it shows the recognized
 architecture, the proposed head (in ``--head`` syntax, editable), the key mapping and the keys
 left unmatched, with the notes on what was assumed. Architecture, head, key prefix and input
@@ -13,7 +13,7 @@ A two-branch (cross-view) model (issue 25), as ``import-model --reference-weight
 files are the query branch (e.g. the street encoder), the optional "Reference branch" file the
 reference branch (e.g. the aerial encoder), each with its own input size (``S`` or ``HxW``); the
 options above apply to both branches (said in the reference branch's assumptions). Both are
-recognized with :func:`~dmlviewer.core.models.importer.analyze_two_branch`, branches of different
+recognized with :func:`~dmlviewer.core.models.importing.analyze_two_branch`, branches of different
 embedding widths are refused in the dialog, and one two-branch checkpoint is written.
 
 "Check against" (``import-model --check-against``, and ``--reference-check-against`` for the
@@ -50,7 +50,7 @@ AUTO = "auto (recognize)"
 def _analyze(files: list[str], options: dict, cancel) -> tuple[str, Any]:
     """Worker: ``("plan", ImportPlan)`` or ``("error", exception)`` for bad input (shown in the dialog)."""
     from dmlviewer.core.models import CheckpointError
-    from dmlviewer.core.models.importer import analyze
+    from dmlviewer.core.models.importing import analyze
     from dmlviewer.core.progress import run_to_end
 
     try:
@@ -59,9 +59,18 @@ def _analyze(files: list[str], options: dict, cancel) -> tuple[str, Any]:
         return "error", exc
 
 
-#: how the dialog names the options a reference branch takes from the query's (its assumptions say so)
-FIELD_NAMES = {"arch": "Architecture field", "head": "Head field", "prefix": "Backbone key prefix field",
-               "mean": "mean field", "std": "std field"}
+#: the importer's input fields (``core.models.importing.FIELDS``) as this dialog's labels: its
+#: messages and reports name them so; a reference branch takes the query's options
+FIELD_LABELS = {
+    "weights": "the weights files", "arch": "“Architecture”", "head": "“Head”",
+    "prefix": "“Backbone key prefix”", "image_size": "“Input size”", "mean": "“mean”", "std": "“std”",
+    "pooling": "the pooling (first in “Head”)", "gem_p": "gem=P (first in “Head”)",
+    "check_against": "“Check against”", "force": "import-model's --force",
+    "reference_weights": "“Reference branch”", "reference_arch": "“Architecture”", "reference_head": "“Head”",
+    "reference_prefix": "“Backbone key prefix”", "reference_image_size": "the reference branch's input size",
+    "reference_mean": "“mean”", "reference_std": "“std”", "reference_pooling": "the pooling (first in “Head”)",
+    "reference_gem_p": "gem=P (first in “Head”)", "reference_check_against": "the reference “Check against”",
+}
 MISMATCH_HINT = ("these weights files do not make one two-branch model as they are (the Head field applies to "
                  "both branches; auto proposes each branch's own head)")
 MIN_SIDE = 32  # as import-model's --image-size
@@ -70,13 +79,13 @@ MIN_SIDE = 32  # as import-model's --image-size
 def _analyze_two(files: list[str], reference: list[str], options: dict, shapes: tuple, cancel) -> tuple[str, Any]:
     """Worker: ``("plans", (query plan, reference plan, shapes))`` of a two-branch import, or
     ``("error", exception)`` (a branch not recognized, or two embedding widths)."""
-    from dmlviewer.core.models import CheckpointError, importer
+    from dmlviewer.core.models import CheckpointError, importing
 
     try:
-        query, ref, sizes = importer.analyze_two_branch(
+        query, ref, sizes = importing.analyze_two_branch(
             files, reference, options, None, query_shape=shapes[0], reference_shape=shapes[1], cancel=cancel,
-            names=FIELD_NAMES, not_given="the dialog's options are both branches'")
-        importer.check_two_branch_plans(query, ref, hint=MISMATCH_HINT)
+            not_given="the dialog's options are both branches'")
+        importing.check_two_branch_plans(query, ref, hint=MISMATCH_HINT)
         return "plans", (query, ref, sizes)
     except (CheckpointError, FileNotFoundError, ValueError) as exc:
         return "error", exc
@@ -84,7 +93,7 @@ def _analyze_two(files: list[str], reference: list[str], options: dict, shapes: 
 
 def _write_two(plans: tuple, out: str, checks: tuple = (None, None)) -> tuple[str, Any]:
     from dmlviewer.core.models import CheckpointError
-    from dmlviewer.core.models.importer import write_two_branch_checkpoint
+    from dmlviewer.core.models.importing import write_two_branch_checkpoint
 
     query, ref, shapes = plans
     try:
@@ -111,7 +120,7 @@ def _shape(text: str, field: str) -> tuple[int, int] | None:
 
 def _write(plan, out: str, check: str | None = None) -> tuple[str, Any]:
     from dmlviewer.core.models import CheckpointError
-    from dmlviewer.core.models.importer import write_checkpoint
+    from dmlviewer.core.models.importing import write_checkpoint
 
     try:
         return "written", write_checkpoint(plan, out, check_against=check)
@@ -119,15 +128,12 @@ def _write(plan, out: str, check: str | None = None) -> tuple[str, Any]:
         return "write-error", exc
 
 
-#: the command line's names in the importer's messages -> the dialog's fields
-DIALOG_TERMS = (("--reference-check-against", "“Reference check”"), ("--check-against", "“Check against”"))
-
-
 def write_error_text(exc: BaseException) -> str:
     """One line for a write that failed, in the dialog's words: a model whose embeddings differ
     from the user's names the fields to look at (the command line's names --force, which the
     dialog does not offer: clearing the check field writes without comparing)."""
-    from dmlviewer.core.models.importer import describe_reference_check
+    from dmlviewer.core.fields import worded
+    from dmlviewer.core.models.importing import describe_reference_check
 
     check = getattr(exc, "reference_check", None)
     if check is not None:
@@ -135,10 +141,7 @@ def write_error_text(exc: BaseException) -> str:
                 "size and mean/std; or clear the check field to write it without comparing")
     if isinstance(exc, OSError) and exc.filename:
         return f"{exc.filename}: {exc.strerror or exc}"
-    text = str(exc)
-    for option, field in DIALOG_TERMS:
-        text = text.replace(option, field)
-    return text
+    return worded(exc, FIELD_LABELS)
 
 
 def _floats(text: str) -> list[float] | None:
@@ -195,7 +198,7 @@ class ImportDialog(QDialog):
         self.arch.setEditable(True)
         self.arch.setToolTip("Architecture: recognized from the keys, or a built-in backbone, or timm:NAME")
         self.arch.addItem(AUTO)
-        from dmlviewer.core.models.importer import HEAD_SPEC_HELP
+        from dmlviewer.core.models.importing import HEAD_SPEC_HELP
 
         self.head = QLineEdit("auto")
         self.head.setToolTip(HEAD_SPEC_HELP[0].upper() + HEAD_SPEC_HELP[1:])
@@ -328,7 +331,7 @@ class ImportDialog(QDialog):
         return table
 
     def _fill_architectures(self) -> None:
-        from dmlviewer.core.models.importer import candidate_names
+        from dmlviewer.core.models.importing import candidate_names
 
         names = [name for stage in candidate_names() for name in stage]
         current = self.arch.currentText()
@@ -447,7 +450,7 @@ class ImportDialog(QDialog):
         self._show_message(f"<b>{plan.arch}</b> recognized ({len(plan.match.matched)} backbone keys); head "
                            f"({head}): <code>{plan.head_spec}</code> → {plan.summary()}"
                            + (f"; <b>{len(plan.unmatched)} keys unmatched</b>" if plan.unmatched else ""))
-        self.summary.setPlainText(plan.report())
+        self.summary.setPlainText(plan.report(names=FIELD_LABELS))
         rows = list(plan.head_mapping.items()) + list(plan.backbone_mapping.items())
         self._fill(self.mapping, rows)
         self._fill(self.unmatched, list(plan.unmatched.items()))
@@ -458,7 +461,7 @@ class ImportDialog(QDialog):
 
     def _show_plans(self, query, reference, shapes: dict) -> None:
         """A two-branch import: each branch's recognition, and its report as the CLI prints it."""
-        from dmlviewer.core.models.importer import plan_dim, two_branch_report
+        from dmlviewer.core.models.importing import plan_dim, two_branch_report
 
         self.plan, self.two_branch = query, (query, reference, shapes)
         parts = []
@@ -468,7 +471,7 @@ class ImportDialog(QDialog):
                          f"{plan.summary()}" + (f", <b>{len(plan.unmatched)} keys unmatched</b>"
                                                  if plan.unmatched else ""))
         self._show_message(f"Two-branch model, one space of {plan_dim(query)} dimensions: " + "; ".join(parts))
-        self.summary.setPlainText(two_branch_report(query, reference, shapes))
+        self.summary.setPlainText(two_branch_report(query, reference, shapes, names=FIELD_LABELS))
         branches = (("query", query), ("reference", reference))
         self._fill(self.mapping, [(f"{side}: {src}", f"{side}.{dst}") for side, plan in branches
                                   for src, dst in [*plan.head_mapping.items(), *plan.backbone_mapping.items()]])
@@ -481,12 +484,13 @@ class ImportDialog(QDialog):
         self._update_buttons()
 
     def _show_error(self, exc: BaseException) -> None:
-        from dmlviewer.core.models.importer import LayoutError
+        from dmlviewer.core.models.importing import LayoutError
 
         self.plan = self.two_branch = None
-        message = str(exc) if not isinstance(exc, FileNotFoundError) else f"file not found: {exc.filename or exc}"
-        if any(option in message for option in ("--arch", "--head", "--prefix")):
-            message += " (--arch, --head and --prefix are the Architecture, Head and Backbone key prefix fields)"
+        from dmlviewer.core.fields import worded
+
+        message = worded(exc, FIELD_LABELS) if not isinstance(exc, FileNotFoundError) else \
+            f"file not found: {exc.filename or exc}"
         self._show_message(message, error=True)
         self.summary.setPlainText(message)
         self._fill(self.mapping, [])
@@ -535,7 +539,7 @@ class ImportDialog(QDialog):
     def written_text(self, path, diff: float) -> str:
         """What the written checkpoint was checked against: its folding, and the user's
         embeddings where a check file was given (per branch)."""
-        from dmlviewer.core.models.importer import describe_reference_check
+        from dmlviewer.core.models.importing import describe_reference_check
 
         plans = (("query branch", self.two_branch[0]), ("reference branch", self.two_branch[1])) \
             if self.two_branch is not None else (("", self.plan),)

@@ -2,14 +2,18 @@
 
 :class:`JobStatus` shows the running job in the status bar: its name, its overall progress
 (``Job.fraction``, which never moves back across phases), "ETA" while it runs, "cancelling…"
-once asked to stop, and the last job's end ("cancelled", "failed") when nothing runs; a
-"Jobs" button opens the Jobs dock on demand, so the dock can stay hidden and the pair view
+once asked to stop, and the last job's end ("cancelled: …", "failed: …", the state first so
+that eliding the name never hides it) for :attr:`JobStatus.ENDED_SHOWN_S` seconds when nothing
+runs (then the bar is clear: the Jobs view keeps the record, issue 31 item 3); a
+"Jobs" button opens and closes the Jobs dock, so the dock can stay hidden and the pair view
 keeps the height. :class:`MessageStatusBar` draws temporary messages (hover read-outs,
 notices) in a label that elides long text in the middle, with the whole text as its tooltip,
 instead of cutting it ("[pinne"); :class:`FittedLabel` does the same for the permanent labels.
 """
 
 from __future__ import annotations
+
+import time
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
@@ -68,16 +72,18 @@ class MessageStatusBar(QStatusBar):
 
 
 class JobStatus(QWidget):
-    """The running job in the status bar (see the module docstring). ``open_requested`` asks
-    for the Jobs dock."""
+    """The running job in the status bar (see the module docstring). ``open_requested``: the
+    Jobs button was clicked (the main window opens the Jobs dock, or closes it when open)."""
 
     open_requested = Signal()
     REFRESH_MS = 250
+    #: How long a cancelled or failed job's end stays said when nothing else runs.
+    ENDED_SHOWN_S = 10.0
 
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
-        self.label = FittedLabel("", max_width=320, mode=Qt.ElideRight)
+        self.label = FittedLabel("", max_width=240, mode=Qt.ElideRight)  # the whole name in the tooltip
         self.label.setObjectName("jobStatusLabel")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
@@ -86,7 +92,7 @@ class JobStatus(QWidget):
         self.button = QToolButton()
         self.button.setText("Jobs")
         self.button.setAutoRaise(True)
-        self.button.setToolTip("Show the Jobs dock: the queue, the recent jobs and their logs")
+        self.button.setToolTip("Show or hide the Jobs dock: the queue, the recent jobs and their logs")
         self.button.clicked.connect(self.open_requested)
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
@@ -116,6 +122,8 @@ class JobStatus(QWidget):
     def _on_ended(self, job: Job, *_args) -> None:
         self._last_ended = job
         self.refresh()
+        # cleared once it has been said long enough (the refresh then finds it expired)
+        QTimer.singleShot(int(self.ENDED_SHOWN_S * 1000) + 50, self.refresh)
 
     def text(self) -> str:
         """What the label says (also its tooltip)."""
@@ -125,14 +133,16 @@ class JobStatus(QWidget):
         if job is not None:
             return f"{job.name}: {job.status_text()}{more}"
         last = self._last_ended
-        if last is not None and last.state in (JobState.CANCELLED, JobState.FAILED):
-            return f"{last.name}: {last.state}"
+        if (last is not None and last.state in (JobState.CANCELLED, JobState.FAILED)
+                and time.time() - (last.ended_at or 0.0) < self.ENDED_SHOWN_S):
+            return f"{last.state}: {last.name}"
         return ""
 
     def refresh(self) -> None:
         self._dirty = False
         job = self.runner.current
         self.label.setText(self.text())
+        self.label.setToolTip(self.text())
         self.bar.setVisible(job is not None)
         if job is not None:
             self.bar.setValue(int(round(1000 * job.fraction)))

@@ -7,19 +7,24 @@ Progress events arrive many times a second, so rows are refreshed by a timer a f
 second, not per event. Rows are in the order the jobs were submitted, so a new job is
 appended below the others, and the list scrolls to the running job whenever it changes.
 The dock is hidden by default: the status bar shows the running job
-(:class:`~dmlviewer.gui.job_status.JobStatus`) and opens the dock on demand.
+(:class:`~dmlviewer.gui.job_status.JobStatus`), whose Jobs button opens and closes the dock. It
+opens as a short strip (:data:`OPEN_HEIGHT`, at most a fifth of the window), so that the pair
+view keeps its room on a 1366 x 768 screen (issue 31 item 5); drag its edge for more.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtWidgets import (
-    QAbstractItemView, QDockWidget, QHBoxLayout, QHeaderView, QPlainTextEdit, QPushButton, QSplitter,
+    QAbstractItemView, QDockWidget, QHBoxLayout, QHeaderView, QMainWindow, QPlainTextEdit, QPushButton, QSplitter,
     QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
 from dmlviewer.gui.widgets import format_eta
 from dmlviewer.gui.worker import Job, JobRunner, JobState
+
+#: The height the Jobs dock opens at (pixels), at most a fifth of the main window's height.
+OPEN_HEIGHT = 170
 
 STATE_COLORS = {JobState.RUNNING: "#0072B2", JobState.FAILED: "#b00020", JobState.CANCELLED: "#8a6d00",
                 JobState.FINISHED: "#1b7f3b", JobState.QUEUED: "#555555"}
@@ -56,9 +61,13 @@ class JobsView(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.cancel_all_button)
-        splitter = QSplitter(Qt.Vertical)
+        splitter = QSplitter(Qt.Horizontal)  # side by side: both readable in a short strip
         splitter.addWidget(self.tree)
         splitter.addWidget(self.log)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        for widget in (self.tree, self.log):
+            widget.setMinimumHeight(60)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(splitter, 1)
@@ -77,6 +86,10 @@ class JobsView(QWidget):
         self.cancel_button.clicked.connect(self._cancel_selected)
         self.cancel_all_button.clicked.connect(runner.cancel_all)
         self.refresh()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
+        """A short strip (a docked view opens at its size hint): the pair view keeps the height."""
+        return QSize(super().sizeHint().width(), OPEN_HEIGHT)
 
     def selected_job(self) -> Job | None:
         item = self.tree.currentItem()
@@ -142,6 +155,8 @@ class JobsView(QWidget):
         lines = list(job.log)
         if job.error and job.error not in lines:
             lines.append(job.error)
+        if not lines:  # a job that logged nothing: say so, not "Select a job" beside a selected one
+            lines.append(f"{job.name}: {job.state}, no messages")
         self.log.setPlainText("\n".join(lines))
         self.log.verticalScrollBar().setValue(self.log.verticalScrollBar().maximum())
 
@@ -168,6 +183,16 @@ class JobsDock(QDockWidget):
         self.hide()  # opened on demand (View > Jobs, the status bar's Jobs button)
 
     def open(self) -> None:
-        """Show the dock in front (from the status bar's Jobs button)."""
+        """Show the dock in front, a short strip when docked (see the module docstring)."""
         self.show()
         self.raise_()
+        window = self.parentWidget()
+        if isinstance(window, QMainWindow) and not self.isFloating():
+            window.resizeDocks([self], [max(100, min(OPEN_HEIGHT, window.height() // 5))], Qt.Vertical)
+
+    def toggle(self) -> None:
+        """The status bar's Jobs button: open the dock, or close it when it is open."""
+        if self.isVisible():
+            self.hide()
+        else:
+            self.open()

@@ -38,7 +38,6 @@ from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METHODS = ("decomposition", "decomposition_bias", "gradcam", "rgradcam")
 #: Reference image each image is explained against (core.explain.localize's pairings).
 PAIRING_LABELS = {"self": "the image itself", "nearest": "its nearest neighbour",
                   "same-class": "another image of its class"}
@@ -127,11 +126,12 @@ def faithfulness_job(checkpoint: str, dataset_root: str, dataset_format: str | N
                      cancel: CancelToken) -> Iterator[Progress]:
     """``core.explain.faithfulness`` on a checkpoint file and a dataset folder: the checked
     overall maps plus occlusion, point-to-point and the model's group maps."""
-    from dmlviewer.core.explain import METHODS
+    from dmlviewer.core.explain import methods as registry
     from dmlviewer.core.explain.faithfulness import available_methods, faithfulness
 
     model, dataset, dev = _open(checkpoint, dataset_root, dataset_format, device)
-    chosen = [m for m in available_methods(model) if m in methods or m not in METHODS]
+    listed = registry.methods("explain")  # the maps the window lists; the others always run
+    chosen = [m for m in available_methods(model) if m in methods or m not in listed]
     yield Progress("log", message=f"faithfulness of {len(chosen)} maps on {dataset.root.name}")
     yield from faithfulness(model, dataset, chosen, pairs=pairs, baseline=baseline, oracle_pairs=oracle_pairs,
                             split=split, device=dev, cancel=cancel)
@@ -170,7 +170,8 @@ class LocalizationView(QWidget):
 
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from dmlviewer.core.explain import DEFAULT_THRESHOLDS, METHODS, PAIRINGS
+        from dmlviewer.core.explain import DEFAULT_THRESHOLDS, PAIRINGS
+        from dmlviewer.core.explain import methods as registry
 
         self.setWindowTitle("Localization and correspondence")
         keep_in_front(self)
@@ -183,13 +184,14 @@ class LocalizationView(QWidget):
 
         self.inputs = EvaluationInputs()
         self.methods = QListWidget()
-        for method in METHODS:
+        listed, checked = registry.methods("explain"), registry.methods("localization_checked")
+        for method in listed:
             item = QListWidgetItem(method_label(method))
             item.setData(Qt.UserRole, method)
             item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
-            item.setCheckState(Qt.Checked if method in DEFAULT_METHODS else Qt.Unchecked)
+            item.setCheckState(Qt.Checked if method in checked else Qt.Unchecked)
             self.methods.addItem(item)
-        self.methods.setMaximumHeight(self.methods.sizeHintForRow(0) * (len(METHODS) + 1) + 6)
+        self.methods.setMaximumHeight(self.methods.sizeHintForRow(0) * (len(listed) + 1) + 6)
         self.pairing = QComboBox()
         for pairing in PAIRINGS:
             self.pairing.addItem(PAIRING_LABELS.get(pairing, pairing), pairing)

@@ -10,11 +10,12 @@ background (pair preparation and retrieval in ``LatestRunner``s, feature extract
 ``JobRunner`` queue that the jobs view of the Tools menu shows). Every failure becomes a dialog
 with the traceback as details; the window stays usable.
 
-The state (dataset, models, pair, feature file, device) is not kept here: it lives in the
-headless ``core.session.Session`` (``window.session``), which this window changes through its
-``set_*`` methods and observes (``session.events``): the panels are updated from its events, the
-last session is written from it, and a job's result is shown only when ``session.accepts`` its
-stamp (results of a dataset or model closed meanwhile are dropped).
+The state (dataset and its identity, models, pair, feature file, jobs, device, display options)
+is not kept here: it lives in the headless, evented ``core.session.Session``
+(``window.session``), which this window changes through its ``set_*`` methods. The widgets bind
+to it (the retrieval panel and the status bar follow its events; the pair view its display
+options), the last session is written from it, and a job's result is shown only when
+``session.accepts`` its stamp (results of a dataset or model closed meanwhile are dropped).
 
 Comparing two models (issue 24): File > Compare With Model opens a second model, through any
 door, into the session's ``"compare"`` slot (model B, shown by the pair view as a second row);
@@ -68,9 +69,6 @@ class MainWindow(QMainWindow):
     ``open_in_background``, ``add_tool_action``; attributes ``session`` and ``runner``, and the
     read-only views of the session ``dataset``, ``model``, ``features`` and the others below."""
 
-    dataset_changed = Signal(object)
-    model_changed = Signal(object)
-    features_changed = Signal(object)
     _loaded = Signal(object)  # open_in_background: what the loading thread read
     _compare_loaded = Signal(object)  # open_compare: (request, source, (model, info) or the exception)
     _loading_step = Signal(str)
@@ -85,18 +83,16 @@ class MainWindow(QMainWindow):
         self.model_lock = threading.RLock()
         self.session = Session()
         self.loading = False  # files being read by open_in_background
-        self._extract_job = None
-        self._jobs: dict[int, tuple] = {}  # job id -> (kind, session stamp when it was queued)
-        self._features_chosen = False  # the open feature file was chosen by the user
+        self._models_device = "cpu"  # where the open models are (the session's device once moved)
+        self._session_links: list[tuple] = []  # (session event, callback) connected by this window
         self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
         self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
-        self._grad_job = None
         self._grad_job_key: tuple | None = None
         self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
 
         self.loader = ThumbnailLoader(parent=self)
-        self.pair_view = PairView(model_lock=self.model_lock)
+        self.pair_view = PairView(model_lock=self.model_lock, display=self.session.display)
         self.group_tabs = GroupTabs(model_lock=self.model_lock)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -106,7 +102,7 @@ class MainWindow(QMainWindow):
 
         self.browser = DatasetBrowser(self.loader)
         self.browser.setMinimumWidth(2 * self.browser.view.gridSize().width() + 40)  # two columns at least
-        self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock)
+        self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock, session=self.session)
         self.index_keeper = IndexKeeper(self.runner, self)
         self.index_keeper.index_ready.connect(self.retrieval.set_index)
         self.index_keeper.status.connect(self.retrieval.set_search_note)
@@ -122,7 +118,6 @@ class MainWindow(QMainWindow):
         self._connect()
         self.tools = self._install_tools()
         self.compare_window = None  # Tools > Compare Models, created on first use
-        self._compare_request = 0  # the latest open_compare (an older one that arrives later is dropped)
         self._install_compare_tool()
         self._restore_options()
         fit_to_screen(self, 1500, 920)  # never larger than the screen (1366 x 768 laptops)
@@ -200,7 +195,7 @@ class MainWindow(QMainWindow):
         bar = MessageStatusBar(self)
         self.setStatusBar(bar)
         self.job_status = JobStatus(self.runner)
-        self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.open())
+        self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.toggle())
         bar.addPermanentWidget(self.job_status)
         self.device_label = FittedLabel("", max_width=120)
         self.model_label = FittedLabel("no model", max_width=440)
@@ -231,6 +226,7 @@ class MainWindow(QMainWindow):
         self.open_checkpoint_action.setShortcut(QKeySequence("Ctrl+K"))
         self.open_checkpoint_action.triggered.connect(self._ask_checkpoint)
         self.recent_models_menu = QMenu("Recent &Models", self)
+        self.recent_models_menu.setToolTipsVisible(True)  # each entry's whole path
         self.open_code_action = QAction("Open Model from &Code…", self)
         self.open_code_action.setToolTip("Build the architecture with your own Python (file.py:NAME or "
                                          "package.module:NAME) and load its weights file")
@@ -267,6 +263,9 @@ class MainWindow(QMainWindow):
         file_menu.addMenu(self.recent_features_menu)
         file_menu.addSeparator()
         file_menu.addAction(self.output_folder_action)
+        from dmlviewer.gui import export  # File > Export View (issue 33): figures drawn from the data
+
+        file_menu.addAction(export.install(self))
         file_menu.addAction(save_shot)
         file_menu.addAction(quit_action)
         for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_models_menu, "models"),
@@ -324,12 +323,21 @@ class MainWindow(QMainWindow):
         for text, slot in doors:
             self.compare_menu.addAction(text).triggered.connect(slot)
         self.compare_recent_menu = self.compare_menu.addMenu("Recent Models")
+        self.compare_recent_menu.setToolTipsVisible(True)
         self.compare_recent_menu.aboutToShow.connect(self._fill_compare_recent)
         self.stop_comparing_action = QAction("Stop Comparing", self)
         self.stop_comparing_action.setEnabled(False)
         self.stop_comparing_action.triggered.connect(self.stop_comparing)
         file_menu.addMenu(self.compare_menu)
         file_menu.addAction(self.stop_comparing_action)
+        # A name of the user's for model A and B (issue 31 item 1), kept by the last session.
+        self.label_actions = {}
+        for slot, text in (("primary", "Label Model A…"), ("compare", "Label Model B…")):
+            action = file_menu.addAction(text)
+            action.setEnabled(False)
+            action.setStatusTip("Give the model a name of your own, shown in the views, tables and exports")
+            action.triggered.connect(lambda _=False, s=slot: self._ask_model_label(s))
+            self.label_actions[slot] = action
 
     def _connect(self) -> None:
         self.browser.query_chosen.connect(lambda i: self.set_pair(i, self.reference_index))
@@ -351,18 +359,27 @@ class MainWindow(QMainWindow):
         self.runner.job_failed.connect(self._on_job_failed)
         self.runner.job_cancelled.connect(self._on_job_cancelled)
         events = self.session.events
-        events.dataset.connect(self._on_dataset_changed)
-        events.model.connect(self._on_model_changed)
-        events.pair.connect(self._on_pair_changed)
-        events.features.connect(self._on_features_changed)
-        events.device.connect(self._on_device_changed)
+        self._observe(events.dataset, self._on_dataset_changed)
+        self._observe(events.model, self._on_model_changed)
+        self._observe(events.pair, self._on_pair_changed)
+        self._observe(events.features, self._on_features_changed)
+        self._observe(events.device, self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
-            event.connect(self._remember_session)  # after the panels: the last session on disk
+            self._observe(event, self._remember_session)  # after the panels: the last session on disk
+        link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
+        link.pinned_changed.connect(lambda: self.session.set_pinned(link.pinned))
+        self._observe(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._compare_loaded.connect(self._on_compare_loaded)
         self._loading_step.connect(self._on_loading_step)
         self._devices_found.connect(self._on_devices)
+
+    def _observe(self, signal, callback) -> None:
+        """Connect ``callback`` to a session event until the window shuts down (the session,
+        e.g. ``dmlviewer.view``'s, may outlive the window)."""
+        signal.connect(callback)
+        self._session_links.append((signal, callback))
 
     def _install_tools(self):
         """Training, evaluation, localization, embedding and jobs (gui/tools.py) in the Tools
@@ -398,10 +415,13 @@ class MainWindow(QMainWindow):
         """Open a dataset folder; ``fmt`` overrides format detection. False (and a dialog) on error."""
         from dmlviewer.core.data import open_dataset
 
+        from dmlviewer.core.data.identity import listing_fingerprint
+
         path = str(Path(path).expanduser())
         try:
             with _busy():
                 dataset = open_dataset(path, format=fmt)
+                listing_fingerprint(dataset)  # its identity (one stat a file), kept on it for the session
         except Exception as exc:  # noqa: BLE001 - every failure reaches the user
             errors.report_exception(self, "Cannot open dataset", exc)
             return False
@@ -441,8 +461,14 @@ class MainWindow(QMainWindow):
         return True
 
     def _model_opened(self, model, info: dict, source) -> None:
-        settings.add_recent_model(source, self.settings)
+        settings.add_recent_model(source, self.settings, info)
         self.use_model(model, info, source.display(), source=source)
+        if source.kind == "code":  # nothing recorded it: say which preprocessing is assumed (issue 31 item 7)
+            from dmlviewer.core.models.naming import describe_preprocessing
+
+            self.statusBar().showMessage(f"{self._display_name()}: preprocessing assumed "
+                                         f"{describe_preprocessing(getattr(model, 'config', None))} (File ▸ Open "
+                                         "Model from Code sets input size, mean and std)", 20000)
 
     def use_model(self, model, info: dict, label: str | None = None, source=None) -> None:
         """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone, code or
@@ -471,7 +497,7 @@ class MainWindow(QMainWindow):
             self._on_compare_changed()
             return
         self._drop_stale_jobs()
-        model, info = self.model, self.checkpoint_info or {}
+        model = self.model
         if model is None:
             return
         self.pair_view.set_model(model, self.device)
@@ -480,15 +506,17 @@ class MainWindow(QMainWindow):
         self.group_tabs.set_model(model)
         if self.pair_view.images is not None:
             self.group_tabs.set_pair(self.pair_view.images)
-        # The retrieval panel checks the features' checkpoint_sha256 against this one and asks
-        # for this model's features when they differ (never another model's neighbours).
-        self.retrieval.set_model(model, self.device, info.get("sha256"))
-        self.model_changed.emit(model)
 
     def _show_model_labels(self) -> None:
         """The status bar's model labels: the open model, and while comparing "A: …" and "B: …"
-        (architecture and decomposition rule); the window title names both."""
+        (name and decomposition rule); the window title names the models (their distinct names,
+        ``core.models.naming``), the tooltips their files, architecture and preprocessing."""
+        from dmlviewer.core.models.naming import describe_preprocessing, full_description
+
         comparing = self.session.slot("compare") is not None
+        names = self._model_names()
+        for slot_name, action in getattr(self, "label_actions", {}).items():
+            action.setEnabled(slot_name in names)
         for name, label in (("primary", self.model_label), ("compare", self.compare_label)):
             slot = self.session.slot(name)
             if slot is None:
@@ -499,21 +527,65 @@ class MainWindow(QMainWindow):
             rule = info.get("rule") or ""
             summary = model_summary(slot.model)
             text = " · ".join(filter(None, (summary, rule_summary(rule))))
-            where = (source.path or source.entry) if source is not None and source.persistent else None
-            if comparing:  # two labels share the bar: name and rule; the architecture in the tooltip
-                text = " · ".join(filter(None, (f"{'A' if name == 'primary' else 'B'}: {self._display_name(name)}",
-                                                rule_summary(rule))))
+            if comparing:  # two labels share the bar: the names; rule and architecture in the tooltip (the
+                # pair view says each model's rule under the images)
+                text = f"{'A' if name == 'primary' else 'B'}: {names[name]}"
             label.setText(text)
-            label.setToolTip(f"{where or info.get('label')}\n{summary}\nepoch {info.get('epoch')}\n"
-                             f"sha256 {(info.get('sha256') or '')[:16]}…\ndecomposition: {rule}")
+            config = getattr(slot.model, "config", None)
+            label.setToolTip(f"{names[name]}\n{full_description(source) or info.get('label')}\n{summary}\n"
+                             f"epoch {info.get('epoch')}\nsha256 {(info.get('sha256') or '')[:16]}…\n"
+                             f"decomposition: {rule}\npreprocessing: {describe_preprocessing(config)}")
         self.compare_label.setVisible(comparing)
         self.device_label.setVisible(not comparing)  # room for B's label; the toolbar names the device
         if getattr(self, "compare_window", None) is not None:
             self.compare_window.refresh()
         title = "dmlviewer" + (f": {Path(self.dataset_path).name}" if self.dataset is not None else "")
         if comparing:
-            title += f" — A: {self._display_name('primary')} vs B: {self._display_name('compare')}"
+            title += f" — A: {names['primary']} vs B: {names['compare']}"
+        elif "primary" in names:
+            title += f" — {names['primary']}"
         self.setWindowTitle(title)
+
+    def _model_names(self) -> dict[str, str]:
+        """The open models' names by slot, distinct from each other (``core.models.naming``)."""
+        from dmlviewer.core.models.naming import distinct_names
+        from dmlviewer.core.session import SLOTS
+
+        open_ = [(name, self.session.slot(name)) for name in SLOTS if self.session.slot(name) is not None]
+        # side by side, what tells them apart: a backbone both have is said in the tooltips only
+        names = distinct_names([(slot.source, slot.info) for _, slot in open_], shared_traits=False)
+        return {name: text for (name, _), text in zip(open_, names)}
+
+    def label_model(self, slot: str, label: str | None) -> None:
+        """Give the model of ``slot`` a label of the user's (None or "": its own name again); the
+        label is part of its source, so the views, tables, exports and the last session keep it."""
+        from dataclasses import replace
+
+        entry = self.session.slot(slot)
+        if entry is None or entry.source is None:
+            return
+        label = (label or "").strip()[:80] or None
+        if entry.source.kind == "python":  # a live module's label is its class name when none is given
+            label = label or type(entry.model).__name__
+        entry.source = replace(entry.source, label=label)
+        self._show_model_labels()
+        if slot == "compare":
+            self.pair_view.set_compare_model(entry.model, self.device, self._display_name("compare"))
+        self._remember_session()
+
+    def _ask_model_label(self, slot: str) -> None:
+        """File > Label Model A/B…: a name of the user's for the model (empty: its own name)."""
+        from PySide6.QtWidgets import QInputDialog
+
+        entry = self.session.slot(slot)
+        if entry is None:
+            return
+        current = entry.source.label if entry.source is not None and entry.source.kind != "python" else ""
+        text, ok = QInputDialog.getText(self, f"Label model {'A' if slot == 'primary' else 'B'}",
+                                        "A name for this model in the views, tables and exports "
+                                        "(empty: its file name):", text=current or "")
+        if ok:
+            self.label_model(slot, text)
 
     # -- the compare model (issue 24): model B of the pair view, in the session's "compare" slot
     def open_compare(self, source) -> None:
@@ -524,8 +596,9 @@ class MainWindow(QMainWindow):
         if not isinstance(source, ModelSource):
             source = ModelSource.from_text(str(source))
         device = self.device
-        self._compare_request += 1
-        request = self._compare_request
+        self._forget_compare_loads()  # only the newest model B asked for is shown
+        request = object()
+        self.session.add_job(request, "open-compare", f"Loading model B {source.display()}")
         self.statusBar().showMessage(f"Loading model B {source.display()}…")
 
         def work() -> None:
@@ -546,7 +619,7 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.session import kind_words
 
         request, source, result = value
-        if request != self._compare_request:  # another model B was asked for (or none) meanwhile
+        if self.session.end_job(request) is None:  # forgotten: another model B (or none) was asked for meanwhile
             log.info("dropped model B %s: another one was asked for meanwhile", source.display())
             return
         self.statusBar().clearMessage()
@@ -554,7 +627,7 @@ class MainWindow(QMainWindow):
             self._report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
             return
         model, info = result
-        settings.add_recent_model(source, self.settings)
+        settings.add_recent_model(source, self.settings, info)
         self.use_compare_model(model, info, source)
 
     def use_compare_model(self, model, info: dict, source=None) -> None:
@@ -567,8 +640,14 @@ class MainWindow(QMainWindow):
     def stop_comparing(self) -> None:
         """File > Stop Comparing: model B goes, the pair view shows one row again (a model B
         still loading is dropped when it arrives)."""
-        self._compare_request += 1
+        self._forget_compare_loads()
         self.session.set_model(None, slot="compare")
+
+    def _forget_compare_loads(self) -> None:
+        """Model B loads still running are dropped when they arrive (their jobs are forgotten)."""
+        for request, entry in list(self.session.jobs.items()):
+            if entry.kind == "open-compare":
+                self.session.end_job(request)
 
     def _install_compare_tool(self) -> None:
         action = QAction("&Compare Models…", self)
@@ -629,13 +708,16 @@ class MainWindow(QMainWindow):
     def _fill_compare_recent(self) -> None:
         menu = self.compare_recent_menu
         menu.clear()
+        from dmlviewer.core.models.naming import full_description
+
         sources = settings.recent_models(self.settings)
         for model, info, source in reversed(self._live_models):
             action = menu.addAction(f"{source.display()} (Python module, until you quit)")
             action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_compare_model(m, i, s))
-        for source in sources:
-            action = menu.addAction(source.display())
-            action.setToolTip(source.path or source.entry or "")
+        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
+            action = menu.addAction(name)
+            action.setToolTip(full_description(source))
+            action.setStatusTip(full_description(source))
             action.triggered.connect(lambda _=False, s=source: self.open_compare(s))
         if not sources and not self._live_models:
             menu.addAction("(none)").setEnabled(False)
@@ -648,16 +730,15 @@ class MainWindow(QMainWindow):
         self.pair_view.set_grad_bank(self._grad_banks.get(self._grad_key()))
         self.problems.clear_problems()
         self.browser.set_dataset(dataset)
-        self.retrieval.set_dataset(dataset)
-        if self.features is not None and not self._features_match(self.features):
-            self._set_features(None, None)
         if dataset is None:
             self.dataset_label.setText("no dataset")
+            self.dataset_label.setToolTip("")
         else:
-            self.dataset_label.setText(f"{Path(path).name} ({dataset.format}): {len(dataset):,} images, "
-                                       f"{dataset.num_classes} classes")
+            # short enough to read whole beside two models' names at 1366 px; the rest in the tooltip
+            self.dataset_label.setText(f"{Path(path).name}: {len(dataset):,} images, {dataset.num_classes} classes")
+            self.dataset_label.setToolTip(f"{path}\nformat {dataset.format}: {len(dataset):,} images, "
+                                          f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
-        self.dataset_changed.emit(dataset)
 
     def _report_model_error(self, title: str, exc: BaseException, source=None) -> None:
         """A model that could not be opened: a dialog; a bare state dict (weights without an
@@ -708,7 +789,7 @@ class MainWindow(QMainWindow):
         return True
 
     def _apply_features(self, features, path: str) -> None:
-        self._set_features(features, path, chosen=True)
+        self.session.set_features(features, path, chosen=True)
         settings.add_recent("features", path, self.settings)
         mismatch = self.retrieval.mismatch()
         if mismatch:
@@ -801,11 +882,13 @@ class MainWindow(QMainWindow):
             self._apply_features(features, path)
         if "compare" in result and self.model is not None:  # the last session's model B (issue 24)
             (model, info), source = result["compare"]
-            self._compare_request += 1  # a File > Compare With Model still loading is older than this
+            self._forget_compare_loads()  # a File > Compare With Model still loading is older than this
             self.use_compare_model(model, info, source)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
-        if self.pair_view.images is None:  # no pair could be shown: say what to do, not "Loading…"
+        if self.pair_view.images is not None:  # the pair's own line again, never "Loading the model …"
+            self.pair_view.refresh_info()
+        else:  # no pair could be shown: say what to do, not "Loading…"
             self.pair_view.info.setText("Choose a query (click) and a reference (Ctrl+click) in the dataset."
                                         if self.dataset is not None else
                                         "Open a dataset and a checkpoint, then choose a query and a reference.")
@@ -827,7 +910,7 @@ class MainWindow(QMainWindow):
         if self._read_pair(query_index, reference_index) is None:
             return
         if (query_index, reference_index) == (self.query_index, self.reference_index):
-            self._on_pair_changed()  # the same pair chosen again: shown again
+            self.session.events.pair.emit()  # the same pair chosen again: shown again
         else:
             self.session.set_pair(query_index, reference_index)
 
@@ -888,43 +971,88 @@ class MainWindow(QMainWindow):
         self.pair_view.set_pair(pair)
         self.group_tabs.set_pair(pair)
         self.browser.set_marks(query, reference)
-        self.retrieval.set_query(query)
+
+    def _on_pinned(self) -> None:
+        """Session event: a point pinned (or released) from outside the pair view, e.g. a
+        notebook's ``session.set_pinned((side, x, y))``, is pinned on the panes."""
+        link, point = self.pair_view.link, self.session.pinned
+        if point == link.pinned or self.pair_view.state != "ready":
+            return
+        if point is None:
+            link.unpin()
+        else:
+            link.pin(int(point[0]), float(point[1]), float(point[2]))
 
     def set_device(self, device: str) -> None:
-        """Run the model on ``device`` (moves the loaded model and re-prepares the pair)."""
+        """Run the models on ``device``: the session's device changes and the models follow
+        (``_on_device_changed``); a device name that cannot be used is said in a dialog."""
         if device == self.device or not device:
             return
         try:
             from dmlviewer.core.models import resolve_device
 
             resolved = str(resolve_device(device))
-            with self.model_lock:
-                if self.model is not None:
-                    self.model.to(resolved)
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self, "Cannot use device", exc)
-            self.device_combo.setCurrentIndex(max(0, self.device_combo.findData(self.device)))
+            self._show_device()
             return
-        self.settings.setValue("options/device", device)
         self.session.set_device(resolved)
 
+    def _cancel_model_jobs(self) -> list[str]:
+        """Cancel the extraction and Grad-CAM weight jobs of the open model; their kinds."""
+        kinds = []
+        for job_id, entry in list(self.session.jobs.items()):
+            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
+                self.session.end_job(job_id)
+                self.runner.cancel(entry.handle)
+                kinds.append(entry.kind)
+        return kinds
+
     def _on_device_changed(self) -> None:
-        device = self.device
-        self.device_label.setText(f"device: {device}")
+        """Session event (the device combo, or a notebook's ``session.set_device``): the models
+        move to the session's device under the model lock. Extraction and Grad-CAM weights run
+        on the device they started on: cancelled before the move, the extraction started again
+        after. A device that cannot take the models is said in a dialog and the previous one
+        comes back."""
+        device, previous = self.device, self._models_device
+        restart = self._cancel_model_jobs()
+        try:
+            with self.model_lock:
+                for slot in list(self.session.slots.values()):
+                    slot.model.to(device)
+        except Exception as exc:  # noqa: BLE001
+            errors.report_exception(self, "Cannot use device", exc)
+            if device != previous:
+                self.session.set_device(previous)  # the models move back (this event again)
+            return
+        self._models_device = device
+        self.settings.setValue("options/device", device)
+        self._show_device()
         if self.model is not None:
             self.pair_view.set_model(self.model, device)
-            self.retrieval.set_model(self.model, device, (self.checkpoint_info or {}).get("sha256"))
         compare = self.session.slot("compare")
         if compare is not None:  # model B runs on the same device
-            try:
-                with self.model_lock:
-                    compare.model.to(device)
-            except Exception as exc:  # noqa: BLE001
-                errors.report_exception(self, "Cannot move model B", exc)
             self.pair_view.set_compare_model(compare.model, device, self._display_name("compare"))
+        if "extract" in restart:
+            self.extract_features()
+
+    def _show_device(self) -> None:
+        """The device combo and the status bar's label show the session's device."""
+        device = self.device
+        self.device_label.setText(f"device: {device}")
+        index = self.device_combo.findData(device)
+        if index < 0:
+            self.device_combo.addItem(device, device)
+            index = self.device_combo.findData(device)
+        self.device_combo.blockSignals(True)
+        self.device_combo.setCurrentIndex(index)
+        self.device_combo.blockSignals(False)
 
     def extract_features(self) -> None:
-        """Embed the open dataset with the current model in the job queue; open the HDF5 file."""
+        """Embed the open dataset with the current model in the job queue; open the HDF5 file
+        (a file this window wrote earlier is reopened when it fits the dataset's identity). The
+        job runs the model under ``model_lock``, batch by batch, as every other user of the
+        shared model does (a device change moves it under the lock)."""
         if self.model is None or self.dataset is None or self._extract_job is not None:
             return
         sha = (self.checkpoint_info or {}).get("sha256")
@@ -932,43 +1060,53 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.evaluate.extract import extract_features, features_fit
 
         if out.exists() and features_fit(out, self.model, self.dataset):  # else: extracted before per-branch (issue 25)
-            self._open_extracted(out)
-            return
+            if self._open_extracted(out, quiet=True):
+                return
 
-        model, dataset, device = self.model, self.dataset, self.device
+        model, dataset, device, lock = self.model, self.dataset, self.device, self.model_lock
 
         def factory(cancel):
-            return extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
-                                    cancel=cancel, checkpoint_sha256=sha)
+            return _under_lock(extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
+                                                cancel=cancel, checkpoint_sha256=sha), lock)
 
-        self._extract_job = self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with "
-                                         f"{self._model_name()}", factory)
-        self.retrieval.source.setText(f"Computing the features of the dataset with the open model into "
-                                      f"{out.parent} (see View ▸ Jobs)…")
+        self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with {self._model_name()}",
+                     factory)
 
-    # -- jobs of the open dataset and model
+    # -- jobs of the open dataset and model: held by the session with their stamps
     def _submit(self, kind: str, name: str, factory):
         """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now: its result is
         shown only if the session still accepts the job's stamp when it ends."""
         job = self.runner.submit(name, factory)
-        self._jobs[job.id] = (kind, self.session.stamp())
+        self.session.add_job(job.id, kind, name, handle=job)
         return job
+
+    def _current_job(self, kind: str):
+        """The running job of ``kind`` that works for what is open (None: none)."""
+        for job_id in self.session.running(kind):
+            return self.session.jobs[job_id].handle
+        return None
+
+    @property
+    def _extract_job(self):
+        return self._current_job("extract")
+
+    @property
+    def _grad_job(self):
+        return self._current_job("grad")
 
     def _drop_stale_jobs(self) -> None:
         """The dataset or model changed: cancel the jobs working for what is no longer open
         (a result that still arrives is dropped by the stamp check)."""
-        for attr in ("_extract_job", "_grad_job"):
-            job = getattr(self, attr)
-            if job is not None and not self.session.accepts(self._jobs.get(job.id, (None, None))[1]):
-                log.info("cancelling %s: its dataset or model is no longer open", job.name)
-                setattr(self, attr, None)
-                self.runner.cancel(job)
+        for job_id in self.session.stale_jobs():
+            entry = self.session.jobs[job_id]
+            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
+                log.info("cancelling %s: its dataset or model is no longer open", entry.name)
+                self.runner.cancel(entry.handle)
 
     def _display_name(self, slot: str = "primary") -> str:
-        """The model of ``slot`` as its source names it ("the model" when it has none)."""
-        entry = self.session.slot(slot)
-        source = None if entry is None else entry.source
-        return source.display() if source is not None else "the model"
+        """The model of ``slot`` by its name (distinct from the other open model's; the user's
+        label when it has one; "the model" when none is open)."""
+        return self._model_names().get(slot, "the model")
 
     def _model_name(self, slot: str = "primary") -> str:
         """The model of ``slot`` in words, for job names; while comparing "A (…)" or "B (…)",
@@ -991,66 +1129,60 @@ class MainWindow(QMainWindow):
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{Path(self.dataset_path).name}-{model}-{sha[:12]}-{where}.h5"
 
-    def _open_extracted(self, path: str | Path) -> None:
-        """Open features this window extracted for what is open now."""
+    def _open_extracted(self, path: str | Path, quiet: bool = False) -> bool:
+        """Open features this window extracted for what is open now, when they fit the open
+        dataset's identity (``quiet``: a file found from an earlier run that does not fit is
+        replaced without a word). False when not opened."""
         from dmlviewer.core.evaluate import read_features
 
         try:
             features = read_features(path)
         except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot open features", exc)
-            return
-        self._set_features(features, str(path))
+            if not quiet:
+                errors.report_exception(self, "Cannot open features", exc)
+            return False
+        if not self.session.features_fit(features):
+            log.info("not opening %s: computed from another dataset than %s", path, self.dataset_path)
+            return False
+        self.session.set_features(features, str(path))
+        return True
 
     def _on_job_finished(self, job, result) -> None:
-        kind, stamp = self._jobs.pop(job.id, (None, None))
-        if kind is None:
+        entry = self.session.end_job(job.id)
+        if entry is None:
             return  # not one of this window's jobs (the tools have their own)
-        if job is self._extract_job:
-            self._extract_job = None
-        if job is self._grad_job:
-            self._grad_job = None
-        if not self.session.accepts(stamp):  # the one check: is its dataset and model still open?
+        if not self.session.accepts(entry.stamp):  # the one check: is its dataset and model still open?
             log.info("dropped the result of %s: its dataset or model is no longer open", job.name)
             return
-        if kind == "extract":
+        if entry.kind == "extract":
             path = (result or {}).get("path") if isinstance(result, dict) else None
             if path:
                 self._open_extracted(path)
-        elif kind == "grad" and isinstance(result, tuple):
+        elif entry.kind == "grad" and isinstance(result, tuple):
             self._on_grad_bank(*result)
 
     def _on_job_failed(self, job, text: str) -> None:
-        self._jobs.pop(job.id, None)
-        if job is self._extract_job:
-            self._extract_job = None
+        entry = self.session.end_job(job.id)
         first, details = errors.split_failure(text)
-        if job is self._grad_job:
-            self._grad_job = None
+        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
             self.pair_view.set_grad_bank(None, f"the Grad-CAM weights could not be computed: {first}")
         errors.show_error(self, f"Job failed: {job.name}", first, details)
 
     def _on_job_cancelled(self, job) -> None:
-        self._jobs.pop(job.id, None)
-        if job is self._extract_job:
-            self._extract_job = None
-        elif job is self._grad_job:
-            self._grad_job = None
+        entry = self.session.end_job(job.id)
+        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
             self.pair_view.show_grad_progress("cancelled; choose the map again to restart it.")
-
-    def _set_features(self, features, path: str | None, chosen: bool = False) -> None:
-        self._features_chosen = chosen
-        self.session.set_features(features, path)
 
     def _on_features_changed(self) -> None:
         features = self.features
-        self.retrieval.set_features(features, chosen=getattr(self, "_features_chosen", False))
         self.index_keeper.set_features(features)
-        self.features_changed.emit(features)
 
     # -- the last session and the recent models
     def _remember_session(self, *_args) -> None:
-        """Session event: the last session (``settings.save_session``) follows what is open."""
+        """Session event: the last session (``settings.save_session``) follows what is open
+        (not while the last session itself is being reopened)."""
+        if self.loading:
+            return
         settings.save_session(self.session.to_dict(), self.settings)
 
     def _last_session(self):
@@ -1065,7 +1197,8 @@ class MainWindow(QMainWindow):
 
     # -- grad-weight transfer
     def _grad_key(self) -> tuple:
-        return ((self.checkpoint_info or {}).get("sha256"), self.dataset_path)
+        """The Grad-CAM weights belong to a model's weights and a dataset (its identity)."""
+        return ((self.checkpoint_info or {}).get("sha256"), self.session.dataset_identity)
 
     def _compute_grad_bank(self) -> None:
         """Grad-weight transfer needs Grad-CAM weights of labelled images (seed 002): compute
@@ -1083,22 +1216,23 @@ class MainWindow(QMainWindow):
             self.pair_view.set_grad_bank(None, "the open dataset has no training split: the method borrows the "
                                                "Grad-CAM weights of labelled training images")
             return
-        if self._grad_job is not None and not self._grad_job.ended:
+        running = self._grad_job
+        if running is not None and not running.ended:
             if self._grad_job_key == key:
                 return
-            self.runner.cancel(self._grad_job)  # weights of another model or dataset
+            self.runner.cancel(running)  # weights of another model or dataset
         from dmlviewer.core.explain.grad_transfer import compute_grad_weights
 
-        model, device = self.model, self.device
+        model, device, lock = self.model, self.device, self.model_lock
 
         def factory(cancel):
-            for event in compute_grad_weights(model, train, device=device, cancel=cancel):
+            for event in _under_lock(compute_grad_weights(model, train, device=device, cancel=cancel), lock):
                 if event.kind == "done":
                     event.data["result"] = (key, event.data["result"])
                 yield event
 
         self._grad_job_key = key
-        self._grad_job = self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
+        self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
                                               f"{Path(self.dataset_path).name} with {self._model_name()}", factory)
         self.pair_view.show_grad_progress(f"computing the Grad-CAM weights of {len(train):,} training images "
                                           "(see View ▸ Jobs)…")
@@ -1143,13 +1277,6 @@ class MainWindow(QMainWindow):
         self.browser.select_index(query)
         return True
 
-    def _features_match(self, features) -> bool:
-        """Do the features' paths belong to the open dataset? (checked on a sample)"""
-        if self.dataset is None:
-            return True
-        sample = {str(p) for p in features.paths[:50]}
-        return any(p in sample for p in self.dataset.paths)  # one scan, no index of every path
-
     def _choose_default_pair(self) -> None:
         ds = self.dataset
         if ds is None or len(ds) == 0:
@@ -1179,7 +1306,7 @@ class MainWindow(QMainWindow):
 
     def _on_similarity(self, value) -> None:
         if value is not None and self.pair_view.comparing:  # both models' similarities
-            b = self.pair_view.compare_similarity
+            b = self.pair_view.rows[1].similarity
             self.similarity_label.setText(f"A {value:+.4f} · B " + ("…" if b is None else f"{b:+.4f}"))
             self.similarity_label.setToolTip("cosine similarity of the pair under model A and model B")
             return
@@ -1254,6 +1381,7 @@ class MainWindow(QMainWindow):
 
     def _fill_recent_models(self, menu: QMenu) -> None:
         """Recent Models: every kind of source, reopened as what it is (in the background)."""
+        from dmlviewer.core.models.naming import full_description
         from dmlviewer.core.session import kind_words
 
         sources = settings.recent_models(self.settings)
@@ -1263,10 +1391,10 @@ class MainWindow(QMainWindow):
         if not sources and not self._live_models:
             menu.addAction("(none)").setEnabled(False)
             return
-        for source in sources:
-            action = menu.addAction(source.display())
-            action.setToolTip(source.path or source.entry or "")
-            action.setStatusTip(f"{kind_words(source.kind)}: {source.path or source.entry}")
+        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
+            action = menu.addAction(name)
+            action.setToolTip(full_description(source))
+            action.setStatusTip(f"{kind_words(source.kind)}: {full_description(source)}")
             action.triggered.connect(lambda _=False, s=source: self.open_in_background(model=s))
         menu.addSeparator()
         menu.addAction("Clear").triggered.connect(lambda: settings.clear_recent_models(self.settings))
@@ -1314,29 +1442,27 @@ class MainWindow(QMainWindow):
 
     # -- persistence
     def _restore_options(self) -> None:
+        """The device from the settings; the display options from the last session (untrusted
+        text: a value that cannot be used keeps its default), else from the keys older versions
+        wrote. From then on every display change is remembered with the last session."""
         s = self.settings
         device = str(s.value("options/device", "cpu"))
         index = self.device_combo.findData(device)
         self.device_combo.setCurrentIndex(max(0, index))
         self.session.set_device(self.device_combo.currentData() or "cpu")
-        self.device_label.setText(f"device: {self.device}")
-        pv = self.pair_view
-        for key, combo in (("method", pv.method_combo), ("sign", pv.sign_combo), ("scale", pv.scale_combo),
-                           ("colormap", pv.cmap_combo)):
-            value = s.value(f"options/{key}")
-            if value is not None and combo.findData(value) >= 0:
-                combo.setCurrentIndex(combo.findData(value))
-        pv.opacity.setValue(int(s.value("options/opacity", pv.opacity.value())))
-        self.retrieval.k_spin.setValue(int(s.value("options/k", self.retrieval.k_spin.value())))
+        self._show_device()
+        from dmlviewer.core.session import LastSession
+
+        values = LastSession.display_from_settings(settings.session_values(s)) or _older_display_options(s)
+        skipped = self.session.display.update(values)
+        if skipped:
+            log.info("display options of the last session not restored (bad values): %s", ", ".join(skipped))
+        self._observe(self.session.display.events.all, self._remember_session)
 
     def _save_options(self) -> None:
+        """The last session (with its display options) and the window's geometry and docks."""
+        self._remember_session()
         s = self.settings
-        pv = self.pair_view
-        for key, combo in (("method", pv.method_combo), ("sign", pv.sign_combo), ("scale", pv.scale_combo),
-                           ("colormap", pv.cmap_combo)):
-            s.setValue(f"options/{key}", combo.currentData())
-        s.setValue("options/opacity", pv.opacity.value())
-        s.setValue("options/k", self.retrieval.k_spin.value())
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState(STATE_VERSION))
         s.sync()
@@ -1437,6 +1563,41 @@ class MainWindow(QMainWindow):
         self.retrieval.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
+        for signal, callback in self._session_links:  # the session may outlive the window
+            signal.disconnect(callback, missing_ok=True)
+        self._session_links.clear()
+
+
+def _older_display_options(values) -> dict:
+    """The display options as versions before the session held them wrote them
+    (``options/method`` … ``options/k``; the opacity in percent)."""
+    out = {key: values.value(f"options/{key}") for key in ("method", "sign", "scale", "colormap")}
+    out = {key: value for key, value in out.items() if value is not None}
+    try:
+        if values.value("options/opacity") is not None:
+            out["opacity"] = float(values.value("options/opacity")) / 100.0
+        if values.value("options/k") is not None:
+            out["neighbours"] = int(values.value("options/k"))
+    except (TypeError, ValueError):
+        pass
+    return out
+
+
+def _under_lock(events, lock):
+    """The events of a job generator, each step run while holding ``lock`` (the shared model's
+    ``model_lock``): a device change, which moves the model under the lock, waits for the batch
+    in progress, and the pair view's work interleaves with the job between batches."""
+    try:
+        while True:
+            with lock:
+                try:
+                    event = next(events)
+                except StopIteration:
+                    return
+            yield event
+    finally:
+        with lock:
+            events.close()  # the model's mode is restored under the lock too
 
 
 def model_summary(model) -> str:

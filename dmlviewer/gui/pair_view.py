@@ -7,7 +7,9 @@ nothing stale is ever drawn. Then each pane shows the overall map of the chosen 
 (Decomposition and Decomposition+Bias come with the pair; the Grad-CAM family and grad-weight
 transfer are computed on request, again in the background), and hovering one pane shows the
 partial map of the hovered point on the other (seed 000 Sec. 3, Eq. 2-3): one call of the
-core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per drawn event.
+core's precomputed :class:`~dmlviewer.core.explain.hover.HoverRenderer` per row and drawn event.
+The toolbar is bound to :class:`~dmlviewer.core.display.DisplayOptions` (``PairView.display``)
+both ways: a control sets its option, an option set elsewhere moves its control and redraws.
 
 Display choices: *sign* ("positive" shows where the similarity is supported, "negative"
 where it is opposed, "signed" both on a diverging map), *scale* ("each map", the default,
@@ -16,8 +18,8 @@ model and the colour bar reads 0..1 of it; "whole pair" uses one fixed scale for
 maps of the pair, ``core.explain.hover.pair_scale``: the strongest 2 % of the points saturate,
 so maps of different points compare and a weak point looks weak), colour map and opacity.
 The hovered point's share of the similarity (and, on "each map", its map's peak cell pair)
-is printed on the other pane, next to its colour bar, whatever the scale. "Matches" draws the top-N point-to-point
-correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
+is printed on the other pane, next to its colour bar, whatever the scale. "Matches" draws the
+top-N point-to-point correspondences (``PairExplanation.correspondences``) as numbered markers joined by lines.
 
 *Resolution* (issue 11) is the network's input size for the pair: the model's own, 1.5x, 2x or
 the images' own size (``core.models.resolution.input_sizes``); a larger input gives a finer
@@ -26,12 +28,14 @@ smaller places. A change re-prepares the pair in the background like a new pair.
 under the panes says which decomposition rule the pair was explained with (exact, or first
 order where the head is not piecewise linear at the input).
 
-*Two models* (issue 24): :meth:`PairView.set_compare_model` puts a second model (B) beside the
-first (A). The pair is then prepared for both (B in its own background runner), and a second
-row of panes shows B's query and reference maps under A's, each row with its own colour
-scale, or one scale for both with "Shared scale". Hovering either row's query (or reference)
-draws every row's partial map of that point (:class:`~dmlviewer.gui.hover_link.HoverLink`
-rows; each row is one call of its model's precomputed renderer). "Difference" shows A minus B
+*Rows* (issue 24, issue 30): each model is one :class:`~dmlviewer.gui.pair_row.PairRow` of
+:attr:`PairView.rows` (its model, runners, explanation, overall maps, renderers and panes, one
+freshness stamp); model A is row 0 and :meth:`PairView.set_compare_model` adds model B as row 1
+under it. The pair is prepared by every row's model (each in its own background runner); each
+row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
+(or reference) draws every row's partial map of that point
+(:class:`~dmlviewer.gui.hover_link.HoverLink`: one core call, ``hover_points``, gives each row's
+overlay, share and peak, and the link writes every pane). "Difference" shows A minus B
 in the second row instead: the overall maps subtracted at image size, the partial maps by
 :class:`~dmlviewer.core.explain.hover.DifferenceRenderer`, both on one symmetric scale with the
 diverging colour map. B's overall maps are those that come with its pair and the Grad-CAM
@@ -49,30 +53,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import shiboken6
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut, QTextLayout
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlider, QSpinBox,
                                QSplitter, QToolButton, QVBoxLayout, QWidget)
 
+from dmlviewer.core.display import DisplayOptions, check
+from dmlviewer.core.explain.methods import label as method_label, methods
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
 from dmlviewer.gui.image_pane import MARKER_COLORS, ImagePane
+from dmlviewer.gui.pair_row import PairRow
 from dmlviewer.gui.widgets import FlowLayout
-from dmlviewer.gui.worker import LatestRunner
 
 log = logging.getLogger(__name__)
 
-#: (method id of core.explain, label)
-METHODS = [
-    ("decomposition", "Decomposition"),
-    ("decomposition_bias", "Decomposition+Bias"),
-    ("gradcam", "Grad-CAM"),
-    ("gradcam_nonorm", "Grad-CAM (no norm)"),
-    ("rgradcam", "RGrad-CAM"),
-    ("grad_transfer", "Grad-weight transfer"),
-    ("occlusion", "Occlusion"),
-]
 #: Map choice computed by occlusion (model-agnostic; its hover shows the occlusion interaction)
 OCCLUSION = "occlusion"
 SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed")]
@@ -84,8 +81,9 @@ SIGNS = [("positive", "Positive"), ("negative", "Negative"), ("signed", "Signed"
 SCALES = [("map", "Each map"), ("pair", "Whole pair")]
 #: What the second row shows when a compare model is open: its own maps, or A minus B.
 COMPARE_VIEWS = [("model", "Model B"), ("difference", "Difference A − B")]
-#: Overall maps the compare row (model B) shows: those that come with the pair and the Grad-CAM family.
-COMPARE_METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam")
+#: Overall maps the compare row (model B) shows (the registry's ``compare_row`` use: those that
+#: come with the pair and the Grad-CAM family).
+COMPARE_METHODS = methods("compare_row")
 
 #: The Region button while armed (checked): the region rectangle's cyan, so it reads at a glance.
 REGION_ARMED_STYLE = ("QToolButton#regionButton { padding: 1px 6px; }"
@@ -95,8 +93,6 @@ REGION_ARMED_STYLE = ("QToolButton#regionButton { padding: 1px 6px; }"
 #: Lines of text the read-out under the panes has room for (its height never changes).
 INFO_LINES = 3
 
-#: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
-MAX_OVERLAY_SIDE = 640
 
 
 def _role(title: str) -> str:
@@ -134,13 +130,6 @@ def _ray(shape: tuple[int, int], azimuth: float) -> tuple[list[float], list[floa
     h, w = shape
     radius, a = min(h, w) / 2.0, math.radians(azimuth)
     return [w / 2.0, w / 2.0 + radius * math.sin(a)], [h / 2.0, h / 2.0 - radius * math.cos(a)]
-
-
-def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tuple[int, int]:
-    """``shape`` scaled down (aspect kept) so that its longer side is at most ``limit``."""
-    h, w = int(shape[0]), int(shape[1])
-    s = min(1.0, limit / max(h, w, 1))
-    return max(1, round(h * s)), max(1, round(w * s))
 
 
 def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
@@ -243,32 +232,28 @@ class _MatchLines(QWidget):
 
 
 class PairView(QWidget):
-    """Two panes, their toolbar and the background preparation of the pair."""
+    """The toolbar, one :class:`~dmlviewer.gui.pair_row.PairRow` per model (A, then B) and the
+    background preparation of the pair by each row's model."""
 
-    pair_ready = Signal(object)  # the PairExplanation
-    pair_cleared = Signal()
+    pair_ready = Signal(object)  # model A's PairExplanation
     status_message = Signal(str)  # hover/pin read-out for the status bar
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
-    _occlusion_progress = Signal(int, float)  # (pair token, fraction), from the worker thread
+    _occlusion_progress = Signal(int, float)  # (row A's stamp, fraction), from the worker thread
     grad_bank_needed = Signal()  # grad-weight transfer chosen without Grad-CAM weights at hand
 
-    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None,
+                 display: DisplayOptions | None = None) -> None:
         super().__init__(parent)
-        self.model = None
-        self.device = "cpu"
+        #: The display options this view shows and its toolbar writes (the session's, or its own).
+        self.display = display if display is not None else DisplayOptions()
+        self._following = False  # True while a control is set to its option (it writes nothing back)
+        self._quiet = False  # True while an option is set to follow its control (nothing redraws)
         self.model_lock = model_lock or threading.RLock()
         self.images: PairImages | None = None
-        self.explanation = None
         #: ``core.explain.orientation.pair_orientation`` of a cross-view pair with each map's
         #: ``error_deg`` and ``true_heading_deg`` (None when unknown); None: no lines drawn
         self.orientation: dict | None = None
-        self.state = "empty"  # empty | preparing | ready | failed
-        self._overall: dict[str, bool | str] = {}  # method -> computed, or why it is unavailable
-        self._renderers: dict[int, Any] = {}
-        self._partial_scale: float | None = None  # the fixed scale of the partial maps (None: each map)
-        self._pair_token = 0
-        self._overall_pending = ""
         self.occlusion_baseline = "blur"  # blur | mean | noise (core.explain.perturb.BASELINES)
         #: Grad-CAM weights of labelled images for grad-weight transfer (seed 002), or None;
         #: ``_grad_missing`` says why there are none (None: not asked for yet).
@@ -278,31 +263,19 @@ class PairView(QWidget):
         #: one, Swap exchanges the two photographs here.
         self.swap_handler = None
 
-        # The compare model (B) and its explanation of the pair (issue 24; see the module docstring).
-        self.compare_model = None
-        self.compare_name = "B"
-        self.compare_explanation = None
-        self.compare_state = "empty"  # empty | preparing | ready | failed
-        self.compare_device = "cpu"
-        self._compare_token = 0
-        self._compare_overall: dict[str, bool | str] = {}  # method -> computed for B, or why not
-        self._compare_renderers: dict[int, Any] = {}
-        self._difference_renderers: dict[int, Any] = {}
-
-        self.panes = (ImagePane("Query"), ImagePane("Reference"))
-        self.compare_panes = (ImagePane("Query"), ImagePane("Reference"))
+        self.link = HoverLink(self._show_overall, self._describe, parent=self)
+        self.link.message.connect(self.status_message)
+        self.row_splitter = QSplitter(Qt.Vertical)
+        self.row_splitter.setChildrenCollapsible(False)
+        #: The rows on screen, one per model: A first, then B while comparing (issue 24).
+        self.rows: list[PairRow] = []
+        self._made: list[PairRow] = []  # every row made so far (a row B comes back when comparing again)
+        self._add_row()
         self._build_toolbar()
-        self.splitter = self._row_splitter(self.panes)
-        self.compare_splitter = self._row_splitter(self.compare_panes)
-        self.compare_splitter.hide()
-        self.rows = QSplitter(Qt.Vertical)
-        self.rows.addWidget(self.splitter)
-        self.rows.addWidget(self.compare_splitter)
-        self.rows.setChildrenCollapsible(False)
         self.body = QWidget()
         body_layout = QVBoxLayout(self.body)
         body_layout.setContentsMargins(0, 0, 0, 0)
-        body_layout.addWidget(self.rows)
+        body_layout.addWidget(self.row_splitter)
         self.lines = _MatchLines(self.panes, self.body)
         self.lines.hide()
         self.info = ClampedLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
@@ -331,68 +304,119 @@ class PairView(QWidget):
         layout.addWidget(self.body, 1)
         layout.addLayout(info_row)
 
-        self.link = HoverLink(self.panes, self._render_partial, self._show_overall, parent=self)
-        self.compare_row = self.link.add_row(self.compare_panes, self._render_compare)
-        self.link.set_row_shown(self.compare_row, False)
-        self.link.point_changed.connect(self._on_point)
-        self.link.point_cleared.connect(lambda: self.status_message.emit(""))
         self.escape = QShortcut(QKeySequence(Qt.Key_Escape), self, context=Qt.WindowShortcut)
         self.escape.activated.connect(self.link.unpin)
-
-        self.prepare_runner = LatestRunner(self)
-        self.prepare_runner.result_ready.connect(self._on_prepared)
-        self.prepare_runner.request_failed.connect(self._on_prepare_failed)
-        self.overall_runner = LatestRunner(self)
-        self.overall_runner.result_ready.connect(self._on_overall)
-        self.overall_runner.request_failed.connect(self._on_overall_failed)
-        self.compare_runner = LatestRunner(self)
-        self.compare_runner.result_ready.connect(self._on_compare_prepared)
-        self.compare_runner.request_failed.connect(self._on_compare_failed)
         self._occlusion_progress.connect(self._on_occlusion_progress)
 
         self.panes[QUERY].region_selected.connect(self.region_query)
         for pane in self.panes:
             pane.view.sigRangeChanged.connect(self._update_lines)
-        self.splitter.splitterMoved.connect(self._update_lines)
-        self.rows.splitterMoved.connect(self._update_lines)
+        self.rows[0].splitter.splitterMoved.connect(self._update_lines)
+        self.row_splitter.splitterMoved.connect(self._update_lines)
+        for pane in self.all_panes:
+            pane.set_opacity(float(self.display.opacity))
+        self.display.events.connect(self._on_display)
         self._apply_colors()
 
-    @staticmethod
-    def _row_splitter(panes: tuple[ImagePane, ImagePane]) -> QSplitter:
-        splitter = QSplitter(Qt.Horizontal)
-        for pane in panes:
-            splitter.addWidget(pane)
-            splitter.setStretchFactor(splitter.count() - 1, 1)
-        splitter.setChildrenCollapsible(False)
-        return splitter
+    # -- rows
+    def _add_row(self) -> PairRow:
+        """The next model's row (made once, shown again when it comes back)."""
+        k = len(self.rows)
+        if k < len(self._made):
+            row = self._made[k]
+        else:
+            row = PairRow(chr(ord("A") + k), methods("pair_view") if k == 0 else COMPARE_METHODS, self)
+            self._made.append(row)
+            row.link = self.link.add_row(row.panes)
+            self.row_splitter.addWidget(row.splitter)
+            row.splitter.splitterMoved.connect(self._update_lines)
+            if self.images is not None:  # a row made for a pair already on screen
+                row.set_images(self.images.query, self.images.reference)
+            opacity = float(self.display.opacity)
+            for pane in row.panes:
+                pane.set_opacity(opacity)
+        self.rows.append(row)
+        row.splitter.show()
+        if k > 0:  # the same split as row A's (a panorama's larger share, or one the user dragged)
+            row.splitter.setSizes(self.rows[0].splitter.sizes())
+        self.link.set_row_shown(row.link, True)
+        return row
 
-    def _share_for_panorama(self) -> None:
-        """A 1:4 street panorama beside a square aerial image: the panorama's pane gets the
-        larger share of the row (once, when cross-view pairs start; a dragged splitter stays)."""
-        for splitter in (self.splitter, self.compare_splitter):
-            total = sum(splitter.sizes())
-            if total > 0:
-                first = round(total * PANORAMA_SHARE)
-                splitter.setSizes([first, total - first])
+    def _drop_row(self) -> None:
+        """The last row goes (its model is closed): its jobs are dropped, its panes hidden."""
+        row = self.rows.pop()
+        row.model = None
+        row.restart()
+        row.set_state("empty")
+        row.splitter.hide()
+        self.link.set_row_shown(row.link, False)
+
+    @property
+    def panes(self) -> tuple[ImagePane, ImagePane]:
+        """Model A's two panes (the query's and the reference's)."""
+        return self.rows[0].panes
 
     @property
     def all_panes(self) -> tuple[ImagePane, ...]:
-        """Every pane: model A's two, then model B's two."""
-        return self.panes + self.compare_panes
+        """Every shown row's panes: model A's two, then model B's two."""
+        return tuple(pane for row in self.rows for pane in row.panes)
+
+    @property
+    def model(self):
+        """Model A (the open model)."""
+        return self.rows[0].model
+
+    @property
+    def device(self) -> str:
+        return self.rows[0].device
+
+    @property
+    def explanation(self):
+        """Model A's explanation of the pair (None until prepared)."""
+        return self.rows[0].explanation
+
+    @property
+    def state(self) -> str:
+        """Model A's state: empty | preparing | ready | failed."""
+        return self.rows[0].state
+
+    @property
+    def comparing(self) -> bool:
+        """Is a compare model (B) open?"""
+        return len(self.rows) > 1
+
+    @property
+    def difference(self) -> bool:
+        """Does the second row show A minus B (instead of B's own maps)?"""
+        return self.comparing and self.display.row_b == "difference"
+
+    @property
+    def shared_scale(self) -> bool:
+        return self.comparing and bool(self.display.shared_scale)
+
+    def _share_for_panorama(self, cross_view: bool) -> None:
+        """A 1:4 street panorama beside a square aerial image: the panorama's pane gets the
+        larger share of the row; other pairs share it equally (when cross-view pairs start or
+        end; a dragged splitter stays otherwise)."""
+        for row in self._made:
+            total = sum(row.splitter.sizes())
+            if total > 0:
+                first = round(total * PANORAMA_SHARE) if cross_view else total // 2
+                row.splitter.setSizes([first, total - first])
 
     # -- toolbar
     def _build_toolbar(self) -> None:
         self.method_combo = QComboBox()
-        for key, label in METHODS:
-            self.method_combo.addItem(label, key)
+        for key in methods("pair_view"):
+            self.method_combo.addItem(method_label(key), key)
         self.method_combo.setToolTip("Overall map of each image")
         self.sign_combo = QComboBox()
-        for key, label in SIGNS:
-            self.sign_combo.addItem(label, key)
+        for key, text in SIGNS:
+            self.sign_combo.addItem(text, key)
         self.sign_combo.setToolTip("Positive: supports the similarity; negative: opposes it; signed: both")
         self.scale_combo = QComboBox()
-        for key, label in SCALES:
-            self.scale_combo.addItem(label, key)
+        for key, text in SCALES:
+            self.scale_combo.addItem(text, key)
         self.scale_combo.setToolTip("Partial maps: each map stretched to its own maximum (the point's share of the "
                                     "similarity is printed beside the colour bar), or one scale for the whole pair "
                                     "(a point's colour says how much of the similarity it explains; the strongest "
@@ -403,14 +427,12 @@ class PairView(QWidget):
         self.cmap_combo.setToolTip("Colour map (signed display uses a diverging map)")
         self.opacity = QSlider(Qt.Horizontal)
         self.opacity.setRange(0, 100)
-        self.opacity.setValue(60)
         self.opacity.setFixedWidth(110)
         self.opacity.setToolTip("Overlay opacity")
         self.matches_box = QCheckBox("Matches")
         self.matches_box.setToolTip("Draw the strongest point-to-point correspondences")
         self.matches_n = QSpinBox()
         self.matches_n.setRange(1, 50)
-        self.matches_n.setValue(8)
         self.matches_n.setToolTip("Number of correspondences")
         self.region_button = QToolButton()
         self.region_button.setText("Region")
@@ -430,8 +452,8 @@ class PairView(QWidget):
                                    "(the pair is explained again)")
 
         self.compare_view_combo = QComboBox()
-        for key, label in COMPARE_VIEWS:
-            self.compare_view_combo.addItem(label, key)
+        for key, text in COMPARE_VIEWS:
+            self.compare_view_combo.addItem(text, key)
         self.compare_view_combo.setToolTip("The second row: model B's own maps, or model A's minus model B's on one "
                                            "symmetric scale (diverging colours: red where A's map is stronger, "
                                            "blue where B's is)")
@@ -448,10 +470,10 @@ class PairView(QWidget):
         # docks open) instead of forcing the window wider than the screen; each label stays
         # with its control, Swap and Fit stay at the right end.
         bar = FlowLayout(spacing=10)
-        for label, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
+        for text, widget in (("Map", self.method_combo), ("Sign", self.sign_combo),
                               ("Scale", self.scale_combo), ("Colours", self.cmap_combo),
                               ("Opacity", self.opacity), ("Resolution", self.size_combo)):
-            bar.addWidget(_labelled(label, widget))
+            bar.addWidget(_labelled(text, widget))
         bar.addWidget(_labelled(None, self.matches_box, self.matches_n, self.region_button))
         self.compare_controls = _labelled("Row B", self.compare_view_combo, self.shared_scale_box)
         self.compare_controls.hide()  # shown while a compare model is open
@@ -461,26 +483,118 @@ class PairView(QWidget):
         self.toolbar_widget.setLayout(bar)
         self.toolbar = bar
 
-        self.method_combo.currentIndexChanged.connect(self._on_method)
-        self.size_combo.currentIndexChanged.connect(self._on_size)
-        for combo in (self.sign_combo, self.scale_combo, self.cmap_combo, self.compare_view_combo):
-            combo.currentIndexChanged.connect(self._apply_colors)
-        self.shared_scale_box.toggled.connect(self._apply_colors)
-        self.opacity.valueChanged.connect(lambda v: [p.set_opacity(v / 100.0) for p in self.all_panes])
-        self.matches_box.toggled.connect(self._update_matches)
-        self.matches_n.valueChanged.connect(self._update_matches)
+        for name in self._CONTROLS:
+            self._show_field(name)
+        # The controls write the display options; what they show follows the options (below).
+        for name, combo in (("method", self.method_combo), ("sign", self.sign_combo), ("scale", self.scale_combo),
+                            ("colormap", self.cmap_combo), ("row_b", self.compare_view_combo)):
+            combo.currentIndexChanged.connect(lambda _i, n=name, c=combo: self._write(n, c.currentData()))
+        self.size_combo.currentIndexChanged.connect(lambda _i: self._write("input_size", self._chosen_size()))
+        self.shared_scale_box.toggled.connect(lambda on: self._write("shared_scale", on))
+        self.opacity.valueChanged.connect(lambda v: self._write("opacity", v / 100.0))
+        self.matches_box.toggled.connect(lambda on: self._write("matches", on))
+        self.matches_n.valueChanged.connect(lambda n: self._write("match_count", n))
         self.region_button.toggled.connect(self._on_region_mode)
         self.swap_button.clicked.connect(self.swap)
         self.fit_button.clicked.connect(lambda: [p.fit() for p in self.all_panes])
 
+    # -- the display options (core.display): the toolbar writes them and follows them
+    #: field -> its control (``input_size``: the Resolution box, None there = the model's own size)
+    _CONTROLS = ("method", "sign", "scale", "colormap", "row_b", "input_size", "opacity", "shared_scale",
+                 "matches", "match_count")
+
+    def _write(self, name: str, value: Any) -> None:
+        """A control changed: set its display option (which redraws through :meth:`_on_display`)."""
+        if not self._following:
+            setattr(self.display, name, value)
+
+    def _combo(self, name: str) -> QComboBox | None:
+        return {"method": self.method_combo, "sign": self.sign_combo, "scale": self.scale_combo,
+                "colormap": self.cmap_combo, "row_b": self.compare_view_combo, "input_size": self.size_combo}.get(name)
+
+    def _show_field(self, name: str) -> bool:
+        """Put display option ``name`` on its control (no redraw); False when the control has
+        no such value (then the option is put back to what the control shows)."""
+        value = getattr(self.display, name)
+        self._following = True
+        try:
+            combo = self._combo(name)
+            if name == "input_size":
+                if self.size_combo.count() == 0 or (value is None and self._own_size() is None):
+                    return True  # no model yet (the size is chosen when one opens), or one fixed entry
+                index = self.size_combo.findData(self._own_size() if value is None else int(value))
+                ok = index >= 0
+                if ok:
+                    self.size_combo.setCurrentIndex(index)
+            elif combo is not None:
+                index = combo.findData(value)
+                ok = index >= 0
+                if ok:
+                    combo.setCurrentIndex(index)
+            elif name == "opacity":
+                self.opacity.setValue(round(100 * float(value)))
+                ok = True
+            else:
+                control = {"shared_scale": self.shared_scale_box, "matches": self.matches_box,
+                           "match_count": self.matches_n}[name]
+                if name == "match_count":
+                    control.setValue(int(value))
+                else:
+                    control.setChecked(bool(value))
+                ok = True
+        finally:
+            self._following = False
+        if not ok:
+            shown = self._chosen_size() if name == "input_size" else combo.currentData()
+            log.warning("%s %r is not offered here; it stays %r", name, value, shown)
+            self._quiet = True
+            try:
+                setattr(self.display, name, shown)
+            finally:
+                self._quiet = False
+        return ok
+
+    def _on_display(self, info) -> None:
+        """A display option changed (from the toolbar, the session or a notebook): show it on
+        its control and redraw what it changes."""
+        name = info.signal.name
+        if name not in self._CONTROLS or not shiboken6.isValid(self):
+            return
+        quiet = self._quiet
+        if not self._show_field(name) or quiet:
+            return
+        if name == "method":
+            self._on_method()
+        elif name == "input_size":
+            self._on_size()
+        elif name == "opacity":
+            for row in self._made:
+                for pane in row.panes:
+                    pane.set_opacity(float(self.display.opacity))
+        elif name in ("matches", "match_count"):
+            self._update_matches()
+        else:
+            self._apply_colors()
+
+    def _own_size(self) -> int | None:
+        """The model's own input size (None: no model, or a two-branch model)."""
+        if self.model is None or getattr(self.model, "input_shapes", None) is not None:
+            return None
+        return int(self.model.preprocess.size)
+
+    def _chosen_size(self) -> int | None:
+        """The Resolution box's choice as the display option holds it (None: the model's own)."""
+        size = self.size_combo.currentData()
+        return None if size is None or size == self._own_size() else int(size)
+
     # -- public API
     @property
     def method(self) -> str:
-        return self.method_combo.currentData()
+        return self.display.method
 
     @property
     def sign(self) -> str:
-        return self.sign_combo.currentData()
+        return self.display.sign
 
     @property
     def input_size(self) -> int | None:
@@ -489,10 +603,9 @@ class PairView(QWidget):
 
     def set_input_size(self, size: int) -> None:
         """Choose input size ``size`` (one of the Resolution entries); re-prepares the pair."""
-        index = self.size_combo.findData(int(size))
-        if index < 0:
+        if self.size_combo.findData(int(size)) < 0:
             raise ValueError(f"{size} px is not a resolution choice here")
-        self.size_combo.setCurrentIndex(index)
+        self.display.input_size = None if int(size) == self._own_size() else int(size)
 
     def _fill_sizes(self, keep: bool) -> None:
         """Resolution entries for the model and the images; the current size stays chosen when
@@ -500,6 +613,8 @@ class PairView(QWidget):
         from dmlviewer.core.models.resolution import input_sizes
 
         current = self.size_combo.currentData() if keep else None
+        if keep and self.display.input_size is not None:
+            current = self.display.input_size
         shape = None
         if self.images is not None:
             shape = tuple(max(a, b) for a, b in zip(self.images.query.shape[:2], self.images.reference.shape[:2]))
@@ -517,6 +632,11 @@ class PairView(QWidget):
             self.size_combo.setCurrentIndex(max(0, index))
         self.size_combo.setEnabled(self.size_combo.count() > 1)
         self.size_combo.blockSignals(False)
+        self._quiet = True  # the option follows the box here; the caller prepares the pair
+        try:
+            self.display.input_size = self._chosen_size()
+        finally:
+            self._quiet = False
 
     def _on_size(self) -> None:
         if self.images is not None and self.model is not None:
@@ -524,91 +644,80 @@ class PairView(QWidget):
             self._prepare()
 
     def set_method(self, method: str) -> None:
-        self.method_combo.setCurrentIndex(self.method_combo.findData(method))
+        """Show overall maps of ``method`` (a key of ``methods("pair_view")``)."""
+        self.display.method = check("method", method)
 
     def set_occlusion_baseline(self, baseline: str) -> None:
         """What an occluded cell shows (blur, mean, noise); drops computed occlusion maps."""
         if baseline == self.occlusion_baseline:
             return
         self.occlusion_baseline = baseline
-        if self._overall.pop(OCCLUSION, None) is not None and self.method == OCCLUSION:
+        if self.rows[0].overall.pop(OCCLUSION, None) is not None and self.method == OCCLUSION:
             self._on_method()
 
     def set_model(self, model, device: str = "cpu") -> None:
         """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair). A new
         model drops the Grad-CAM weights (:meth:`set_grad_bank` gives its own afterwards)."""
-        if model is not self.model:  # Grad-CAM weights belong to one model
+        row = self.rows[0]
+        new = model is not row.model
+        if new:  # Grad-CAM weights belong to one model
             self.grad_bank = None
             self._grad_missing = None
-        new = model is not self.model
-        self.model = model
-        self.device = str(device)
+        row.model = model
+        row.device = str(device)
         self._fill_sizes(keep=not new)  # a new model starts at its own size
         if self.images is not None:
             self._prepare()
 
     def set_pair(self, images: PairImages | None) -> None:
         """Show two photographs and prepare their explanation in the background."""
-        if images is not None and images.cross_view and not (self.images is not None and self.images.cross_view):
-            self._share_for_panorama()
+        was_cross_view = self.images is not None and self.images.cross_view
+        if images is not None and images.cross_view != was_cross_view:
+            self._share_for_panorama(images.cross_view)
         self.images = images
         self.link.reset()
         self.region_button.setChecked(False)
         self._fill_sizes(keep=True)  # the "image" entry follows the photographs
         if images is None:
-            for pane in self.all_panes:
+            for pane in (pane for row in self._made for pane in row.panes):
                 pane.set_image(None)
                 pane.show_message(None)
                 pane.set_guides([])
             self.orientation = None
+            for row in self.rows:
+                row.restart()
             self._set_state("empty")
-            self._set_compare_state("empty")
+            for row in self.rows[1:]:
+                row.set_state("empty")
             return
-        for row in (self.panes, self.compare_panes):
-            row[QUERY].set_image(images.query)
-            row[REFERENCE].set_image(images.reference)
+        for row in self._made:
+            row.set_images(images.query, images.reference)
         self._update_titles()
         self._prepare()
-
-    # -- the compare model (B)
-    @property
-    def comparing(self) -> bool:
-        """Is a compare model (B) open?"""
-        return self.compare_model is not None
-
-    @property
-    def difference(self) -> bool:
-        """Does the second row show A minus B (instead of B's own maps)?"""
-        return self.comparing and self.compare_view_combo.currentData() == "difference"
-
-    @property
-    def shared_scale(self) -> bool:
-        return self.comparing and self.shared_scale_box.isChecked()
-
-    @property
-    def compare_similarity(self) -> float | None:
-        """Model B's cosine similarity of the pair (None: no B, or not prepared yet)."""
-        e = self.compare_explanation
-        return None if e is None or self.compare_state != "ready" else float(e.similarity)
 
     def set_compare_model(self, model, device: str = "cpu", name: str = "B") -> None:
         """Show ``model`` (any dmlviewer model) as model B under the open one (A), named
         ``name`` in the titles; None stops comparing (one row again)."""
-        self.compare_model = model
-        self.compare_name = name
-        self.compare_device = str(device)
-        on = model is not None
-        self.compare_splitter.setVisible(on)
+        if model is None:
+            while self.comparing:
+                self._drop_row()
+        else:
+            row = self.rows[1] if self.comparing else self._add_row()
+            row.model, row.device, row.name = model, str(device), name
+        on = self.comparing
         self.compare_controls.setVisible(on)
-        self.link.set_row_shown(self.compare_row, on)
         self.toolbar.invalidate()
-        if on:  # the two rows share the height
-            half = max(1, self.rows.height() // 2)
-            self.rows.setSizes([half, half])
+        if on:  # the rows share the height
+            share = max(1, self.row_splitter.height() // len(self.rows))
+            self.row_splitter.setSizes([share] * len(self.rows))
+        self._apply_colors_to_panes()
         self._update_titles()
-        self._prepare_compare()
+        if on:
+            self._prepare_row(self.rows[1])
         if self.state == "ready":
             self._show_similarity_info()
+            self._build_renderers()
+            self._show_overall()
             self.link.refresh()
 
     def _update_titles(self) -> None:
@@ -616,83 +725,15 @@ class PairView(QWidget):
         if images is None:
             return
         a = "<b>A</b> · " if self.comparing else ""
-        b = "<b>A − B</b> · " if self.difference else f"<b>B</b> {html.escape(self.compare_name)} · "
         for pane, title in zip(self.panes, (images.query_title, images.reference_title)):
             pane.set_title(a + title)
-        # row B shows the same two images as row A: its captions name the model and the role only,
-        # so that the model's name is not cut off (the whole caption is the tooltip)
-        for pane, title in zip(self.compare_panes, (images.query_title, images.reference_title)):
-            pane.set_title(b + _role(title), tooltip=b + title)
-
-    def _set_compare_state(self, state: str, message: str | None = None) -> None:
-        self.compare_state = state
-        for pane in self.compare_panes:
-            pane.show_message(message if message else ("preparing model B…" if state == "preparing" else None))
-
-    def _compare_size(self) -> int | None:
-        """Model B's input size: its own when A runs at A's own size, else the size chosen for A."""
-        size = self.input_size
-        if size is None or self.model is None or size == int(self.model.preprocess.size):
-            return None
-        return size
-
-    def _prepare_compare(self) -> None:
-        """Explain the pair with model B in the background (its own runner and token)."""
-        self.compare_explanation = None
-        self._compare_overall = {}
-        self._compare_renderers = {}
-        self._difference_renderers = {}
-        self._compare_token += 1
-        for pane in self.compare_panes:
-            pane.clear_overlay()
-        if self.compare_model is None or self.images is None:
-            self.compare_runner.cancel()
-            self._set_compare_state("empty")
-            return
-        self._set_compare_state("preparing")
-        self._submit_compare(self.method)
-
-    def _submit_compare(self, method: str) -> None:
-        """One job for model B: its pair explanation (when not there yet) and the overall maps
-        of ``method`` when those need backward passes (the Grad-CAM family)."""
-        model, device, lock, imgs = self.compare_model, self.compare_device, self.model_lock, self.images
-        token, size, expl = self._compare_token, self._compare_size(), self.compare_explanation
-
-        def job(cancel):
-            from dmlviewer.core.explain.pair import explain_pair
-
-            with lock:
-                cancel.raise_if_cancelled()
-                out = expl or explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
-                if method in COMPARE_METHODS:
-                    cancel.raise_if_cancelled()
-                    _overall_maps(out, method)
-                return token, method, out
-
-        self.compare_runner.submit(job, cancel_aware=True)
-
-    def _on_compare_prepared(self, _request: int, value: object) -> None:
-        token, method, expl = value
-        if token != self._compare_token:
-            return
-        self.compare_explanation = expl
-        self._compare_overall.setdefault("decomposition", True)
-        self._compare_overall.setdefault("decomposition_bias", True)
-        if method in COMPARE_METHODS:
-            self._compare_overall[method] = True
-        self._set_compare_state("ready")
-        self._ensure_compare_method()  # the method chosen while B was prepared
-        if self.state == "ready":
-            self.similarity_changed.emit(float(self.explanation.similarity))
-            self._show_similarity_info()
-            self._build_renderers()
-            self._show_overall()
-            self.link.refresh()
-
-    def _on_compare_failed(self, _request: int, text: str) -> None:
-        first, details = errors.split_failure(text)
-        self._set_compare_state("failed", "model B could not explain this pair")
-        errors.show_error(self, "Explanation failed (model B)", first, details)
+        # the other rows show the same two images as row A: their captions name the model and
+        # the role only, so that the model's name is not cut off (the whole caption is the tooltip)
+        for row in self.rows[1:]:
+            b = (f"<b>A − {row.letter}</b> · " if self.difference
+                 else f"<b>{row.letter}</b> {html.escape(row.name)} · ")
+            for pane, title in zip(row.panes, (images.query_title, images.reference_title)):
+                pane.set_title(b + _role(title), tooltip=b + title)
 
     def swap(self) -> None:
         """Exchange the roles: the reference becomes the query (the explanation, captions and
@@ -712,7 +753,9 @@ class PairView(QWidget):
         self._grad_missing = reason
         if self.explanation is not None:
             self.explanation.grad_bank = bank
-            self._overall.pop("grad_transfer", None)
+            self.rows[0].overall.pop("grad_transfer", None)
+            if self.rows[0].pending == "grad_transfer":
+                self.rows[0].pending = None
         if self.state == "ready" and self.method == "grad_transfer":
             self._on_method()
 
@@ -720,85 +763,104 @@ class PairView(QWidget):
         """While the Grad-CAM weights are computed: say so on both panes."""
         self._grad_missing = None
         if self.method == "grad_transfer" and self.state == "ready":
-            for pane in self.panes:
-                pane.clear_overlay()
-                pane.show_message(f"Grad-weight transfer: {text}")
-
-    def hover_point(self) -> tuple[int, float, float] | None:
-        """The point whose partial map is on screen: the pin, else the hovered point."""
-        return self.link.pinned or self.link.hover
+            self.rows[0].say(f"Grad-weight transfer: {text}")
 
     # -- preparation
     def _set_state(self, state: str, message: str | None = None) -> None:
-        self.state = state
-        busy = state == "preparing"
-        for pane in self.panes:
-            pane.show_message(message if message else ("preparing…" if busy else None))
+        """Model A's state and what the read-out under the panes says about it."""
+        self.rows[0].set_state(state, message)
         if state != "ready":
             self.similarity_changed.emit(None)
             self.rule_label.setText("")
             self.rule_label.setToolTip("")
         if state == "empty":
             self.info.setText("Choose a query (click) and a reference (Ctrl+click) in the browser.")
-        elif busy:
+        elif state == "preparing":
             self.info.setText("Preparing the pair (forward passes, contributions)…")
 
     def _prepare(self) -> None:
-        self.explanation = None
-        self._overall = {}
-        self._renderers = {}
-        self._pair_token += 1
-        self.overall_runner.cancel()
+        """Explain the pair again with every row's model (a new pair, model A or size)."""
         for pane in self.panes:
-            pane.clear_overlay()
             pane.set_markers([])
             pane.set_guides([])
         self.orientation = None
         self.lines.matches = []
         self.lines.update()
-        self.pair_cleared.emit()
-        self._prepare_compare()
-        if self.model is None:
-            self.prepare_runner.cancel()
-            self._set_state("empty", "no model loaded")
-            self.info.setText("Open a checkpoint to explain the pair.")
+        for row in self.rows:
+            self._prepare_row(row)
+
+    def _prepare_row(self, row: PairRow) -> None:
+        """Explain the pair with ``row``'s model in the background (a new stamp for the row)."""
+        first = row is self.rows[0]
+        row.restart()
+        if row.model is None or self.images is None:
+            if first:
+                self._set_state("empty", "no model loaded")
+                self.info.setText("Open a checkpoint to explain the pair.")
+            else:
+                row.set_state("empty")
             return
-        self._set_state("preparing")
-        model, device, lock, imgs, token = self.model, self.device, self.model_lock, self.images, self._pair_token
-        size = self.input_size
+        if first:
+            self._set_state("preparing")
+        else:
+            row.set_state("preparing", busy_text=f"preparing model {row.letter}…")
+        model, device, lock, imgs = row.model, row.device, self.model_lock, self.images
+        # Each model at its own input size, or every model at the size chosen for model A.
+        size = self._chosen_size()
 
         def job(cancel):
             from dmlviewer.core.explain.pair import explain_pair
 
             with lock:
                 cancel.raise_if_cancelled()
-                return token, explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
+                return explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
 
-        self.prepare_runner.submit(job, cancel_aware=True)
+        row.run(row.runner, job, lambda expl: self._on_prepared(row, expl),
+                lambda text: self._on_prepare_failed(row, text))
 
-    def _on_prepared(self, _request: int, value: object) -> None:
-        token, expl = value
-        if token != self._pair_token:
-            return
-        self.explanation = expl
-        expl.grad_bank = self.grad_bank
+    def _on_prepared(self, row: PairRow, expl) -> None:
+        first = row is self.rows[0]
+        row.explanation = expl
+        if first:
+            expl.grad_bank = self.grad_bank
         # These two come with the pair; the Grad-CAM family is computed on request.
-        self._overall = {"decomposition": True, "decomposition_bias": True}
-        self._set_state("ready")
-        self.similarity_changed.emit(float(expl.similarity))
+        row.overall = {"decomposition": True, "decomposition_bias": True}
+        if first:
+            self._set_state("ready")
+        else:
+            row.set_state("ready")
+        if self.state != "ready":
+            return  # model A's row comes first: the other rows are drawn with it
+        self.similarity_changed.emit(float(self.explanation.similarity))
         self._show_similarity_info()
         self._build_renderers()
         self._show_overall()
-        self._update_matches()
-        self._show_orientation()
+        if first:
+            self._update_matches()
+            self._show_orientation()
         self.link.refresh()
-        self.pair_ready.emit(expl)
+        if first:
+            self.pair_ready.emit(expl)
 
-    def _on_prepare_failed(self, _request: int, text: str) -> None:
+    def _on_prepare_failed(self, row: PairRow, text: str) -> None:
         first, details = errors.split_failure(text)
-        self._set_state("failed", "could not explain this pair")
-        self.info.setText(f"Explanation failed: {first}")
-        errors.show_error(self, "Explanation failed", first, details)
+        if row is self.rows[0]:
+            self._set_state("failed", "could not explain this pair")
+            self.info.setText(f"Explanation failed: {first}")
+            errors.show_error(self, "Explanation failed", first, details)
+        else:
+            row.set_state("failed", f"model {row.letter} could not explain this pair")
+            errors.show_error(self, f"Explanation failed (model {row.letter})", first, details)
+
+    def refresh_info(self) -> None:
+        """Say the pair's line again (its similarity breakdown when ready) after another line
+        took its place, e.g. the main window's "Loading the model …" of a load that failed."""
+        if self.state == "ready" and self.explanation is not None:
+            self._show_similarity_info()
+        elif self.state == "preparing":
+            self.info.setText("Preparing the pair (forward passes, contributions)…")
+        elif self.model is None:
+            self.info.setText("Open a checkpoint to explain the pair.")
 
     def _show_similarity_info(self) -> None:
         e = self.explanation
@@ -806,9 +868,11 @@ class PairView(QWidget):
         (hq, wq), (hr, wr) = e.grid_query, e.grid_reference
         both = ""
         if self.comparing:
-            b = self.compare_similarity
-            both = (f"Similarity A {e.similarity:+.4f} · B " + ("preparing…" if b is None else
-                    f"{b:+.4f} (A − B {e.similarity - b:+.4f})") + "   ·   A: ")
+            both = f"Similarity A {e.similarity:+.4f}"
+            for row in self.rows[1:]:
+                s, k = row.similarity, row.letter
+                both += f" · {k} " + ("preparing…" if s is None else f"{s:+.4f} (A − {k} {e.similarity - s:+.4f})")
+            both += "   ·   A: "
         self.info.setText(
             f"{both}Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
             f"+ query cells · reference bias {e.bias_query:+.4f} "
@@ -820,11 +884,14 @@ class PairView(QWidget):
             "B: the head's bias), E_q·E_r/(|E_q||E_r|) = Σ C_q·C_r (point-to-point) + Σ C_q·B_r "
             "+ Σ C_r·B_q + B_q·B_r, each divided by |E_q||E_r|.")
         short, detail = rule_text(e.rule, e.rule_detail)
-        b = self.compare_explanation if self.comparing else None
-        if b is not None:
-            short_b, detail_b = rule_text(b.rule, b.rule_detail)
-            short = f"A: {short.split(':')[0]}\nB: {short_b.split(':')[0]}"
-            detail = f"Model A: {detail}\n\nModel B: {detail_b}"
+        others = [row for row in self.rows[1:] if row.explanation is not None]
+        if others:
+            shorts, details = [f"A: {short.split(':')[0]}"], [f"Model A: {detail}"]
+            for row in others:
+                short_k, detail_k = rule_text(row.explanation.rule, row.explanation.rule_detail)
+                shorts.append(f"{row.letter}: {short_k.split(':')[0]}")
+                details.append(f"Model {row.letter}: {detail_k}")
+            short, detail = "\n".join(shorts), "\n\n".join(details)
         self.rule_label.setText(short)
         self.rule_label.setToolTip(detail)
 
@@ -872,321 +939,254 @@ class PairView(QWidget):
                                      [(x_q, y_q, ORIENTATION_COLORS["partial_map"])])
 
     # -- overall maps
-    def _ensure_compare_method(self) -> None:
-        """Model B's overall maps of the chosen method, computed in the background when missing
-        (or a note on its row that the method is shown for A only)."""
-        if self.compare_state == "ready" and self.method not in COMPARE_METHODS:
-            for pane in self.compare_panes:
-                pane.clear_overlay()
-                pane.show_message(f"{self.method_combo.currentText()} is shown for model A only")
-        elif (self.compare_state == "ready" and self.method in COMPARE_METHODS
-                and self.method not in self._compare_overall):
-            for pane in self.compare_panes:
-                pane.clear_overlay()
-                pane.show_message(f"computing {self.method_combo.currentText()} of model B…")
-            self._submit_compare(self.method)
-
     def _on_method(self) -> None:
-        self._ensure_compare_method()
+        """The chosen method's overall maps: requested where missing, drawn where computed."""
+        for row in self.rows:
+            self._request_maps(row)
         if self.state != "ready":
             return
-        method = self.method
-        if method in self._overall:
-            self._build_renderers()  # occlusion has its own point-to-point maps
+        self._build_renderers()  # occlusion has its own point-to-point maps; B's row draws B's methods only
+        if self._maps_state(self.rows[0]) != "missing":
             self._show_overall()
             self.link.refresh()
+
+    def _maps_state(self, row: PairRow) -> str:
+        """``row``'s maps of the chosen method: "absent" (not offered on this row, or the row is
+        not ready), "missing" (to be computed), "done" or "failed"."""
+        if row.state != "ready" or self.method not in row.methods:
+            return "absent"
+        done = row.overall.get(self.method)
+        return "missing" if done is None else "failed" if isinstance(done, str) else "done"
+
+    def _request_maps(self, row: PairRow) -> None:
+        """Compute ``row``'s overall maps of the chosen method in the background when missing
+        (or say on its row that the method is shown for model A only)."""
+        method, first = self.method, row is self.rows[0]
+        name = method_label(method)
+        if row.state != "ready":
             return
-        if method == "grad_transfer" and self.explanation.grad_bank is None:
+        if method not in row.methods:
+            row.say(f"{name} is shown for model A only")
+            return
+        if method in row.overall or row.pending == method:
+            return
+        if method == "grad_transfer" and row.explanation.grad_bank is None:
             # Seed 002 borrows the Grad-CAM weights of labelled training images: the owner
             # computes them in the job queue (or says why it cannot) and calls set_grad_bank.
-            for pane in self.panes:
-                pane.clear_overlay()
-                pane.show_message("Grad-weight transfer unavailable:\n" + self._grad_missing if self._grad_missing
-                                  else "Grad-weight transfer: preparing the Grad-CAM weights of the training images…")
+            row.say("Grad-weight transfer unavailable:\n" + self._grad_missing if self._grad_missing
+                    else "Grad-weight transfer: preparing the Grad-CAM weights of the training images…")
             if self._grad_missing is None:
                 self.grad_bank_needed.emit()
             return
-        for pane in self.panes:
-            pane.clear_overlay()
-            pane.show_message(f"computing {self.method_combo.currentText()}…")
-        expl, lock, token = self.explanation, self.model_lock, self._pair_token
-        self._overall_pending = method
-        occlusion_args = (self.model, self.images, self.device, self.occlusion_baseline, self.input_size)
+        row.say(f"computing {name}…" if first else f"computing {name} of model {row.letter}…")
+        row.pending = method
+        expl, lock, stamp = row.explanation, self.model_lock, row.stamp
+        occlusion_args = (row.model, self.images, row.device, self.occlusion_baseline, self.input_size)
 
         def job(cancel):
             with lock:
                 cancel.raise_if_cancelled()
                 if method == OCCLUSION:
-                    report = lambda f: self._occlusion_progress.emit(token, f)  # noqa: E731
-                    return token, method, _occlusion_maps(expl, *occlusion_args, cancel, report)
-                return token, method, _overall_maps(expl, method)
+                    report = lambda f: self._occlusion_progress.emit(stamp, f)  # noqa: E731
+                    return _occlusion_maps(expl, *occlusion_args, cancel, report)
+                return _overall_maps(expl, method)
 
-        self.overall_runner.submit(job, cancel_aware=True)
+        row.run(row.overall_runner, job, lambda maps: self._on_overall(row, method, maps),
+                lambda text: self._on_overall_failed(row, method, text))
 
-    def _on_overall(self, _request: int, value: object) -> None:
-        token, method, maps = value
-        if token != self._pair_token:
-            return
-        self._overall[method] = maps
-        for pane in self.panes:
+    def _on_overall(self, row: PairRow, method: str, maps) -> None:
+        row.pending = None
+        row.overall[method] = maps
+        for pane in row.panes:
             pane.show_message(None)
-        if method == self.method:
+        if method == self.method and self.state == "ready":
             self._build_renderers()
             self._show_overall()
             self.link.refresh()
 
-    def _on_occlusion_progress(self, token: int, fraction: float) -> None:
-        if token == self._pair_token and self.method == OCCLUSION and OCCLUSION not in self._overall:
-            for pane in self.panes:
+    def _on_occlusion_progress(self, stamp: int, fraction: float) -> None:
+        row = self.rows[0]
+        if row.fresh(stamp) and self.method == OCCLUSION and OCCLUSION not in row.overall:
+            for pane in row.panes:
                 pane.show_message(f"computing Occlusion… {100 * fraction:.0f} %")
 
-    def _on_overall_failed(self, _request: int, text: str) -> None:
+    def _on_overall_failed(self, row: PairRow, method: str, text: str) -> None:
         first, _ = errors.split_failure(text)
-        self._overall[self._overall_pending] = first
-        log.warning("overall map %s failed: %s", self._overall_pending, text)
+        row.pending = None
+        row.overall[method] = first
+        log.warning("overall map %s of model %s failed: %s", method, row.letter, text)
         self._show_overall()
 
+    def _row_maps(self, row: PairRow) -> dict[str, np.ndarray] | None:
+        """``row``'s overall maps of the current method and sign (``side -> H x W``), or None."""
+        if self._maps_state(row) != "done":
+            return None
+        return {side: row.explanation.overall(self.method, side, self.sign) for side in SIDE_NAMES}
+
+    def difference_maps(self, row: int = 1) -> dict[str, np.ndarray] | None:
+        """A's overall maps minus those of row ``row`` (current method and sign, at image
+        size), or None."""
+        if self.state != "ready" or row >= len(self.rows):
+            return None
+        a, other = self._row_maps(self.rows[0]), self._row_maps(self.rows[row])
+        if a is None or other is None:
+            return None
+        return {side: a[side] - other[side] for side in SIDE_NAMES}
+
     def _show_overall(self) -> None:
-        """Put the current method's overall maps on both panes (also the 'restore' of hover)."""
+        """Put the current method's overall maps on every row's panes (also the 'restore' of
+        hover): each row on its own scale, or one scale for all rows with "Shared scale", or
+        A minus the row's model on one symmetric scale with "Difference"."""
         if self.state != "ready":
             return
-        maps = self._overall.get(self.method)
-        if maps is None:
-            self._on_method()
-            return
-        if isinstance(maps, str):
-            for pane in self.panes:
-                pane.clear_overlay()
-                pane.show_message(f"{self.method_combo.currentText()} unavailable:\n{maps}")
+        if self._maps_state(self.rows[0]) == "missing":
+            for row in self.rows:
+                self._request_maps(row)
             return
         unit = ("similarity share per cell" if self.method.startswith("decomposition")
                 else "similarity lost when hidden" if self.method == OCCLUSION else "map value")
-        maps_b = self._compare_maps()
-        for pane, side in zip(self.panes, SIDE_NAMES):
-            pane.show_message(None)
-            pane.show_readout(None)
-            shown = self.explanation.overall(self.method, side, self.sign)
-            levels = display_levels(shown, self.sign)
-            if isinstance(maps_b, dict) and self.shared_scale and not self.difference:  # one scale for A and B
-                levels = display_levels(np.stack([shown, maps_b[side]]), self.sign)
-            pane.set_map(shown, levels)
-            if not np.any(shown):
-                pane.show_message(f"this map has no {self.sign} part")
-            pane.set_colorbar(self.cmap_combo.currentData(), self.sign == "signed", levels, unit)
-        self._show_compare_overall(maps_b, unit)
-
-    def _compare_maps(self) -> dict[str, np.ndarray] | str | None:
-        """Model B's overall maps of the current method and sign (``side -> H x W``), a line
-        saying why there are none, or None while B is not ready."""
-        if not self.comparing or self.compare_state != "ready":
-            return None
-        method = self.method
-        if method not in COMPARE_METHODS:
-            return f"{self.method_combo.currentText()} is shown for model A only"
-        done = self._compare_overall.get(method)
-        if done is None:
-            return None  # computing
-        if isinstance(done, str):
-            return done
-        return {side: self.compare_explanation.overall(method, side, self.sign) for side in SIDE_NAMES}
-
-    def difference_maps(self) -> dict[str, np.ndarray] | None:
-        """A's overall maps minus B's (current method and sign, at image size), or None."""
-        maps_b = self._compare_maps()
-        if self.state != "ready" or not isinstance(maps_b, dict):
-            return None
-        return {side: self.explanation.overall(self.method, side, self.sign) - maps_b[side] for side in SIDE_NAMES}
-
-    def _show_compare_overall(self, maps_b, unit: str) -> None:
-        """The second row's overall maps: B's (its own scale, or A's and B's shared), or A − B
-        on one symmetric scale for both images."""
-        if not self.comparing:
-            return
-        for pane in self.compare_panes:
-            pane.show_readout(None)
-        if maps_b is None:
-            return
-        if isinstance(maps_b, str):
-            for pane in self.compare_panes:
-                pane.clear_overlay()
-                pane.show_message(maps_b)
-            return
-        name = self.cmap_combo.currentData()
-        if self.difference:
-            diff = self.difference_maps()
-            levels = display_levels(np.concatenate([d.ravel() for d in diff.values()]), "signed")
-            for pane, side in zip(self.compare_panes, SIDE_NAMES):
+        maps = [self._row_maps(row) for row in self.rows]
+        shared = self.shared_scale and not self.difference
+        name, signed = self.display.colormap, self.sign == "signed"
+        for k, (row, shown) in enumerate(zip(self.rows, maps)):
+            for pane in row.panes:
+                pane.show_readout(None)
+            state = self._maps_state(row)
+            if state == "missing":
+                self._request_maps(row)
+                continue
+            if state == "absent":
+                if row.state == "ready" and self.method not in row.methods:
+                    row.say(f"{method_label(self.method)} is shown for model A only")
+                continue
+            if state == "failed":
+                row.say(f"{method_label(self.method)} unavailable:\n{row.overall[self.method]}")
+                continue
+            if k > 0 and self.difference:
+                diff = self.difference_maps(k)
+                if diff is None:
+                    continue
+                levels = display_levels(np.concatenate([d.ravel() for d in diff.values()]), "signed")
+                for pane, side in zip(row.panes, SIDE_NAMES):
+                    pane.show_message(None)
+                    pane.set_map(diff[side], levels)
+                    pane.set_colorbar(name, True, levels, f"A − {row.letter} {unit.replace('similarity ', '')}")
+                continue
+            for pane, side in zip(row.panes, SIDE_NAMES):
                 pane.show_message(None)
-                pane.set_map(diff[side], levels)
-                pane.set_colorbar(name, True, levels, f"A − B {unit.replace('similarity ', '')}")
-            return
-        for pane, side in zip(self.compare_panes, SIDE_NAMES):
-            pane.show_message(None)
-            shown = maps_b[side]
-            levels = display_levels(shown, self.sign)
-            if self.shared_scale:
-                levels = display_levels(np.stack([shown, self.explanation.overall(self.method, side, self.sign)]),
-                                        self.sign)
-            pane.set_map(shown, levels)
-            if not np.any(shown):
-                pane.show_message(f"this map has no {self.sign} part")
-            pane.set_colorbar(name, self.sign == "signed", levels, unit)
+                together = [m[side] for m in maps if m is not None] if shared else []
+                levels = display_levels(np.stack(together) if len(together) > 1 else shown[side], self.sign)
+                pane.set_map(shown[side], levels)
+                if not np.any(shown[side]):
+                    pane.show_message(f"this map has no {self.sign} part")
+                pane.set_colorbar(name, signed, levels, unit)
 
     # -- hover
-    def _build_renderers(self) -> None:
-        """One hover renderer per hovered side, for the current colours (cheap: no copies of
-        the photographs, a few small buffers)."""
-        self._renderers = {}
-        e = self.explanation
-        if e is None:
-            return
-        from dmlviewer.core.explain.hover import DifferenceRenderer, HoverRenderer, pair_scale
-
-        sign, scale_mode = self.sign, self.scale_combo.currentData()
-        tensor = self._hover_tensor()
-        scale = pair_scale(tensor) if scale_mode == "pair" else None
-        lut = overlay_lut(self.cmap_combo.currentData(), sign == "signed")
-        shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))
-        grids = (tuple(e.grid_query), tuple(e.grid_reference))
-        b = self.compare_explanation if self.comparing and self.compare_state == "ready" else None
-        tensor_b = None if b is None else b.point_to_point
-        scale_b = pair_scale(tensor_b) if scale_mode == "pair" and b is not None else None
-        if scale_b is not None and (self.shared_scale or self.difference):  # one scale for A, B and A − B
-            scale = scale_b = max(scale, scale_b)
-        self._compare_renderers, self._difference_renderers = {}, {}
-        for side in (QUERY, REFERENCE):
-            rows = tensor if side == QUERY else tensor.T
-            if sign == "negative":  # the renderer colours [0, s]: the opposing part is -P's positive part
-                rows = -rows
-            self._renderers[side] = HoverRenderer(rows, shapes[side], grids[side], overlay_shape(shapes[1 - side]),
-                                                  grids[1 - side], lut=lut, signed=sign == "signed", scale=scale)
-            if b is None:
-                continue
-            rows_b = tensor_b if side == QUERY else tensor_b.T
-            if sign == "negative":
-                rows_b = -rows_b
-            grids_b = (tuple(b.grid_query), tuple(b.grid_reference))
-            self._compare_renderers[side] = HoverRenderer(
-                rows_b, shapes[side], grids_b[side], overlay_shape(shapes[1 - side]), grids_b[1 - side], lut=lut,
-                signed=sign == "signed", scale=scale_b)
-            if self.difference:
-                self._difference_renderers[side] = DifferenceRenderer(
-                    self._renderers[side], self._compare_renderers[side], lut=overlay_lut(self.cmap_combo.currentData(),
-                                                                                         True), scale=scale_b)
-        self._partial_scale = scale
-
-    def _hover_tensor(self) -> np.ndarray:
-        """The point-to-point tensor hovering shows: the decomposition's, or with the Occlusion
-        map the occlusion interaction (``core.explain.occlusion``)."""
-        occlusion = self._overall.get(OCCLUSION) if self.method == OCCLUSION else None
+    def _hover_tensor(self, row: PairRow) -> np.ndarray:
+        """The point-to-point tensor hovering shows on ``row``: its decomposition's, or with the
+        Occlusion map the occlusion interaction (``core.explain.occlusion``)."""
+        occlusion = row.overall.get(OCCLUSION) if self.method == OCCLUSION else None
         if occlusion is not None and not isinstance(occlusion, str):
             return occlusion.point_to_point
-        return self.explanation.point_to_point
+        return row.explanation.point_to_point
 
-    def _render_partial(self, side: int, x: float, y: float) -> np.ndarray | None:
-        renderer = self._renderers.get(side)
-        if renderer is None or self.state != "ready":
-            return None
-        try:
-            return renderer.render(x, y, self._shared_peak(side, x, y))
-        except ValueError:  # a point on the very border, outside the core's image extent
-            return None
+    def _build_renderers(self) -> None:
+        """Each row's hover renderers for the current display (cheap: no copies of the
+        photographs, a few small buffers), and what the hover link writes with them."""
+        from dmlviewer.core.explain.hover import DifferenceRenderer, pair_scale, side_renderers
 
-    def _render_compare(self, side: int, x: float, y: float) -> np.ndarray | None:
-        """The second row's partial map at the point: B's, or A's minus B's."""
-        renderer = (self._difference_renderers if self.difference else self._compare_renderers).get(side)
-        if (renderer is None or self.state != "ready" or self.compare_state != "ready"
-                or self.method not in COMPARE_METHODS):  # B's row says the map is A's only
-            return None
-        try:
-            if self.difference:
-                return renderer.render(x, y)
-            return renderer.render(x, y, self._shared_peak(side, x, y))
-        except ValueError:
-            return None
-
-    def _shared_peak(self, side: int, x: float, y: float) -> float | None:
-        """With "Shared scale" on "Each map": the larger of A's and B's maxima at the point (one
-        colour scale for both partial maps); None otherwise (each renderer's own scale)."""
-        if not self.shared_scale or self.difference or self._partial_scale is not None:
-            return None
-        a, b = self._renderers.get(side), self._compare_renderers.get(side)
-        if a is None or b is None:
-            return None
-        return max(a.peak(x, y), b.peak(x, y))
-
-    def _on_point(self, side: int, x: float, y: float, pinned: bool) -> None:
-        if self.explanation is None:
+        for row in self._made:
+            row.renderers, row.scale = {}, None
+            row.link.renderers = {}
+        if self.state != "ready":
             return
-        other = self.panes[1 - side]
+        a = self.rows[0].explanation
+        sign, by_pair = self.sign, self.display.scale == "pair"
+        lut = overlay_lut(self.display.colormap, sign == "signed")
+        shapes = (tuple(a.image_shape_query), tuple(a.image_shape_reference))
+        drawn = [row for row in self.rows if row.state == "ready" and self.method in row.methods]
+        tensors = {row: self._hover_tensor(row) for row in drawn}
+        scales = {row: pair_scale(tensors[row]) if by_pair else None for row in drawn}
+        if by_pair and len(drawn) > 1 and (self.shared_scale or self.difference):  # one scale for all rows
+            common = max(scales.values())
+            scales = dict.fromkeys(drawn, common)
+        for row in drawn:
+            e = row.explanation
+            occluded = tensors[row] is not e.point_to_point
+            row.scale = scales[row]
+            row.renderers = dict(enumerate(side_renderers(
+                tensors[row], shapes, (tuple(e.grid_query), tuple(e.grid_reference)), lut=lut, sign=sign,
+                scale=row.scale, similarity=None if occluded else float(e.similarity))))
+        first = self.rows[0]
+        self.link.shared_peak = self.shared_scale and not self.difference and not by_pair
+        for k, row in enumerate(self.rows):
+            link = row.link
+            if row not in drawn:
+                continue
+            if k > 0 and self.difference and first in drawn:
+                lut_d = overlay_lut(self.display.colormap, True)
+                link.renderers = {side: DifferenceRenderer(first.renderers[side], row.renderers[side], lut=lut_d,
+                                                           scale=row.scale) for side in (QUERY, REFERENCE)}
+                if row.scale is None:
+                    link.colorbar = (self.display.colormap, True, (-1.0, 1.0), f"A − {row.letter} ÷ max |A − {row.letter}|")
+                else:
+                    link.colorbar = (self.display.colormap, True, (-row.scale, row.scale),
+                                     f"A − {row.letter}, cosine contribution")
+                link.readout = lambda p, k=row.letter: None if p.peak is None else f"largest |A − {k}| {p.peak:.2g}"
+                continue
+            link.renderers = row.renderers
+            link.colorbar = self._partial_colorbar(row.scale)
+            whose = f"{row.letter}’s" if self.comparing else "the"
+            link.readout = lambda p, whose=whose, each=row.scale is None: self._readout(p, whose, each)
+
+    def _partial_colorbar(self, scale: float | None) -> tuple:
+        """The colour bar of partial maps on ``scale`` (None: each map its own maximum)."""
         signed = self.sign == "signed"
-        scale = self._partial_scale
         if scale is None:
             levels, label = ((-1.0, 1.0) if signed else (0.0, 1.0)), "fraction of this map's maximum"
-            if self.shared_scale:
+            if self.shared_scale and not self.difference:
                 label = "fraction of A's and B's larger maximum"
         else:
             levels, label = ((-scale, scale) if signed else (0.0, scale)), "contribution to the cosine"
         if self.sign == "negative":
             label = "− " + label
-        other.set_colorbar(self.cmap_combo.currentData(), signed, levels, label)
-        self._compare_point(side, x, y, signed, levels, label)
-        share = None
-        occluded = self._hover_tensor() is not self.explanation.point_to_point
-        try:
-            share = None if occluded else float(self.explanation.share(SIDE_NAMES[side], x, y))
-        except Exception:  # noqa: BLE001 - a read-out must never break hovering
-            log.debug("share unavailable", exc_info=True)
-        text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
-        if occluded:
-            text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
-        if share is not None:
-            text += f": this position explains {100.0 * share:+.2f}% of the similarity"
-            readout = f"<b>{100.0 * share:+.1f}%</b> of {'A’s' if self.comparing else 'the'} similarity"
-            peak = getattr(self._renderers.get(side), "last_scale", None)
-            if scale is None and peak is not None:  # each map: the magnitude its 1.0 stands for
-                readout += f"<br>peak {peak:.2g}"
-            other.show_readout(readout)
-        if pinned:
-            text += "   [pinned, Esc to release]"
-        self.status_message.emit(text)
+        return self.display.colormap, signed, levels, label
 
-    def _compare_point(self, side: int, x: float, y: float, signed: bool, levels: tuple, label: str) -> None:
-        """The second row's colour bar and read-out for the point on screen."""
-        e = self.compare_explanation
-        if not self.comparing or e is None or self.compare_state != "ready":
-            return
-        other = self.compare_panes[1 - side]
-        name = self.cmap_combo.currentData()
-        if self.difference:
-            renderer = self._difference_renderers.get(side)
-            if self._partial_scale is None:
-                other.set_colorbar(name, True, (-1.0, 1.0), "A − B ÷ max |A − B|")
-            else:
-                other.set_colorbar(name, True, (-self._partial_scale, self._partial_scale),
-                                   "A − B, cosine contribution")
-            peak = getattr(renderer, "last_scale", None)
-            other.show_readout(None if peak is None else f"largest |A − B| {peak:.2g}")
-            return
-        other.set_colorbar(name, signed, levels, label)
-        try:
-            share = float(e.share(SIDE_NAMES[side], x, y))
-        except Exception:  # noqa: BLE001 - a read-out must never break hovering
-            return
-        readout = f"<b>{100.0 * share:+.1f}%</b> of B’s similarity"
-        peak = getattr(self._compare_renderers.get(side), "last_scale", None)
-        if self._partial_scale is None and peak is not None:
-            readout += f"<br>peak {peak:.2g}"
-        other.show_readout(readout)
+    @staticmethod
+    def _readout(point, whose: str, each_map: bool) -> str | None:
+        """The hovered point's share of its model's similarity (and on "each map" the value its
+        map's top colour stands for), printed on the other pane."""
+        if point.share is None:
+            return None
+        text = f"<b>{100.0 * point.share:+.1f}%</b> of {whose} similarity"
+        if each_map and point.peak is not None:
+            text += f"<br>peak {point.peak:.2g}"
+        return text
+
+    def _describe(self, side: int | None, x: float, y: float, point, pinned: bool) -> str:
+        """The status bar's line for the point on screen (model A's share); "" when cleared."""
+        if side is None:
+            return ""
+        text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
+        first = self.rows[0]
+        if first.explanation is not None and self._hover_tensor(first) is not first.explanation.point_to_point:
+            text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
+        elif point is not None and point.share is not None:
+            text += f": {100.0 * point.share:+.2f}% of the similarity"  # short: read whole in a 1366-px status bar
+        if pinned:
+            text += "  [pinned, Esc to release]"
+        return text
 
     # -- display options
+    def _apply_colors_to_panes(self) -> None:
+        lut = overlay_lut(self.display.colormap, self.sign == "signed")
+        lut_b = overlay_lut(self.display.colormap, True) if self.difference else lut
+        for k, row in enumerate(self._made):
+            for pane in row.panes:
+                pane.set_lut(lut if k == 0 else lut_b)
+
     def _apply_colors(self) -> None:
-        lut = overlay_lut(self.cmap_combo.currentData(), self.sign == "signed")
-        for pane in self.panes:
-            pane.set_lut(lut)
-        lut_b = overlay_lut(self.cmap_combo.currentData(), True) if self.difference else lut
-        for pane in self.compare_panes:
-            pane.set_lut(lut_b)
+        self._apply_colors_to_panes()
         self._update_titles()
         if self.state == "ready":
             self._build_renderers()
@@ -1209,9 +1209,9 @@ class PairView(QWidget):
     # -- matches
     def _update_matches(self) -> None:
         matches = []
-        if self.matches_box.isChecked() and self.state == "ready":
+        if self.display.matches and self.state == "ready":
             try:
-                matches = list(self.explanation.correspondences(self.matches_n.value()))
+                matches = list(self.explanation.correspondences(int(self.display.match_count)))
             except Exception as exc:  # noqa: BLE001
                 errors.report_exception(self, "Correspondences failed", exc)
         self.panes[QUERY].set_markers([m["query_xy"] for m in matches])
@@ -1231,9 +1231,9 @@ class PairView(QWidget):
         QTimer.singleShot(0, self._update_lines)
 
     def shutdown(self) -> None:
-        self.prepare_runner.stop(1.0)
-        self.overall_runner.stop(1.0)
-        self.compare_runner.stop(1.0)
+        self.display.events.disconnect(self._on_display, missing_ok=True)
+        for row in self._made:
+            row.shutdown()
 
 
 def _occlusion_maps(expl, model, images: PairImages, device: str, baseline: str, size: int | None, cancel, report):

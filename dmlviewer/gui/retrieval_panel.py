@@ -7,10 +7,16 @@ file is then opened), automatically for small datasets and on a button press for
 Each result is framed green when its class equals the query's, red otherwise; clicking one
 makes it the reference.
 
-Neighbours are shown only for features of the open model: the feature file's
-``checkpoint_sha256`` must equal the open checkpoint's. After another checkpoint is opened the
-panel re-extracts (small datasets, in the job queue) or offers to; a feature file of another
-model is flagged and its neighbours are not shown under this model's pair.
+The panel binds to the app's session (``core.session.Session``): it follows the session's
+dataset, model, feature file, pair and jobs through their events, and its "top K" to
+``session.display.neighbours``. Neighbours are shown only for features of the open dataset and
+model (``Session.features_problem``: the file's ``dataset_fingerprint`` and
+``checkpoint_sha256``). After another checkpoint is opened the panel re-extracts (small
+datasets, in the job queue) or offers to; a feature file of another model or dataset is flagged
+and its neighbours are not shown under this pair. While the features are being computed (an
+``extract`` job of the session that works for what is open) the panel says so and its Compute
+button waits. A search's result is shown only when the session still accepts the stamp taken
+when it started (the one freshness rule; no counter of the panel's own).
 
 Interactive retrieval (seed 000 Sec. 5.4): a rectangle drawn on the query pane gives the
 partial feature of that region (``core.explain.region_feature``, the sum of the region's
@@ -39,6 +45,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.core.data.lookup import PathIndex
+from dmlviewer.core.session import Session
 from dmlviewer.gui import errors
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.widgets import ElidedLabel
@@ -96,17 +103,14 @@ class RetrievalPanel(QWidget):
     extract_requested = Signal()
     whole_image_chosen = Signal()  # "Whole image": back from a region (the pair view drops its rectangle)
 
-    def __init__(self, loader: ThumbnailLoader, parent=None, model_lock: threading.RLock | None = None) -> None:
+    def __init__(self, loader: ThumbnailLoader, parent=None, model_lock: threading.RLock | None = None,
+                 session: Session | None = None) -> None:
         super().__init__(parent)
         self.loader = loader
         self.model_lock = model_lock or threading.RLock()
-        self.dataset = None
-        self.features = None
+        self.session = session if session is not None else Session()
         self.index = None  # approximate search index of the features (None: exact search)
         self.search_note = ""
-        self.model = None
-        self.device = "cpu"
-        self.model_sha: str | None = None
         self.query_index: int | None = None
         self.region: tuple | None = None
         self.results: list[dict] = []
@@ -114,7 +118,6 @@ class RetrievalPanel(QWidget):
         self._feature_rows = PathIndex([])  # feature-file row of a path
         self._auto_requested = False
         self._auto_reextract = True  # features of another model may be replaced without asking
-        self._generation = 0  # bumped when features or model change: older results are dropped
 
         self.header = ElidedLabel("Neighbours", Qt.ElideRight)
         self.header.setObjectName("panelHeader")
@@ -123,7 +126,7 @@ class RetrievalPanel(QWidget):
         self.query_label = ElidedLabel("")
         self.k_spin = QSpinBox()
         self.k_spin.setRange(1, 100)
-        self.k_spin.setValue(12)
+        self.k_spin.setValue(min(100, self.session.display.neighbours))
         self.k_spin.setPrefix("top ")
         self.source = QLabel("No features loaded")
         self.source.setWordWrap(True)
@@ -143,11 +146,10 @@ class RetrievalPanel(QWidget):
         self.list.setItemDelegate(_ResultDelegate(loader, self.list))
         self.list.itemClicked.connect(self._on_item)
         self.runner = LatestRunner(self)
-        self._search_id: int | None = None  # the runner's request whose results are awaited
         self.runner.result_ready.connect(self._on_results)
         self.runner.request_failed.connect(self._on_failed)
         loader.ready.connect(lambda _i: self.list.viewport().update())
-        self.k_spin.valueChanged.connect(self.refresh)
+        self.k_spin.valueChanged.connect(self._k_changed)
         self.extract_button.clicked.connect(self.extract_requested)
         self.whole_button.clicked.connect(self._whole_image)
 
@@ -166,41 +168,88 @@ class RetrievalPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.list, 1)
 
-    # -- inputs
-    def set_dataset(self, dataset) -> None:
-        self.dataset = dataset
+        events = self.session.events
+        self._session_links = [(events.dataset, self._on_dataset), (events.model, self._on_model),
+                               (events.features, self._on_features), (events.pair, self._on_pair),
+                               (events.jobs, self._update_source),
+                               (self.session.display.events.neighbours, self._on_neighbours)]
+        for signal, callback in self._session_links:
+            signal.connect(callback)
+        if self.session.dataset is not None:
+            self._on_dataset()
+        if self.session.features is not None:
+            self._on_features()
+
+    # -- what the panel shows, read from the session
+    @property
+    def dataset(self):
+        return self.session.dataset
+
+    @property
+    def features(self):
+        return self.session.features
+
+    @property
+    def model(self):
+        return self.session.model
+
+    @property
+    def device(self) -> str:
+        return self.session.device
+
+    @property
+    def model_sha(self) -> str | None:
+        return self.session.model_sha
+
+    @property
+    def computing(self) -> bool:
+        """True while an extraction of the open dataset with the open model runs."""
+        return bool(self.session.running("extract"))
+
+    # -- session events
+    def _on_dataset(self) -> None:
+        dataset = self.dataset
         self._row_of_path = PathIndex([] if dataset is None else dataset.paths)
         self._auto_requested = False
-        self._generation += 1
         self.query_index = None
+        self.region = None
+        self.whole_button.hide()
         self._show([])
         self._update_source()
 
-    def set_model(self, model, device: str = "cpu", sha256: str | None = None) -> None:
-        """The open model (``sha256``: its checkpoint's, to check the features' provenance).
-        Features of another model are then replaced by this model's (extracted in the job
-        queue; automatically for small datasets)."""
-        changed = sha256 != self.model_sha or model is not self.model
-        self.model = model
-        self.device = str(device)
-        self.model_sha = sha256 or None
+    def _on_model(self, slot: str = "primary") -> None:
+        """Another model: features of another model are then replaced by this model's
+        (extracted in the job queue; automatically for small datasets)."""
+        if slot != "primary":
+            return
         self._auto_requested = False
-        if changed:
-            self._generation += 1
-            self._auto_reextract = True
+        self._auto_reextract = True
         self._update_source()
         self.refresh()
 
-    def set_features(self, features, chosen: bool = False) -> None:
-        """Retrieve from ``features``; ``chosen``: opened by the user (a file of another model is
-        then flagged, not replaced without asking)."""
-        self.features = features
+    def _on_features(self) -> None:
+        """Retrieve from the session's features; opened by the user (``features_chosen``), a
+        file of another model is flagged, not replaced without asking."""
+        features = self.features
         self.index = None
         self.search_note = ""
-        self._generation += 1
-        self._auto_reextract = not chosen
+        self._auto_reextract = not self.session.features_chosen
         self._feature_rows = PathIndex([] if features is None else features.paths)
         self._update_source()
+        self.refresh()
+
+    def _on_pair(self) -> None:
+        if self.session.query_index is not None:
+            self.set_query(self.session.query_index)
+
+    def _on_neighbours(self, value: int) -> None:
+        value = max(self.k_spin.minimum(), min(self.k_spin.maximum(), int(value)))
+        if value != self.k_spin.value():
+            self.k_spin.setValue(value)
+
+    def _k_changed(self, value: int) -> None:
+        if self.session.display.neighbours != value:
+            self.session.display.neighbours = value
         self.refresh()
 
     def cross_view_problem(self) -> str | None:
@@ -216,17 +265,9 @@ class RetrievalPanel(QWidget):
                 f"CVUSA's layout); this {self.dataset.format} dataset does not say which images are which.")
 
     def mismatch(self) -> str | None:
-        """Why the loaded features must not be shown with the open model (None: they may)."""
-        if self.features is None or self.model is None:
-            return None
-        stored = str(self.features.attrs.get("checkpoint_sha256", "") or "")
-        if not stored:
-            return ("These features do not say which checkpoint computed them, so they may belong to "
-                    "another model: their neighbours are not shown.")
-        if self.model_sha and stored != self.model_sha:
-            return (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than the "
-                    f"open one ({self.model_sha[:12]}…): their neighbours are not shown.")
-        return None
+        """Why the loaded features must not be shown with the open dataset and model (None:
+        they may); the session's rule."""
+        return self.session.features_problem()
 
     def set_index(self, index) -> None:
         """Search through ``index`` (an ``ApproximateIndex`` of the open features; None: exact)."""
@@ -277,7 +318,7 @@ class RetrievalPanel(QWidget):
         region = self.region
         # The query itself is left out, as whole-image retrieval leaves it out (its row is
         # looked up in the worker).
-        query_path, generation = self._query_path(), self._generation
+        query_path, stamp = self._query_path(), self.session.stamp(features=True)
 
         def job(cancel):
             from dmlviewer.core.evaluate.region_retrieval import region_retrieve
@@ -285,10 +326,10 @@ class RetrievalPanel(QWidget):
             row = None if query_path is None else feature_rows.find(query_path)
             with lock:
                 cancel.raise_if_cancelled()
-                return generation, region_retrieve(model, image, region, features, k=k, device=device,
-                                                   index=search_index, query_row=row)
+                return stamp, region_retrieve(model, image, region, features, k=k, device=device,
+                                              index=search_index, query_row=row)
 
-        self._search_id = self.runner.submit(job, cancel_aware=True)
+        self.runner.submit(job, cancel_aware=True)
 
     def _query_name(self) -> str:
         if self.query_index is None or self.dataset is None:
@@ -324,7 +365,7 @@ class RetrievalPanel(QWidget):
                 self.extract_requested.emit()
             return
         self._update_source()
-        features, k, search_index, generation = self.features, self.k_spin.value(), self.index, self._generation
+        features, k, search_index, stamp = self.features, self.k_spin.value(), self.index, self.session.stamp(features=True)
         feature_rows, dataset_rows, path = self._feature_rows, self._row_of_path, ds.paths[index]
 
         def job(cancel):
@@ -334,24 +375,22 @@ class RetrievalPanel(QWidget):
             # rows): here in the worker, not on the GUI thread.
             row = feature_rows.find(path)
             if row is None:
-                return generation, None
+                return stamp, None
             results = retrieve(features, row, k, index=search_index)
             dataset_rows.prepare()
-            return generation, results
+            return stamp, results
 
-        self._search_id = self.runner.submit(job, cancel_aware=True)
+        self.runner.submit(job, cancel_aware=True)
 
     @property
     def searching(self) -> bool:
         """True while the newest search has not answered (screenshots wait for it)."""
-        return self._search_id is not None and self._search_id == self.runner.latest_id
+        return self.runner.pending
 
     # -- outputs
     def _on_results(self, request: int, value: object) -> None:
-        if request == self._search_id:
-            self._search_id = None
-        generation, results = value
-        if generation != self._generation:  # computed from features or a model no longer open
+        stamp, results = value
+        if not self.session.accepts(stamp):  # computed from features, a dataset or a model no longer open
             return
         if results is None:
             self.source.setText(f"{self._features_text()}<br><i>the query is not in this feature file</i>")
@@ -360,8 +399,6 @@ class RetrievalPanel(QWidget):
         self._show(list(results))
 
     def _on_failed(self, request: int, text: str) -> None:
-        if request == self._search_id:
-            self._search_id = None
         first, details = errors.split_failure(text)
         errors.show_error(self, "Retrieval failed", first, details)
 
@@ -416,6 +453,12 @@ class RetrievalPanel(QWidget):
             self.source.setText(f"<span style='color:#eb5757'>{problem}</span>")
             self.extract_button.setVisible(False)
             return
+        if self.computing:  # an extraction for what is open runs: no second request (issue 31 item 4)
+            self.source.setText("Computing the features of the dataset with the open model (see View ▸ Jobs)…")
+            self.extract_button.setText("Computing features…")
+            self.extract_button.setVisible(True)
+            self.extract_button.setEnabled(False)
+            return
         if mismatch:
             self.source.setText(f"<span style='color:#eb5757'><b>Features of another model.</b></span> {mismatch}")
             self.extract_button.setText("Compute features of the open model")
@@ -428,3 +471,5 @@ class RetrievalPanel(QWidget):
 
     def shutdown(self) -> None:
         self.runner.stop(1.0)
+        for signal, callback in self._session_links:  # the session may outlive the panel
+            signal.disconnect(callback, missing_ok=True)

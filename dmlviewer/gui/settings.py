@@ -146,11 +146,6 @@ def add_recent(key: str, path: str | os.PathLike, settings: QSettings | None = N
     return items
 
 
-def remove_recent(key: str, path: str, settings: QSettings | None = None) -> None:
-    settings = settings or app_settings()
-    settings.setValue(f"recent/{key}", [p for p in recent(key, settings) if p != path])
-
-
 # -- model sources and the last session (core.session; issue 23 item 2)
 def recent_models(settings: QSettings | None = None) -> list:
     """The recent models as ``ModelSource``s, newest first: ``recent/models`` (source dicts as
@@ -161,16 +156,53 @@ def recent_models(settings: QSettings | None = None) -> list:
     return recent_sources(recent("models", settings) + recent("checkpoints", settings))
 
 
-def add_recent_model(source, settings: QSettings | None = None) -> None:
-    """Remember ``source`` (a ``ModelSource``) first in the recent models."""
+def add_recent_model(source, settings: QSettings | None = None, info: dict | None = None) -> None:
+    """Remember ``source`` (a ``ModelSource``) first in the recent models; ``info`` (``open_model``'s):
+    its loss and backbone are kept beside it, for the Recent Models menus' names."""
     import json
 
+    from dmlviewer.core.models.naming import traits
     from dmlviewer.core.session import add_recent_source
 
     settings = settings or app_settings()
     items = add_recent_source(recent("models", settings) + recent("checkpoints", settings), source)
     settings.setValue("recent/models", [json.dumps(item, sort_keys=True) for item in items])
     settings.remove("recent/checkpoints")  # folded into recent/models
+    known = _recent_traits(settings)
+    if info is not None and items and source.persistent:
+        known[_traits_key(items[0])] = traits(info)
+    keys = {_traits_key(item) for item in items}
+    settings.setValue("recent/model_traits", json.dumps({k: v for k, v in known.items() if k in keys}))
+
+
+def _traits_key(item: dict) -> str:
+    """A recent model's entry without the user's label (the key of its traits)."""
+    import json
+
+    return json.dumps({k: v for k, v in item.items() if k != "label"}, sort_keys=True)
+
+
+def _recent_traits(settings: QSettings) -> dict[str, list[str]]:
+    """The remembered traits of the recent models (settings text: untrusted, checked)."""
+    import json
+
+    try:
+        data = json.loads(str(settings.value("recent/model_traits", "") or "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): [str(t)[:40] for t in v[:4]] for k, v in data.items() if isinstance(v, list)}
+
+
+def recent_model_names(sources: list, settings: QSettings | None = None) -> list[str]:
+    """Names a person can tell apart for the Recent Models menus (``core.models.naming``): each
+    source's run folder and file, its loss and backbone when it was opened here, distinct."""
+    from dmlviewer.core.models.naming import distinct_names
+
+    settings = settings or app_settings()
+    known = _recent_traits(settings)
+    return distinct_names([(s, known.get(_traits_key(s.to_dict())) if s.persistent else None) for s in sources])
 
 
 def clear_recent_models(settings: QSettings | None = None) -> None:

@@ -175,6 +175,9 @@ def install_tools(main_window: Any) -> Tools:
         action.triggered.connect(slot)  # the slots take no argument: "checked" is dropped
         main_window.add_tool_action(action)
     _install_pair_actions(main_window, tools)
+    from dmlviewer.gui import report_job  # Tools > Report (issue 33)
+
+    report_job.install(main_window)
     # The Jobs dock is shown and hidden from the View menu, with the other docks.
     main_window.add_view_action(tools.jobs_dock, "&Jobs")
     main_window.tools = tools

@@ -38,8 +38,9 @@ from PySide6.QtWidgets import (
     QSizePolicy, QSpinBox, QSplitter, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from dmlviewer.core.fields import worded
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.widgets import (PathEdit, add_legend, fit_to_screen, format_eta, scrolling, series_color,
+from dmlviewer.gui.widgets import (LegendStrip, PathEdit, fit_to_screen, format_eta, scrolling, series_color,
                                    series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -616,7 +617,8 @@ class TrainingMonitor(QWidget):
     two tabs: the total is mostly the metric term, drawn together they would lie on top of
     each other), of Recall@1 / NMI (per epoch, from epoch 0, the model before training; with a
     validation split also its Recall@1), and the run's log. ``reset()`` before a run,
-    ``on_event(Progress)`` for each event."""
+    ``on_event(Progress)`` for each event. Each plot's legend is a strip under it, outside the
+    data (drawn over the view it hid the last epoch's points)."""
 
     REFRESH_MS = 200
 
@@ -630,15 +632,12 @@ class TrainingMonitor(QWidget):
         self.eta = QLabel("ETA --:--")
         self.loss_plot = pg.PlotWidget(title="Training loss per step (total of the weighted terms)")
         self.loss_plot.setLabel("left", "loss")
-        self.loss_legend = add_legend(self.loss_plot, "top-right")
         self.terms_plot = pg.PlotWidget(title="Loss terms per step (each before its weight)")
         self.terms_plot.setLabel("left", "term")
-        self.terms_legend = add_legend(self.terms_plot, "top-right")
         self.metric_plot = pg.PlotWidget(title=METRIC_TITLES[False])
         self.metric_plot.setLabel("bottom", "epoch")
         self.metric_plot.setLabel("left", "score")
-        self.metric_plot.setYRange(0, 1)
-        self.metric_legend = add_legend(self.metric_plot, "bottom-right")
+        self.loss_legend, self.terms_legend, self.metric_legend = (LegendStrip(columns=4) for _ in range(3))
         for plot in (self.loss_plot, self.terms_plot, self.metric_plot):
             style_plot(plot)
             plot.setMinimumHeight(140)
@@ -646,8 +645,8 @@ class TrainingMonitor(QWidget):
             plot.setLabel("bottom", "step")
         self.loss_tabs = QTabWidget()
         self.loss_tabs.setDocumentMode(True)
-        self.loss_tabs.addTab(self.loss_plot, "Loss")
-        self.loss_tabs.addTab(self.terms_plot, "Loss terms")
+        self.loss_tabs.addTab(_with_legend(self.loss_plot, self.loss_legend), "Loss")
+        self.loss_tabs.addTab(_with_legend(self.terms_plot, self.terms_legend), "Loss terms")
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(5000)
@@ -661,7 +660,7 @@ class TrainingMonitor(QWidget):
         layout.addWidget(self.status)
         splitter = QSplitter(Qt.Vertical)
         splitter.addWidget(self.loss_tabs)
-        splitter.addWidget(self.metric_plot)
+        splitter.addWidget(_with_legend(self.metric_plot, self.metric_legend))
         splitter.addWidget(self.log)
         splitter.setSizes([300, 260, 160])
         layout.addWidget(splitter, 1)
@@ -673,17 +672,33 @@ class TrainingMonitor(QWidget):
         self._timer.setInterval(self.REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         self._timer.start()
+        self._reset_axes()
+
+    def _plots(self) -> tuple[tuple[pg.PlotWidget, LegendStrip, dict[str, _Series]], ...]:
+        return ((self.loss_plot, self.loss_legend, self.loss_series),
+                (self.terms_plot, self.terms_legend, self.term_series),
+                (self.metric_plot, self.metric_legend, self.metric_series))
+
+    def _reset_axes(self) -> None:
+        """Every plot's axes as before any data: 0 to 1 (scores keep 0 to 1), then following the
+        data as it arrives; without this a new run showed the last run's ranges until its
+        first points came."""
+        for plot, _, _ in self._plots():
+            view = plot.getViewBox()
+            view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0)
+            view.enableAutoRange(x=True, y=plot is not self.metric_plot)
+        self.metric_plot.getAxis("bottom").setTickSpacing()  # automatic until epochs arrive
 
     def reset(self, two_branch: bool = False) -> None:
-        """Empty plots and log for a new run (``two_branch``: its metrics are street-to-aerial retrieval's)."""
+        """Empty plots, fresh axes and log for a new run (``two_branch``: its metrics are
+        street-to-aerial retrieval's)."""
         self.metric_plot.setTitle(METRIC_TITLES[two_branch])
-        for plot, legend, series in ((self.loss_plot, self.loss_legend, self.loss_series),
-                                     (self.terms_plot, self.terms_legend, self.term_series),
-                                     (self.metric_plot, self.metric_legend, self.metric_series)):
+        for plot, legend, series in self._plots():
             for s in series.values():
                 plot.removeItem(s.curve)
-            legend.clear()
             series.clear()
+            legend.set_items([])
+        self._reset_axes()
         self.progress.setValue(0)
         self.eta.setText("ETA --:--")
         self.log.clear()
@@ -691,13 +706,13 @@ class TrainingMonitor(QWidget):
 
     def _series(self, name: str, kind: str) -> _Series:
         """The curve ``name`` of plot ``kind`` (``loss``, ``term`` or ``metric``)."""
-        table, plot = {"loss": (self.loss_series, self.loss_plot), "term": (self.term_series, self.terms_plot),
-                       "metric": (self.metric_series, self.metric_plot)}[kind]
+        plot, legend, table = self._plots()[("loss", "term", "metric").index(kind)]
         if name not in table:
             color = series_color(len(table))
             pen = series_pen(len(table), width=2 if kind != "term" else 1.5)
             kwargs = dict(symbol="o", symbolSize=7, symbolBrush=color, symbolPen=None) if kind == "metric" else {}
             table[name] = _Series(plot.plot([], [], pen=pen, name=name, **kwargs))
+            legend.set_items([(s.curve, n) for n, s in table.items()])
         return table[name]
 
     def on_event(self, event: Progress) -> None:
@@ -766,6 +781,17 @@ class TrainingMonitor(QWidget):
         return out
 
 
+def _with_legend(plot: pg.PlotWidget, legend: LegendStrip) -> QWidget:
+    """``plot`` with ``legend`` under it."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(plot, 1)
+    layout.addWidget(legend)
+    return box
+
+
 def read_run_settings(path: str | Path):
     """The :class:`TrainConfig` saved in a run folder (``RUN/config.json``) or a config file."""
     from dmlviewer.core.train.config import TrainConfig
@@ -799,15 +825,15 @@ def next_run_folder(last: str | Path) -> str:
         n += 1
 
 
-def in_dialog_terms(problem: str, labels: dict[str, str]) -> str:
-    """``core.train.validate``'s sentence with each command-line option (``--dim``) named by
-    its field in the dialog (“Embedding size”)."""
-
-    def field(match: re.Match) -> str:
-        name = match.group(1).replace("-", "_")
-        return f"“{labels[name]}”" if name in labels else match.group(0)
-
-    return re.sub(r"--([a-z][a-z0-9-]*)", field, problem)
+def field_names(labels: dict[str, str]) -> dict[str, str]:
+    """How the dialog words the core's errors (they name options by identifier): each option by
+    its field (“Embedding size”), the two-branch options by the field that sets them."""
+    names = {name: f"“{label}”" for name, label in labels.items()}
+    for option, field in (("batch_pairs", "classes_per_batch"), ("reference_size", "image_size"),
+                          ("query_shape", "image_size")):
+        if field in names:
+            names[option] = names[field]
+    return names
 
 
 def breakable(text: str) -> str:
@@ -844,11 +870,8 @@ class TrainingDialog(QDialog):
     """Configure, launch and watch a training run (non-modal; closing it keeps the run going).
 
     ``open_checkpoint(path)`` is called when the user opens the finished run's checkpoint
-    (the main window's ``open_checkpoint``); ``checkpoint_ready(path)`` is emitted when a run
-    has written its final checkpoint.
+    (the main window's ``open_checkpoint``).
     """
-
-    checkpoint_ready = Signal(str)
 
     def __init__(self, runner: JobRunner, dataset: str | None = None, dataset_format: str | None = None,
                  open_checkpoint: Callable[[str], Any] | None = None, parent: QWidget | None = None) -> None:
@@ -989,12 +1012,12 @@ class TrainingDialog(QDialog):
         except (TypeError, ValueError) as exc:
             return [str(exc)]
         held = bool(config.out) and file_problem(config.checkpoint_path) is None
-        # validate the run folder's state here: the core's sentences name command-line options
+        # the run folder's state is said here, in terms of the folder field and the Resume box
         if self.form.two_branch():
             problems = self._two_branch_problems(held)
         else:
-            problems = [in_dialog_terms(p, self.form.labels)
-                        for p in validate(dataclasses.replace(config, resume=held))]
+            names = field_names(self.form.labels)
+            problems = [worded(p, names) for p in validate(dataclasses.replace(config, resume=held))]
         resume, folder = f"“{RESUME_TEXT}”", f"“{RUN_FOLDER_TEXT}”"
         if held and not config.resume:
             problems.append(f"the {folder} already holds a run ({config.checkpoint_path.name}): tick {resume} to "
@@ -1029,8 +1052,8 @@ class TrainingDialog(QDialog):
         from dmlviewer.core.train.cross_view import validate_cross_view
 
         config = self.form.cross_view_config()
-        problems = [in_dialog_terms(p, self.form.labels)
-                    for p in validate_cross_view(dataclasses.replace(config, resume=held))]
+        names = field_names(self.form.labels)
+        problems = [worded(p, names) for p in validate_cross_view(dataclasses.replace(config, resume=held))]
         fmt = self.form._dataset_format
         if config.dataset and fmt is not None and fmt != "cvusa":
             problems.append(f"two branches need a cross-view dataset in CVUSA's layout (street and aerial "
@@ -1107,6 +1130,7 @@ class TrainingDialog(QDialog):
             return None
         from dmlviewer.core.train import train
         from dmlviewer.core.train.cross_view import train_cross_view_events
+        from dmlviewer.core.train.errors import worded_run
 
         config = self.run_config = self.form.config()
         self.save_settings()
@@ -1115,10 +1139,12 @@ class TrainingDialog(QDialog):
         self.monitor.reset(self.form.two_branch())
         if self.form.two_branch():  # the same core as train --branches 2
             self.monitor.append_log(f"training a two-branch (cross-view) model into {config.out}")
-            job = (train_cross_view_events, (self.form.cross_view_config(),), {})
+            run, options = train_cross_view_events, self.form.cross_view_config()
         else:
             self.monitor.append_log(f"training into {config.out}")
-            job = (train, (config,), {})
+            run, options = train, config
+        # errors come back as text from the training process: worded there with the form's labels
+        job = (worded_run, (run, field_names(self.form.labels), options), {})
         self.job = self.runner.submit(f"Training {Path(config.out).name}", job, process=True)
         if self.job.state == "queued":
             self.monitor.status.setText("Queued behind other jobs...")
@@ -1161,8 +1187,6 @@ class TrainingDialog(QDialog):
         self.monitor.status.setText(breakable(f"Finished: {self.checkpoint or 'no checkpoint reported'}{chosen}"))
         self.monitor.append_log(f"finished; checkpoint {self.checkpoint}")
         self._end_run()
-        if self.checkpoint:
-            self.checkpoint_ready.emit(self.checkpoint)
 
     def _on_failed(self, job: Job, text: str) -> None:
         if not self._mine(job):

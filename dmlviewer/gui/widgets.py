@@ -245,14 +245,6 @@ class FlowLayout(QLayout):
         return y - self._vspace - inner.y() + m.top() + m.bottom()
 
 
-def no_vertical_growth(widget: QWidget) -> QWidget:
-    """Fixed vertical size policy (a toolbar row that should not take the view's height)."""
-    policy = widget.sizePolicy()
-    policy.setVerticalPolicy(QSizePolicy.Fixed)
-    widget.setSizePolicy(policy)
-    return widget
-
-
 class ElidedLabel(QLabel):
     """A one-line label that elides its text (in the middle by default) to the width it gets,
     instead of wrapping mid-word or widening its dock; the whole text is its tooltip."""
@@ -427,6 +419,25 @@ def style_plot(plot, grid: bool = True) -> None:
     if grid:
         plot.showGrid(x=True, y=True, alpha=0.2)
     no_si_prefix(plot)
+
+
+#: One colour per explanation method (issue 31 item 8), the same in every plot that draws a
+#: curve per method: far apart on the dark background and in print (Okabe-Ito, plus white).
+METHOD_COLORS = {
+    "decomposition": "#0072B2",       # blue
+    "decomposition_bias": "#E69F00",  # orange
+    "gradcam": "#009E73",             # green
+    "gradcam_nonorm": "#CC79A7",      # pink
+    "rgradcam": "#F0E442",            # yellow
+    "grad_transfer": "#D55E00",       # vermillion (never beside the sanity check's orange)
+    "occlusion": "#FFFFFF",           # white
+}
+
+
+def method_color(method: str, index: int = 0) -> str:
+    """The colour of ``method``'s curves (:data:`METHOD_COLORS`; another method: the
+    ``index``-th series colour)."""
+    return METHOD_COLORS.get(method) or series_color(index)
 
 
 def series_color(index: int) -> str:

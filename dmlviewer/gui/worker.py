@@ -651,7 +651,10 @@ class LatestRunner(QObject):
     ``cancel_aware=True``, so that a superseded request can stop early) runs in a worker
     thread. A new request replaces one still pending and cancels the token of the one
     running; ``result_ready(request_id, value)`` and ``request_failed(request_id, text)``
-    are emitted only for the newest request: stale results are dropped.
+    are emitted only for the newest request: stale results are dropped. ``pending`` says
+    whether the newest request has not answered yet (so a caller keeps no request id of its
+    own). Whether a result still belongs to what is open is the session's stamp check
+    (``core.session.Session.accepts``), not the runner's.
     """
 
     result_ready = Signal(int, object)
@@ -664,26 +667,31 @@ class LatestRunner(QObject):
         super().__init__(parent)
         self._ids = itertools.count(1)
         self._latest = 0
+        self._pending = False
         self._raw_result.connect(self._on_result)
         self._raw_failed.connect(self._on_failed)
         self._worker = _LatestWorker(self._emit_raw)
 
     @property
-    def latest_id(self) -> int:
-        return self._latest
+    def pending(self) -> bool:
+        """True while the newest request has not answered (nor been cancelled)."""
+        return self._pending
 
     def submit(self, func: Callable[..., Any], cancel_aware: bool = False) -> int:
+        self._pending = True
         self._latest = next(self._ids)
         self._worker.put((self._latest, func, cancel_aware, CancelToken()))
         return self._latest
 
     def cancel(self) -> None:
         """Forget every request: nothing pending runs and no result is delivered."""
+        self._pending = False
         self._latest = next(self._ids)
         self._worker.put(None)
 
     def stop(self, timeout_s: float = 5.0) -> bool:
         """End the worker thread (at most ``timeout_s`` for the running request)."""
+        self._pending = False
         self._latest = next(self._ids)
         return self._worker.stop(timeout_s)
 
@@ -692,8 +700,10 @@ class LatestRunner(QObject):
 
     def _on_result(self, request_id: int, value: object) -> None:
         if request_id == self._latest:
+            self._pending = False
             self.result_ready.emit(request_id, value)
 
     def _on_failed(self, request_id: int, text: str) -> None:
         if request_id == self._latest:
+            self._pending = False
             self.request_failed.emit(request_id, text)

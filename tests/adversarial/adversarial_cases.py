@@ -564,7 +564,7 @@ def api_dmlviewer_view(fx: dict, tmp: Path) -> str:
             raise AssertionError("dmlviewer.view opened a payload checkpoint")
         except CheckpointError:
             pass
-        window = view(dataset=fx["ds_dotdot_path"], block=False)
+        window = view(dataset=fx["ds_dotdot_path"], block=False).window  # view returns the session
         try:
             assert window.isVisible() and len(dialogs) == 1 and "may not be used" in dialogs[0][1], dialogs
         finally:

@@ -64,12 +64,22 @@ def test_randomize_json_keys(setup, capsys):
     assert agreement["methods"] == ["decomposition", "occlusion"]
     assert [d["depth"] for d in agreement["depths"]] == [1, 2]
     assert agreement["depths"][0]["label"] == "head.projection.out"
+    assert agreement["depths"][0]["name"] == "head"  # readable, as the app's axis and the README say it
     for depth in agreement["depths"]:
         for method in ("decomposition", "occlusion"):
             values = depth["methods"][method]
             assert set(values) == {"overall_map_spearman", "iou", "peak_distance"}
             assert len(values["overall_map_spearman"]["per_pair"]) == 2
     assert len(doc["pairs"]) == 2 and len(doc["pairs"][0]["randomized_similarity"]) == 2
+
+
+def test_randomize_text_names_each_depth_readably(setup, capsys):
+    rc = main(["compare", "--checkpoint", setup["a"], "--randomize", "--dataset", setup["root"], "--pairs", "2",
+               "--limit", "2", "--max-depths", "2", "--method", "decomposition", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "randomization check on 2 pairs" in out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert rows[0].rstrip().endswith("head (head.projection.out)")  # the name, then the modules
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -133,11 +133,16 @@ def test_correspond_json(setup, capsys, tmp_path):
     assert "part masks" in capsys.readouterr().err
 
 
-def test_command_constants_match_the_core():
-    """The commands repeat the method and pairing names (their parsers must not import torch)."""
-    from dmlviewer.commands import explain as explain_command
+def test_command_choices_match_the_core():
+    """``explain --method`` offers the registry's methods, each of which the core explains; the
+    localize command repeats the pairing names (its parser must not import torch)."""
+    from dmlviewer.cli import build_parser
     from dmlviewer.commands import localize as localize_command
     from dmlviewer.core import explain as core
+    from dmlviewer.core.explain import methods as registry
 
-    assert explain_command.METHODS == core.METHODS
+    sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and a.choices and "explain" in a.choices)
+    method = next(a for a in sub.choices["explain"]._actions if a.dest == "method")
+    assert tuple(method.choices) == registry.methods("explain") == (
+        "decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
     assert localize_command.PAIRINGS == core.PAIRINGS

@@ -96,6 +96,11 @@ def test_retrieve_with_region_json(trained, data, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["train", "--dataset", "/no/such/data", "--out", "RUN"], "dataset folder not found: /no/such/data"),
     (["train", "--dataset", ".", "--out", "RUN", "--deml-adversary", "1"], "--deml-adversary needs --grouping c"),
+    # issue 31 item 12: was a ValueError traceback from building the model
+    (["train", "--dataset", ".", "--out", "RUN", "--backbone", "small_cnn", "--pretrained", "imagenet"],
+     "--pretrained imagenet: no ImageNet weights exist for small_cnn; use none or a weights file"),
+    (["train", "--branches", "2", "--dataset", ".", "--out", "RUN", "--pretrained", "imagenet"],
+     "--pretrained imagenet: no ImageNet weights exist for small_cnn"),
     (["evaluate", "--checkpoint", "/no/ckpt.pt", "--dataset", ".", "--out", "f.h5"], "checkpoint not found: /no/ckpt.pt"),
     (["retrieve", "--features", "/no/f.h5", "--query", "0"], "feature file not found: /no/f.h5"),
     (["retrieve", "--features", "/no/f.h5", "--query", "0", "--region", "5,5,1,1"], "y1 > y0"),
@@ -108,6 +113,7 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys, tmp_path, mon
         code = exc.code
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "RUN").exists()
 
 
 def test_retrieve_query_out_of_range(trained, data, tmp_path, capsys):

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dmlviewer.core.display import DisplayOptions
 from dmlviewer.core.models.source import ModelSource
 from dmlviewer.core.session import (LastSession, Session, SessionError, Stamp, add_recent_source,
                                     recent_sources)
@@ -18,7 +19,8 @@ def _dataset(n: int = 4):
 
 
 def _record(session: Session) -> dict[str, list]:
-    heard: dict[str, list] = {name: [] for name in ("dataset", "model", "pair", "features", "device")}
+    heard: dict[str, list] = {name: [] for name in ("dataset", "model", "pair", "features", "device", "jobs",
+                                                    "pinned")}
     for name, calls in heard.items():
         getattr(session.events, name).connect(lambda *args, c=calls: c.append(args))
     return heard
@@ -35,7 +37,8 @@ def test_each_change_fires_its_event_once(tmp_path):
     s.set_features("F", str(tmp_path / "f.h5"))
     s.set_device("cpu")  # already
     s.set_device("cuda:0")
-    assert {k: len(v) for k, v in heard.items()} == {"dataset": 1, "model": 1, "pair": 1, "features": 1, "device": 1}
+    assert {k: len(v) for k, v in heard.items()} == {"dataset": 1, "model": 1, "pair": 1, "features": 1, "device": 1,
+                                                     "jobs": 0, "pinned": 0}
     assert heard["model"] == [("primary",)]
     # A new dataset clears the pair (its indices were the old dataset's), said once.
     s.set_dataset(_dataset(), str(tmp_path), None)
@@ -92,7 +95,7 @@ def test_the_last_session_round_trips_every_model_source(tmp_path, source):
     text = json.dumps(data)  # settings hold it as text
     back = Session.from_dict(text)
     assert back == LastSession(str(tmp_path), "folder", {"primary": source}, "c2/img2.jpg", "c3/img3.jpg",
-                               str(tmp_path / "f.h5"))
+                               str(tmp_path / "f.h5"), DisplayOptions().to_dict())
     assert back.models["primary"].kind == source.kind  # imagenet: stays a pretrained backbone
     assert Session.from_dict(back.to_dict()) == back
 
@@ -173,3 +176,88 @@ def test_reading_a_last_session_whose_dataset_is_gone_opens_the_demo_and_says_so
     [(title, exc, source)] = result["errors"]
     assert title == "Cannot reopen the last session's model" and str(exc) == f"checkpoint not found: {tmp_path / 'x.pt'}"
     assert source.kind == "checkpoint"
+
+
+def test_the_display_options_are_evented_and_saved_with_the_last_session_and_hostile_values_skipped(tmp_path):
+    s = Session()
+    heard: list = []
+    s.display.events.sign.connect(heard.append)
+    s.display.sign = "signed"
+    s.display.opacity = 0.25
+    assert heard == ["signed"]
+    text = json.dumps(s.to_dict())
+    restored = Session()
+    assert restored.display.update(Session.from_dict(text).display) == []
+    assert restored.display == s.display
+    hostile = json.loads(text)
+    hostile["display"].update(sign="rm -rf", opacity="nan%", colormap=["jet"], method="decomposition")
+    back = Session.from_dict(json.dumps(hostile))
+    fresh = Session()
+    skipped = fresh.display.update(back.display)
+    assert sorted(skipped) == ["opacity", "sign"]  # a list is not kept from settings at all
+    assert (fresh.display.sign, fresh.display.opacity, fresh.display.colormap) == ("positive", 0.6, "jet")
+    assert Session.from_dict(json.dumps({"display": "oops"})).display == {}  # ignored, not refused
+
+
+def _folder(root, seed: int, per_class: int):
+    from dmlviewer.core.data import make_demo_data, open_dataset
+
+    make_demo_data(root, classes=2, per_class=per_class, size=32, seed=seed)
+    return open_dataset(root)
+
+
+def test_features_are_bound_to_the_dataset_identity_not_to_its_file_names(tmp_path):
+    """Two demo folders with the same file names (other seeds) are two datasets; a copy of a
+    folder is the same one; a file without a fingerprint fits only its own folder's listing."""
+    import shutil
+
+    from dmlviewer.core.data.identity import dataset_identity, listing_fingerprint
+
+    one, two = _folder(tmp_path / "one", 1, 3), _folder(tmp_path / "two", 2, 3)
+    assert one.paths == two.paths
+    assert listing_fingerprint(one) != listing_fingerprint(two)
+    shutil.copytree(tmp_path / "one", tmp_path / "copy")
+    from dmlviewer.core.data import open_dataset
+
+    copy = open_dataset(tmp_path / "copy")
+    assert dataset_identity(copy).fingerprint == dataset_identity(one).fingerprint
+    assert dataset_identity(copy).root != dataset_identity(one).root
+
+    s = Session()
+    s.set_dataset(one, str(tmp_path / "one"))
+    heard = _record(s)
+    bound = SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(one), "checkpoint_sha256": "a" * 64},
+                            paths=one.paths)
+    legacy = SimpleNamespace(attrs={"dataset_root": str(tmp_path / "one")}, paths=list(one.paths))
+    assert s.features_fit(bound) and s.features_fit(legacy)
+    s.set_features(bound, "one.h5")
+    s.set_dataset(copy, str(tmp_path / "copy"))  # the same listing elsewhere: the features stay
+    assert s.features is bound and len(heard["features"]) == 1  # set_features only
+    assert not s.features_fit(legacy)  # no fingerprint: only its own folder
+    s.set_dataset(two, str(tmp_path / "two"))  # same names, other images: the features go, said once
+    assert s.features is None and len(heard["features"]) == 2
+    assert "another dataset" in s.features_problem(bound)
+    legacy_partial = SimpleNamespace(attrs={"dataset_root": str(tmp_path / "two")}, paths=two.paths[:-1])
+    assert not s.features_fit(legacy_partial)
+    # A file of one split (``evaluate --split test``) carries the fingerprint of its images: it
+    # fits its own folder, never the other one with the same names.
+    test = two.select_split("test")
+    split_file = SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(test)}, paths=test.paths)
+    assert 0 < len(test) < len(two) and s.features_fit(split_file)
+    s.set_dataset(one, str(tmp_path / "one"))
+    assert not s.features_fit(split_file)
+
+
+def test_jobs_are_held_with_their_stamps_and_a_feature_stamp_follows_the_feature_file(tmp_path):
+    s = Session()
+    s.set_dataset(_dataset(), str(tmp_path))
+    s.set_model(object(), {"sha256": "1" * 64})
+    heard = _record(s)
+    s.add_job(7, "extract", "Extract")
+    assert s.running("extract") == [7] and len(heard["jobs"]) == 1
+    stamp = s.stamp(features=True)
+    s.set_features(SimpleNamespace(attrs={}), "f.h5")
+    assert not s.accepts(stamp) and s.accepts(s.stamp(features=True))
+    s.set_model(object(), {"sha256": "2" * 64})
+    assert s.running("extract") == []  # its model is gone
+    assert s.end_job(7).kind == "extract" and len(heard["jobs"]) == 2 and s.end_job(7) is None

@@ -15,7 +15,7 @@ from _mouse import hover
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -35,9 +35,9 @@ def other_ckpt(tmp_path_factory):
 
 
 def wait_compare(qtbot, view, timeout: int = 30000) -> None:
-    qtbot.waitUntil(lambda: view.state in ("ready", "failed") and view.compare_state in ("ready", "failed"),
+    qtbot.waitUntil(lambda: view.state in ("ready", "failed") and view.rows[1].state in ("ready", "failed"),
                     timeout=timeout)
-    assert view.state == "ready" and view.compare_state == "ready"
+    assert view.state == "ready" and view.rows[1].state == "ready"
 
 
 @pytest.fixture
@@ -71,34 +71,38 @@ def agree(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(np.all(a == b, axis=-1)))
 
 
-def test_compare_opens_a_second_row_and_names_both_models(compared, other_ckpt):
+def test_compare_opens_a_second_row_and_names_both_models(compared, small_ckpt, other_ckpt):
     window, view = compared, compared.pair_view
-    assert view.compare_splitter.isVisible() and view.compare_controls.isVisible()
+    assert len(view.rows) == 2 and view.rows[1].splitter.isVisible() and view.compare_controls.isVisible()
     assert window.compare_label.isVisible()
-    assert window.model_label.text().startswith("A: small.pt") and window.compare_label.text().startswith("B: other.pt")
-    assert "decomposition" in window.compare_label.text()  # its rule
-    # two labels share the bar: name and rule; the architecture is in the tooltip
-    assert "small_cnn" in window.compare_label.toolTip() and "small_cnn" not in window.compare_label.text()
-    assert "A: small.pt vs B: other.pt" in window.windowTitle()
-    a, b = view.explanation.similarity, view.compare_explanation.similarity
+    # named by run folder and file (issue 31 item 1); the backbone both have tells them not apart
+    name_a, name_b = f"{small_ckpt.parent.name}/small.pt", f"{other_ckpt.parent.name}/other.pt"
+    assert window.model_label.text() == f"A: {name_a}" and window.compare_label.text() == f"B: {name_b}"
+    # two labels share the bar: the names; the rule and the architecture are in the tooltip (the
+    # pair view says each model's rule under the images)
+    assert "decomposition: " in window.compare_label.toolTip() and "small_cnn" in window.compare_label.toolTip()
+    assert str(other_ckpt) in window.compare_label.toolTip()  # the whole path
+    assert f"A: {name_a} vs B: {name_b}" in window.windowTitle()
+    a, b = view.explanation.similarity, view.rows[1].explanation.similarity
     assert f"{a:+.4f}" in view.info.text() and f"{b:+.4f}" in view.info.text()
     assert window.similarity_label.text() == f"A {a:+.4f} · B {b:+.4f}"
     # row B shows row A's images: its captions name the model and the role; the tooltip has the rest
-    for top, bottom, role in zip(view.panes, view.compare_panes, ("Query", "Reference")):
+    for top, bottom, role in zip(view.panes, view.rows[1].panes, ("Query", "Reference")):
         file = top.title.text().split(" · ")[-1]  # "file.jpg #index", A's caption's last part
-        assert f"<b>B</b> other.pt · " in bottom.title.text() and role in bottom.title.text()
+        assert f"<b>B</b> {name_b} · " in bottom.title.text()
+        assert role in bottom.title.text()
         assert file not in bottom.title.text() and file in bottom.title.toolTip()
     # The second row shows model B's overall maps (positive sign, each pane its own scale).
-    for pane, side in zip(view.compare_panes, ("query", "reference")):
-        np.testing.assert_allclose(pane.overlay_image(), view.compare_explanation.overall("decomposition", side,
+    for pane, side in zip(view.rows[1].panes, ("query", "reference")):
+        np.testing.assert_allclose(pane.overlay_image(), view.rows[1].explanation.overall("decomposition", side,
                                                                                           "positive"), atol=1e-6)
     assert window.stop_comparing_action.isEnabled()
 
 
 def test_hover_on_either_query_drives_both_models_partial_maps(compared):
     view = compared.pair_view
-    (qa, ra), (qb, rb) = view.panes, view.compare_panes
-    ea, eb = view.explanation, view.compare_explanation
+    (qa, ra), (qb, rb) = view.panes, view.rows[1].panes
+    ea, eb = view.explanation, view.rows[1].explanation
     lut = overlay_lut(view.cmap_combo.currentData())
 
     side, x, y = hover(qa, view.link, 20.0, 41.0)  # a real mouse move on model A's query
@@ -126,16 +130,16 @@ def test_hover_on_either_query_drives_both_models_partial_maps(compared):
 def test_shared_scale_colours_both_rows_by_the_larger_maximum(compared):
     view = compared.pair_view
     view.shared_scale_box.setChecked(True)
-    ea, eb = view.explanation, view.compare_explanation
+    ea, eb = view.explanation, view.rows[1].explanation
     lut = overlay_lut(view.cmap_combo.currentData())
     _, x, y = hover(view.panes[QUERY], view.link, 33.0, 20.0)
     peak = max(float(ea.partial_map("query", x, y).max()), float(eb.partial_map("query", x, y).max()))
-    for pane, expl in ((view.panes[REFERENCE], ea), (view.compare_panes[REFERENCE], eb)):
+    for pane, expl in ((view.panes[REFERENCE], ea), (view.rows[1].panes[REFERENCE], eb)):
         values = expl.partial_map_image("query", x, y, overlay_shape(expl.image_shape_reference))
         assert agree(pane.overlay_image(), colour(values, peak, lut)) > 0.98
     # Overall maps: one level range for A's and B's map of the same image.
     view.link._left(QUERY)
-    levels = [p.overlay_item.levels for p in (view.panes[QUERY], view.compare_panes[QUERY])]
+    levels = [p.overlay_item.levels for p in (view.panes[QUERY], view.rows[1].panes[QUERY])]
     np.testing.assert_allclose(levels[0], levels[1])
 
 
@@ -143,22 +147,22 @@ def test_difference_view_is_a_minus_b(compared):
     view = compared.pair_view
     view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
     assert view.difference
-    ea, eb = view.explanation, view.compare_explanation
-    for pane, side in zip(view.compare_panes, ("query", "reference")):
+    ea, eb = view.explanation, view.rows[1].explanation
+    for pane, side in zip(view.rows[1].panes, ("query", "reference")):
         want = ea.overall("decomposition", side, "positive") - eb.overall("decomposition", side, "positive")
         np.testing.assert_allclose(pane.overlay_image(), want, atol=1e-6)
         low, high = pane.overlay_item.levels
         assert low == pytest.approx(-high) and high > 0  # one symmetric scale
-    assert "A − B" in view.compare_panes[QUERY].title.text()
+    assert "A − B" in view.rows[1].panes[QUERY].title.text()
 
     _, x, y = hover(view.panes[QUERY], view.link, 40.0, 25.0)
     diff = ea.partial_map("query", x, y) - eb.partial_map("query", x, y)
-    renderer = view._difference_renderers[QUERY]
+    renderer = view.rows[1].link.renderers[QUERY]
     np.testing.assert_allclose(renderer.grid_map(x, y), diff, atol=1e-6)
     values = eb.partial_map_image("query", x, y, overlay_shape(eb.image_shape_reference))
     values = ea.partial_map_image("query", x, y, overlay_shape(ea.image_shape_reference)) - values
     want = colour(values, float(np.abs(diff).max()), overlay_lut(view.cmap_combo.currentData(), True), signed=True)
-    assert agree(view.compare_panes[REFERENCE].overlay_image(), want) > 0.98
+    assert agree(view.rows[1].panes[REFERENCE].overlay_image(), want) > 0.98
 
 
 def test_a_model_compared_with_itself_gives_a_zero_difference(window, demo_root, small_ckpt, wait_ready, qtbot):
@@ -173,25 +177,26 @@ def test_a_model_compared_with_itself_gives_a_zero_difference(window, demo_root,
     for diff in view.difference_maps().values():
         assert np.all(diff == 0)
     _, x, y = hover(view.panes[QUERY], view.link, 20.0, 20.0)
-    assert np.all(view._difference_renderers[QUERY].grid_map(x, y) == 0)
-    assert view.compare_similarity == pytest.approx(view.explanation.similarity, abs=1e-6)
+    assert np.all(view.rows[1].link.renderers[QUERY].grid_map(x, y) == 0)
+    assert view.rows[1].similarity == pytest.approx(view.explanation.similarity, abs=1e-6)
     # Two slots with the same file: their jobs still read differently.
     assert window._model_name("primary") != window._model_name("compare")
 
 
 def test_stop_comparing_returns_to_one_row(compared):
     window, view = compared, compared.pair_view
+    row_b = view.rows[1]
     window.stop_comparing_action.trigger()
     assert window.session.slot("compare") is None
-    assert not view.compare_splitter.isVisible() and not view.compare_controls.isVisible()
+    assert len(view.rows) == 1 and not row_b.splitter.isVisible() and not view.compare_controls.isVisible()
     assert not window.compare_label.isVisible() and not window.stop_comparing_action.isEnabled()
     assert "vs B" not in window.windowTitle() and not window.model_label.text().startswith("A:")
     assert window.similarity_label.text().startswith("similarity +") or window.similarity_label.text().startswith(
         "similarity -")
-    before = view.compare_panes[REFERENCE].overlay_image()
+    before = row_b.panes[REFERENCE].overlay_image()
     hover(view.panes[QUERY], view.link, 20.0, 41.0)
     assert view.panes[REFERENCE].overlay_image().ndim == 3  # A's partial map as before
-    assert view.compare_panes[REFERENCE].overlay_image() is before or not view.compare_panes[REFERENCE].isVisible()
+    assert row_b.panes[REFERENCE].overlay_image() is before or not row_b.panes[REFERENCE].isVisible()
 
 
 def test_a_compare_model_that_cannot_be_opened_is_a_dialog(compared, tmp_path, qtbot):
@@ -205,13 +210,13 @@ def test_a_compare_model_that_cannot_be_opened_is_a_dialog(compared, tmp_path, q
     assert window.session.slot("compare") is not None  # model B as it was
 
 
-def test_compare_models_window_lists_pairs_and_opens_one(compared, qtbot):
+def test_compare_models_window_lists_pairs_and_opens_one(compared, small_ckpt, qtbot):
     window = compared
     tool = window.show_compare_window()
     assert tool.run_button.isEnabled()
     tool.pairs_spin.setValue(4)
     tool.start()
-    assert "A (small.pt)" in tool.job.name and "B (other.pt)" in tool.job.name
+    assert f"A ({small_ckpt.parent.name}/small.pt)" in tool.job.name and "/other.pt)" in tool.job.name
     qtbot.waitUntil(lambda: tool.job.ended, timeout=120000)
     qtbot.waitUntil(lambda: tool.result is not None, timeout=5000)
     rows = tool.result["pairs"]
@@ -225,7 +230,7 @@ def test_compare_models_window_lists_pairs_and_opens_one(compared, qtbot):
     view = window.pair_view
     wait_compare(qtbot, view)
     assert pick["similarity"][0] == pytest.approx(view.explanation.similarity, abs=1e-4)
-    assert pick["similarity"][1] == pytest.approx(view.compare_similarity, abs=1e-4)
+    assert pick["similarity"][1] == pytest.approx(view.rows[1].similarity, abs=1e-4)
 
 
 def test_a_comparison_of_a_replaced_compare_model_is_dropped(compared, small_ckpt, qtbot):
@@ -245,17 +250,17 @@ def test_a_comparison_of_a_replaced_compare_model_is_dropped(compared, small_ckp
 def test_model_b_gets_the_grad_cam_maps_and_says_which_maps_are_a_only(compared, qtbot):
     view = compared.pair_view
     view.set_method("gradcam")
-    qtbot.waitUntil(lambda: view._compare_overall.get("gradcam") is True and view._overall.get("gradcam") is True,
+    qtbot.waitUntil(lambda: view.rows[1].overall.get("gradcam") is True and view.rows[0].overall.get("gradcam") is True,
                     timeout=30000)
-    for pane, side in zip(view.compare_panes, ("query", "reference")):
+    for pane, side in zip(view.rows[1].panes, ("query", "reference")):
         np.testing.assert_allclose(pane.overlay_image(),
-                                   view.compare_explanation.overall("gradcam", side, "positive"), atol=1e-6)
+                                   view.rows[1].explanation.overall("gradcam", side, "positive"), atol=1e-6)
     view.set_method("grad_transfer")  # needs A's Grad-CAM weights bank: shown for A only
-    message = view.compare_panes[QUERY].message
+    message = view.rows[1].panes[QUERY].message
     assert not message.isHidden() and "model A only" in message.text()
-    assert view.compare_panes[QUERY].overlay_image() is None
+    assert view.rows[1].panes[QUERY].overlay_image() is None
     hover(view.panes[QUERY], view.link, 20.0, 20.0)
-    assert view.compare_panes[REFERENCE].overlay_image() is None  # no B map under a note saying A only
+    assert view.rows[1].panes[REFERENCE].overlay_image() is None  # no B map under a note saying A only
 
 
 def test_two_rows_fit_1366x768(compared, qtbot):
@@ -366,13 +371,13 @@ def test_a_model_b_with_another_grid_compares_on_the_common_grid(window, demo_ro
     qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
     view = window.pair_view
     wait_compare(qtbot, view)
-    ea, eb = view.explanation, view.compare_explanation
+    ea, eb = view.explanation, view.rows[1].explanation
     assert tuple(eb.grid_reference) != tuple(ea.grid_reference)
     view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
     _, x, y = hover(view.panes[QUERY], view.link, 30.0, 12.0)
     a, b = common_grid(ea.partial_map("query", x, y), eb.partial_map("query", x, y))
-    np.testing.assert_allclose(view._difference_renderers[QUERY].grid_map(x, y), a - b, atol=1e-5)
-    assert view.compare_panes[REFERENCE].overlay_image().shape == (*overlay_shape(ea.image_shape_reference), 4)
+    np.testing.assert_allclose(view.rows[1].link.renderers[QUERY].grid_map(x, y), a - b, atol=1e-5)
+    assert view.rows[1].panes[REFERENCE].overlay_image().shape == (*overlay_shape(ea.image_shape_reference), 4)
 
 
 @pytest.fixture
@@ -454,7 +459,7 @@ def test_compare_window_sanity_check_curve(compared, qtbot):
     tool.check_depths_spin.setValue(3)
     assert tool.check_button.isEnabled()
     tool.start_check()
-    assert "B (other.pt)" in tool.check_job.name
+    assert "/other.pt)" in tool.check_job.name and tool.check_job.name.count(" and ") == 0
     qtbot.waitUntil(lambda: tool.check_job.ended, timeout=180000)
     qtbot.waitUntil(lambda: tool.check_result is not None, timeout=5000)
     result = tool.check_result
@@ -508,8 +513,8 @@ def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_e
 
 
 def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_suffix():
-    from dmlviewer.gui.compare_window import _short_label
+    from dmlviewer.gui.compare_window import tick_label
 
-    assert _short_label("backbone.net.stages.3 (both branches)") == "stages.3"
-    assert _short_label("head.projection.out (both branches)") == "head"
-    assert _short_label("backbone.net.stages.1 .. backbone.net.stages.0") == "stages.1"
+    assert tick_label({"label": "backbone.net.stages.3 (both branches)"}) == "+ stage 4"
+    assert tick_label({"label": "head.projection.out (both branches)"}) == "+ head"
+    assert tick_label({"label": "backbone.net.stages.1 .. backbone.net.stages.0"}) == "+ stage 2"

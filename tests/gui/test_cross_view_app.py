@@ -19,7 +19,7 @@ from tiny_two_branch import tiny_two_branch, tiny_two_branch_checkpoint
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -203,3 +203,52 @@ def test_the_status_bar_names_both_branches_of_a_two_branch_model():
     mixed = tiny_two_branch(PANORAMA, AERIAL)
     mixed.reference.config["pooling"] = "gmp"  # the line reads each branch's own config
     assert model_summary(mixed) == "two-branch small_cnn · gap / gmp · 16-d"
+
+
+def _legend_top(pane) -> float:
+    """The top edge of the pane's orientation legend in the pane's coordinates (a widget under
+    the view, or an item drawn in it)."""
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QWidget
+
+    legend = pane.guide_legend
+    if isinstance(legend, QWidget):
+        return float(legend.mapTo(pane, QPoint(0, 0)).y())
+    rect = pane.graphics.mapFromScene(legend.sceneBoundingRect()).boundingRect()
+    return float(pane.graphics.mapTo(pane, rect.topLeft()).y())
+
+
+def _image_bottom(pane) -> float:
+    """The bottom edge of the pane's photograph in the pane's coordinates."""
+    h, _ = pane.shape
+    return float(pane.map_to_widget(0.0, h - 0.5).y())
+
+
+def test_the_orientation_legend_sits_under_the_aerial_image_with_one_and_two_models(loaded, tmp_path, qtbot):
+    """Issue 31 item 6: the legend never covers the aerial image (and the partial map hovered
+    there), also when a second model halves the panes' height."""
+    view = loaded.pair_view
+    aerial = view.panes[REFERENCE]
+    qtbot.wait(50)
+    assert aerial.guide_legend.isVisible() and _legend_top(aerial) >= _image_bottom(aerial) - 1
+    loaded.open_compare(tiny_two_branch_checkpoint(tmp_path, PANORAMA, AERIAL))
+    qtbot.waitUntil(lambda: view.comparing and view.rows[1].state in ("ready", "failed"), timeout=30000)
+    assert view.rows[1].state == "ready"
+    qtbot.wait(50)
+    assert aerial.height() < 0.6 * view.row_splitter.height()  # half the height: the image fills it
+    assert abs(view.rows[1].panes[REFERENCE].width() - aerial.width()) <= 2  # row B split as row A
+    assert aerial.guide_legend.isVisible() and _legend_top(aerial) >= _image_bottom(aerial) - 1
+    hover(view.panes[QUERY], view.link, 100.0, 20.0)  # the hovered map shows whole above the legend
+    assert aerial.overlay_image().ndim == 3
+
+
+def test_square_pairs_after_a_cross_view_pair_share_the_row_equally(loaded, wait_ready, qtbot):
+    """Issue 31 item 6: the panorama's larger share of the row ends with the cross-view pairs."""
+    view = loaded.pair_view
+    q, r = view.panes
+    assert q.width() > r.width() + 20
+    aerial = loaded.reference_index
+    loaded.set_pair(aerial, (aerial + 2) % len(loaded.dataset))  # two square aerial images
+    assert not view.images.cross_view
+    qtbot.wait(50)
+    assert abs(q.width() - r.width()) <= 2

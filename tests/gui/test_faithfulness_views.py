@@ -14,7 +14,7 @@ from dmlviewer.core.explain.occlusion import OcclusionMaps, occlusion
 from dmlviewer.core.progress import run_to_end
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -38,10 +38,10 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     view = loaded.pair_view
     view.scale_combo.setCurrentIndex(view.scale_combo.findData("pair"))  # checked on the whole pair's scale
     view.set_method("occlusion")
-    qtbot.waitUntil(lambda: isinstance(view._overall.get("occlusion"), OcclusionMaps), timeout=30000)
+    qtbot.waitUntil(lambda: isinstance(view.rows[0].overall.get("occlusion"), OcclusionMaps), timeout=30000)
     # the same maps as the core computes for these two images (the core's cache holds them)
     core = run_to_end(occlusion(view.model, view.images.query, view.images.reference, "blur"))
-    assert core is view._overall["occlusion"]
+    assert core is view.rows[0].overall["occlusion"]
     q, r = view.panes
     for pane, side in ((q, "query"), (r, "reference")):
         shape = view.explanation.image_shape_query if side == "query" else view.explanation.image_shape_reference
@@ -62,13 +62,13 @@ def test_occlusion_map_and_its_point_to_point_hover(loaded, qtbot):
     assert "occlusion interaction" in loaded.statusBar().currentMessage()
     # another baseline recomputes; back to Decomposition, hover shows the decomposition again
     view.set_occlusion_baseline("mean")
-    qtbot.waitUntil(lambda: isinstance(view._overall.get("occlusion"), OcclusionMaps)
-                    and view._overall["occlusion"].baseline == "mean", timeout=30000)
+    qtbot.waitUntil(lambda: isinstance(view.rows[0].overall.get("occlusion"), OcclusionMaps)
+                    and view.rows[0].overall["occlusion"].baseline == "mean", timeout=30000)
     view.set_method("decomposition")
     _hover(r, view.link, 33.0, 12.0)
     _hover(q, view.link, 20.0, 30.0)
-    assert "explains" in loaded.statusBar().currentMessage()
-    assert view._hover_tensor() is expl.point_to_point
+    assert "% of the similarity" in loaded.statusBar().currentMessage()  # the point's share, decomposition again
+    assert view._hover_tensor(view.rows[0]) is expl.point_to_point
 
 
 def test_pair_faithfulness_window_from_the_tools_menu(loaded, qtbot):

@@ -9,7 +9,7 @@ from PySide6.QtTest import QTest
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.group_tabs import NO_GROUPS_TEXT
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 

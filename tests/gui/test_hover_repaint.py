@@ -17,6 +17,7 @@ import pytest
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication, QLabel
 
+from dmlviewer.core.explain.hover import HoverPoint
 from dmlviewer.gui.hover_link import QUERY, HoverLink
 from dmlviewer.gui.image_pane import ImagePane
 
@@ -121,11 +122,14 @@ def test_moves_are_coalesced_while_drawing_is_slow(qtbot):
     panes = (ImagePane("q"), ImagePane("r"))
     drawn = []
 
-    def render(side, x, y):
-        drawn.append((x, y))
-        time.sleep(0.08)
+    class SlowRenderer:
+        def hover(self, x, y, scale=None):
+            drawn.append((x, y))
+            time.sleep(0.08)
+            return HoverPoint(rgba=np.zeros((4, 4, 4), np.uint8))
 
-    link = HoverLink(panes, render, lambda: None, interval_ms=60.0)
+    link = HoverLink(lambda: None, interval_ms=60.0)
+    link.add_row(panes).renderers = {QUERY: SlowRenderer()}
     link._moved(QUERY, 1.0, 1.0)
     assert drawn == [(1.0, 1.0)]  # the first move after a quiet period: at once
     link._moved(QUERY, 2.0, 2.0)

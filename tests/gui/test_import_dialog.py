@@ -122,3 +122,19 @@ def test_check_against_compares_the_embeddings_before_writing(window, qtbot, tmp
     assert "embeddings vs. mine.npz (4 images)" in said and "they match within" in said, said
     saved = torch.load(good, weights_only=True)["extra"]["import"]["reference_check"]
     assert saved["passed"] and saved["images"] == 4
+
+
+def test_an_error_names_the_dialogs_fields_not_options(window, qtbot, tmp_path):
+    """The importer names its inputs by field; the dialog words them as its labels (issue 30 item 6)."""
+    from dmlviewer.core.models.importing import FIELDS
+    from dmlviewer.gui.import_dialog import FIELD_LABELS, ImportDialog
+
+    assert set(FIELD_LABELS) == set(FIELDS)
+    dialog = ImportDialog(window, _weights(tmp_path))
+    qtbot.addWidget(dialog)
+    dialog.head.setText("relu,nonsense")
+    dialog.analyze()
+    qtbot.waitUntil(lambda: "nonsense" in dialog.status.text(), timeout=120000)
+    text = dialog.status.text()
+    assert text.startswith("“Head”: no module 'nonsense'") and "--" not in text, text
+    assert dialog.plan is None and not dialog.import_button.isEnabled()

@@ -16,7 +16,7 @@ from _mouse import hover, viewport_pos
 
 from dmlviewer.gui.colormaps import overlay_lut
 from dmlviewer.gui.hover_link import QUERY, REFERENCE
-from dmlviewer.gui.pair_view import overlay_shape
+from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
 
@@ -58,7 +58,7 @@ def test_hover_draws_the_cores_partial_map_on_the_other_pane(loaded):
     # Identical up to one colour step where rounding puts a pixel into the neighbouring bin.
     assert np.mean(np.all(first == want, axis=-1)) > 0.98
     assert q.vline.isVisible() and not r.vline.isVisible()
-    assert "explains" in loaded.statusBar().currentMessage()
+    assert "% of the similarity" in loaded.statusBar().currentMessage()  # the point's share (issue 31: short)
 
     # A second point gives another map; the reverse direction works from the reference pane.
     side, x2, y2 = hover(q, view.link, 50.0, 10.0)
@@ -118,7 +118,7 @@ def test_nothing_stale_is_shown_while_a_pair_is_preparing(loaded, wait_ready):
 def test_overall_maps_of_each_method_come_from_the_core(loaded, qtbot, method):
     view = loaded.pair_view
     view.set_method(method)
-    qtbot.waitUntil(lambda: view._overall.get(method) is True, timeout=20000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get(method) is True, timeout=20000)
     for pane, side in zip(view.panes, ("query", "reference")):
         np.testing.assert_array_equal(pane.overlay_image(), view.explanation.overall(method, side, "positive"))
         lo, hi = pane.overlay_item.levels
@@ -281,7 +281,7 @@ def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_qu
     view = loaded.pair_view
     view.set_method("grad_transfer")
     assert "Grad-CAM weights" in view.panes[0].message.text()
-    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get("grad_transfer") is True, timeout=60000)
     assert loaded.dialogs == []
     job = [j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]
     assert len(job) == 1 and job[0].state == "finished"
@@ -295,5 +295,58 @@ def test_grad_weight_transfer_computes_the_training_images_weights_in_the_job_qu
         np.testing.assert_array_equal(pane.overlay_image(), expl.overall("grad_transfer", side, "positive"))
     # Another pair reuses the weights (no second job).
     loaded.set_pair(loaded.query_index, loaded.query_index + 3)
-    qtbot.waitUntil(lambda: view._overall.get("grad_transfer") is True, timeout=60000)
+    qtbot.waitUntil(lambda: view.rows[0].overall.get("grad_transfer") is True, timeout=60000)
     assert len([j for j in loaded.runner.history if j.name.startswith("Grad-CAM weights")]) == 1
+
+
+def test_the_toolbar_and_the_display_options_follow_each_other(qtbot, demo_root, wait_ready):
+    """``PairView(display=...)`` shows the options it is given; a control sets its option, and an
+    option set elsewhere (a notebook, the session) moves its control and redraws the maps."""
+    from dmlviewer.core.data import load_image, open_dataset
+    from dmlviewer.core.display import DisplayOptions
+    from dmlviewer.core.models import open_model
+    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.resources import resource_path
+
+    display = DisplayOptions(sign="signed", opacity=0.35, match_count=5)
+    view = PairView(display=display)
+    qtbot.addWidget(view)
+    view.resize(1000, 600)
+    view.show()
+    assert view.display is display
+    assert view.sign_combo.currentData() == "signed" and view.opacity.value() == 35 and view.matches_n.value() == 5
+    model, _ = open_model(resource_path("demo_checkpoint.pt"))
+    ds = open_dataset(demo_root)
+    view.set_model(model)
+    view.set_pair(PairImages(load_image(demo_root / ds.paths[0]), load_image(demo_root / ds.paths[1])))
+    wait_ready(view)
+    q = view.panes[QUERY]
+    np.testing.assert_array_equal(q.overlay_image(), view.explanation.overall("decomposition", "query", "signed"))
+    assert q.overlay_item.opacity() == pytest.approx(0.35)
+
+    view.sign_combo.setCurrentIndex(view.sign_combo.findData("negative"))  # a control sets its option
+    assert display.sign == "negative"
+    np.testing.assert_array_equal(q.overlay_image(), view.explanation.overall("decomposition", "query", "negative"))
+
+    display.method = "decomposition_bias"  # an option set from outside moves its control and redraws
+    assert view.method_combo.currentData() == "decomposition_bias"
+    np.testing.assert_array_equal(q.overlay_image(),
+                                  view.explanation.overall("decomposition_bias", "query", "negative"))
+    display.opacity = 0.8
+    assert view.opacity.value() == 80 and q.overlay_item.opacity() == pytest.approx(0.8)
+    display.colormap = "viridis"
+    assert view.cmap_combo.currentData() == "viridis"
+    np.testing.assert_array_equal(q.overlay_item.lut, overlay_lut("viridis"))
+    display.matches = True
+    assert view.matches_box.isChecked() and len(view.lines.matches) == 5
+
+    sizes = [view.size_combo.itemData(i) for i in range(view.size_combo.count())]
+    larger, grid = max(s for s in sizes if s is not None), view.explanation.grid_query
+    display.input_size = larger  # a new resolution prepares the pair again, on a finer grid
+    assert view.size_combo.currentData() == larger and view.input_size == larger
+    wait_ready(view)
+    assert view.explanation.grid_query[0] > grid[0]
+
+    display.method = "no_such_method"  # not offered: the option goes back to what the box shows
+    assert display.method == "decomposition_bias" and view.method_combo.currentData() == "decomposition_bias"
+    view.shutdown()

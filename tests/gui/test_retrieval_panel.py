@@ -167,3 +167,48 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     assert panel.mismatch() and panel.results == [] and panel.list.count() == 0
     assert "another checkpoint" in panel.source.text() and panel.extract_button.isVisible()
     assert "another checkpoint" in window.statusBar().currentMessage()
+
+
+def test_during_an_extraction_compute_waits_and_reopening_the_dataset_keeps_computing(
+        window, demo_root, small_ckpt, agroup_ckpt, tmp_path, qtbot, monkeypatch):
+    """Issue 31 item 4: while the open model's features are computed, the panel says so and its
+    Compute button waits (no second request); opening the same dataset again mid-extraction
+    keeps "Computing…" (never "Features of another model") while the job runs."""
+    import threading
+
+    import dmlviewer.core.evaluate.extract as extract_module
+    from dmlviewer.gui import settings
+
+    real = extract_module.extract_features
+    gate, calls = threading.Event(), []
+
+    def held(model, dataset, out, **kwargs):
+        calls.append(Path(out))
+        if len(calls) > 1:  # the second model's extraction waits for the test
+            gate.wait(60)
+        yield from real(model, dataset, out, **kwargs)
+
+    monkeypatch.setattr(extract_module, "extract_features", held)
+    settings.set_output_dir(tmp_path / "outputs")
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    panel = window.retrieval
+    try:
+        assert window.open_checkpoint(agroup_ckpt)  # features of another model: recomputed
+        qtbot.waitUntil(lambda: len(calls) == 2, timeout=30000)
+        button = panel.extract_button
+        assert "Computing" in panel.source.text() and "another model" not in panel.source.text()
+        assert button.isVisible() and not button.isEnabled() and "Computing" in button.text()
+        button.click()  # disabled: nothing is asked
+        assert window.open_dataset(demo_root)  # the open dataset again, mid-extraction
+        qtbot.wait(100)
+        assert "Computing" in panel.source.text() and "another model" not in panel.source.text()
+        assert not button.isEnabled() and window._extract_job is not None
+    finally:
+        gate.set()
+    sha = window.checkpoint_info["sha256"]
+    qtbot.waitUntil(lambda: window.features is not None and window.features.attrs["checkpoint_sha256"] == sha,
+                    timeout=60000)
+    assert len(calls) == 2  # one extraction for the second model, however often it was asked for
+    assert "Computing" not in panel.source.text() and not button.isVisible()
+    qtbot.waitUntil(lambda: len(panel.results) == panel.k_spin.value(), timeout=10000)

@@ -97,7 +97,10 @@ def test_the_last_session_reopens_each_model_source_as_what_it_is(qtbot, dialogs
     assert second.dataset_path == str(demo_root) and (second.query_index, second.reference_index) == (3, 9)
     wait_ready(second.pair_view, timeout=120000)
     second.recent_models_menu.aboutToShow.emit()
-    assert [a.text() for a in second.recent_models_menu.actions()][0] == source.display()
+    from dmlviewer.core.models.naming import distinct_names
+
+    first_entry = [a.text() for a in second.recent_models_menu.actions()][0]  # its name (issue 31 item 1)
+    assert first_entry == distinct_names([(source, second.checkpoint_info)])[0]
     second.shutdown()
 
 
@@ -162,7 +165,8 @@ def test_a_stale_extraction_is_dropped_after_a_dataset_switch(window, demo_root,
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     qtbot.waitUntil(lambda: len(calls) == 1 and window.runner.current is not None, timeout=30000)
     stale = window.runner.current
-    assert stale.name == f"Extract features of {Path(demo_root).name} with {Path(small_ckpt).name}"
+    assert stale.name == (f"Extract features of {Path(demo_root).name} with "
+                          f"{small_ckpt.parent.name}/{small_ckpt.name} · small_cnn")  # the model by its name
 
     assert window.open_dataset(other)
     gate.set()
@@ -283,7 +287,7 @@ def test_a_live_module_is_in_recent_models_until_quit_and_never_in_the_last_sess
     assert window.open_checkpoint(small_ckpt)
     window.recent_models_menu.aboutToShow.emit()
     entries = {a.text(): a for a in window.recent_models_menu.actions()}
-    assert Path(small_ckpt).name in entries
+    assert f"{small_ckpt.parent.name}/{small_ckpt.name} · small_cnn" in entries  # run folder, file, backbone
     entries["build_model() (Python module, until you quit)"].trigger()
     assert window.model is live and window.model_source.kind == "python"
     assert [s.kind for s in settings.recent_models()] == ["checkpoint"]
@@ -335,8 +339,9 @@ def test_the_last_session_reopens_model_b_beside_model_a(qtbot, dialogs, demo_ro
     slot = second.session.slot("compare")
     assert slot is not None and slot.source.path == str(other) and slot.info["sha256"] == sha_b
     wait_ready(second.pair_view, timeout=120000)
-    qtbot.waitUntil(lambda: second.pair_view.compare_state in ("ready", "failed"), timeout=60000)
-    assert second.pair_view.compare_state == "ready"  # the second row is back
+    rows = second.pair_view.rows
+    qtbot.waitUntil(lambda: len(rows) == 2 and rows[1].state in ("ready", "failed"), timeout=60000)
+    assert rows[1].state == "ready"  # the second row is back
     second.close()
 
     shutil.move(other, tmp_path / "moved.pt")
@@ -348,3 +353,129 @@ def test_the_last_session_reopens_model_b_beside_model_a(qtbot, dialogs, demo_ro
     assert [(t, m) for t, m, _ in dialogs] == [("Cannot reopen the last session's model B",
                                                 f"checkpoint not found: {other}")]
     third.shutdown()
+
+
+def test_features_never_cross_between_two_demo_folders_with_the_same_file_names(qtbot, dialogs, small_ckpt,
+                                                                                 tmp_path, wait_ready):
+    """Issue 30: two ``make-demo-data`` folders whose file names are the same (other seeds, other
+    images). After File > Open Dataset on the second, the Retrieval panel never shows the first
+    folder's features; after a restart neither folder shows the other's feature file."""
+    from dmlviewer.core.data import make_demo_data
+    from dmlviewer.core.evaluate import retrieve
+    from dmlviewer.core.session import LastSession
+
+    first_root = make_demo_data(tmp_path / "one" / "data", classes=3, per_class=5, size=64, seed=1)
+    second_root = make_demo_data(tmp_path / "two" / "data", classes=3, per_class=4, size=64, seed=2)
+    settings.set_output_dir(tmp_path / "outputs")
+    window = _new_window(qtbot)
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(first_root)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    first_file = window.features_path
+    seen: list = []  # (dataset folder, feature file) each time the Retrieval panel is given features
+    window.session.events.features.connect(lambda *_: seen.append((window.dataset_path, window.features_path)))
+
+    assert window.open_dataset(second_root)
+    assert window.features_path != first_file  # not kept across the switch …
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    second_file = window.features_path
+    assert second_file != first_file  # … and the second folder's own were computed
+    assert all(path != first_file for _, path in seen)
+    panel = window.retrieval
+    assert panel.features is window.features and first_file not in panel.source.text()
+    qtbot.waitUntil(lambda: len(panel.results) > 0 and not panel.searching, timeout=10000)
+    row = list(window.features.paths).index(window.dataset.paths[window.query_index])
+    assert panel.results == retrieve(window.features, row, panel.k_spin.value())
+
+    # A restart: the last session is the second folder with its own features.
+    window.close()
+    restarted = _new_window(qtbot)
+    restarted.open_in_background(last_session=settings.session_values())
+    qtbot.waitUntil(lambda: not restarted.loading, timeout=120000)
+    assert restarted.dataset_path == str(second_root) and restarted.features_path == second_file
+    restarted.close()
+
+    # A last session that names one folder with the other's feature file (as the old code left
+    # it): that file is never shown with that folder, whichever way round.
+    for root, wrong in ((first_root, second_file), (second_root, first_file)):
+        remembered = json.loads(settings.session_values()["last"])
+        remembered.update(dataset=str(root), features=wrong)
+        settings.save_session(LastSession.from_dict(remembered).to_dict())
+        again = _new_window(qtbot)
+        heard: list = []
+        again.session.events.features.connect(lambda *_, w=again: heard.append(w.features_path))
+        again.open_in_background(last_session=settings.session_values())
+        qtbot.waitUntil(lambda: not again.loading, timeout=120000)
+        assert again.dataset_path == str(root)
+        assert again.features_path != wrong and wrong not in heard
+        qtbot.waitUntil(lambda: again.features is not None, timeout=60000)
+        assert again.features_path != wrong and wrong not in heard
+        again.shutdown()
+        again.close()
+    assert dialogs == []
+
+
+def test_the_last_session_keeps_the_display_options_and_a_bad_value_keeps_its_default(qtbot, dialogs):
+    """Issue 30: the display state is part of the last session (read from the session, not from
+    combo boxes); settings text is untrusted: a value that cannot be used keeps its default."""
+    first = _new_window(qtbot)
+    view = first.pair_view
+    view.sign_combo.setCurrentIndex(view.sign_combo.findData("signed"))  # through the toolbar
+    first.session.display.colormap = "viridis"  # through the session, as a notebook would
+    first.retrieval.k_spin.setValue(7)
+    assert first.session.display.sign == "signed" and first.session.display.neighbours == 7
+    first.close()
+    assert json.loads(settings.session_values()["last"])["display"]["colormap"] == "viridis"
+
+    second = _new_window(qtbot)
+    display = second.session.display
+    assert (display.sign, display.colormap, display.neighbours) == ("signed", "viridis", 7)
+    assert second.pair_view.sign_combo.currentData() == "signed"
+    assert second.pair_view.cmap_combo.currentData() == "viridis" and second.retrieval.k_spin.value() == 7
+    second.close()
+
+    remembered = json.loads(settings.session_values()["last"])
+    remembered["display"].update(sign="rm -rf", opacity=7.5, colormap="inferno")
+    settings.app_settings().setValue("session/last", json.dumps(remembered))
+    third = _new_window(qtbot)
+    display = third.session.display
+    assert (display.sign, display.opacity, display.colormap) == ("positive", 0.6, "inferno")
+    assert dialogs == []
+    third.close()
+
+
+def test_extraction_runs_the_shared_model_under_the_model_lock(window, demo_root, small_ckpt, tmp_path, qtbot,
+                                                                monkeypatch):
+    """Issue 30 item 7: the extraction job holds ``model_lock`` while it runs the model, as a
+    device change (which moves the model under the lock) and the pair view do."""
+    import dmlviewer.core.evaluate.extract as extract_module
+
+    real = extract_module.extract_features
+    inside, release, free = threading.Event(), threading.Event(), []
+
+    def held(model, dataset, out, **kwargs):
+        inside.set()  # the first step of the job: the model is about to run
+        release.wait(60)
+        yield from real(model, dataset, out, **kwargs)
+
+    def try_lock() -> None:  # another thread, as the pair view's worker
+        got = window.model_lock.acquire(blocking=False)
+        free.append(got)
+        if got:
+            window.model_lock.release()
+
+    monkeypatch.setattr(extract_module, "extract_features", held)
+    settings.set_output_dir(tmp_path / "outputs")
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    try:
+        assert inside.wait(60)
+        probe = threading.Thread(target=try_lock)
+        probe.start()
+        probe.join(30)
+        assert free == [False]  # the running extraction step holds the lock
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    probe = threading.Thread(target=try_lock)
+    probe.start()
+    probe.join(30)
+    assert free == [False, True]  # and lets it go when done

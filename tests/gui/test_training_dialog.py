@@ -15,9 +15,10 @@ from PySide6.QtGui import QTextDocument
 sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as fx  # noqa: E402
 
+from dmlviewer.core.fields import worded  # noqa: E402
 from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
 from dmlviewer.gui.training_dialog import (  # noqa: E402
-    TrainingDialog, breakable, in_dialog_terms, read_run_settings,
+    TrainingDialog, breakable, field_names, read_run_settings,
 )
 from dmlviewer.gui.worker import JobState  # noqa: E402
 
@@ -70,7 +71,7 @@ def test_invalid_combinations_are_explained_and_block_start(qtbot, dialog, demo,
     assert "“Diversity weight” needs a grouping head" in text
     assert "“Batch (images per class)” must be at least 2 to form positive pairs (got 1)" in text
     for problem in expected:
-        assert in_dialog_terms(problem, dialog.form.labels).replace("<", "&lt;").replace(">", "&gt;") in text
+        assert worded(problem, field_names(dialog.form.labels)).replace("<", "&lt;").replace(">", "&gt;") in text
     assert "--" not in text
     w["grouping"].setCurrentIndex(w["grouping"].findData("a"))
     w["groups"].setValue(4)
@@ -318,3 +319,71 @@ def test_loss_and_its_terms_are_not_drawn_on_top_of_each_other(qtbot, dialog):
     term_curves = [item for item in monitor.terms_plot.getPlotItem().listDataItems()]
     assert len(loss_curves) == 1 and len(term_curves) == 2
     assert monitor.point_counts() == {"loss": 3, "metric": 3, "diversity": 3}
+
+
+def _evaluations(monitor, scores: list[float]) -> None:
+    from dmlviewer.core.progress import Progress
+
+    for epoch, score in enumerate(scores):
+        monitor.on_event(Progress("eval", epoch, len(scores) - 1, data={
+            "epoch": epoch, "metrics": {"recall@1": score, "nmi": score}, "val": {"recall@1": score}}))
+    monitor.refresh()
+
+
+def test_the_legends_never_cover_the_last_epochs_points(qtbot, dialog):
+    """Issue 31 item 8: the metric legend sat over the lower right of the view, where the last
+    epoch's points of a low score are drawn."""
+    from PySide6.QtCore import QPoint, QPointF, QRect
+
+    dialog.resize(1366, 768)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    monitor = dialog.monitor
+    _evaluations(monitor, [0.3, 0.2, 0.1, 0.05, 0.02])
+    qtbot.wait(50)  # the layout settles
+    plot = monitor.metric_plot
+    x, y = monitor.metric_series["val recall@1"].curve.getData()
+    view = plot.getViewBox()
+    scene_point = view.mapViewToScene(QPointF(float(x[-1]), float(y[-1])))
+    point = plot.mapToGlobal(plot.mapFromScene(scene_point))
+    assert plot.rect().contains(plot.mapFromGlobal(point)), "the last point is in view"
+    legend = monitor.metric_legend
+    assert legend.isVisible() and legend.names() == ["recall@1", "nmi", "val recall@1"]
+    legend_rect = QRect(legend.mapToGlobal(QPoint(0, 0)), legend.size())
+    assert not legend_rect.contains(point)
+    view_rect = plot.mapFromScene(view.sceneBoundingRect()).boundingRect()
+    assert not legend_rect.intersects(QRect(plot.mapToGlobal(view_rect.topLeft()), view_rect.size()))
+
+
+def test_a_new_run_starts_on_fresh_axes(qtbot, dialog, runner, demo, tmp_path, monkeypatch):
+    """Issue 31 item 8: a second run's plots kept the first run's axis ranges until its data came."""
+    from dmlviewer.core.progress import Progress
+    from dmlviewer.gui.worker import Job
+
+    dialog.resize(1366, 768)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    monitor = dialog.monitor
+    for step in range(1, 401):  # the first run: 400 steps, losses near 8, scores up to 0.9
+        monitor.on_event(Progress("step", step, 400, data={"epoch": 1, "loss": 8.0 + step / 100,
+                                                            "losses": {"metric": 6.0}}))
+    _evaluations(monitor, [0.1, 0.5, 0.9])
+    loss_view, metric_view = monitor.loss_plot.getViewBox(), monitor.metric_plot.getViewBox()
+    qtbot.waitUntil(lambda: loss_view.viewRange()[0][1] >= 400 and metric_view.viewRange()[0][1] >= 2)  # painted
+    assert loss_view.viewRange()[1][0] >= 7
+    _fill_small_run(qtbot, dialog, demo, tmp_path / "second")
+    submitted = []
+    monkeypatch.setattr(runner, "submit", lambda name, factory, process=False: submitted.append(name) or Job(
+        name=name, factory=factory, process=process))
+    assert dialog.start() is not None and submitted  # the second run starts (its job is not run here)
+    for plot in (monitor.loss_plot, monitor.terms_plot, monitor.metric_plot):
+        (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
+        assert (x0, x1, y0, y1) == pytest.approx((0, 1, 0, 1)), plot
+        assert plot.getViewBox().autoRangeEnabled()[0]  # and follows the new run's data
+    assert monitor.point_counts() == {}
+    monitor.on_event(Progress("step", 1, 10, data={"epoch": 1, "loss": 3.0, "losses": {}}))
+    monitor.on_event(Progress("step", 2, 10, data={"epoch": 1, "loss": 2.0, "losses": {}}))
+    monitor.refresh()
+    qtbot.waitUntil(lambda: loss_view.viewRange()[0][1] >= 2)
+    (x0, x1), (y0, y1) = loss_view.viewRange()
+    assert x0 <= 1 and 2 <= x1 < 10 and y0 <= 2 and 3 <= y1 < 7

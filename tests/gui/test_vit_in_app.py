@@ -27,7 +27,7 @@ CASES = {  # name: (timm model, input size giving a 4 x 4 grid)
 def _imported(tmp_path, name: str, size: int):
     """``(checkpoint, source module)``: the timm model's state dict written by torch.save and
     imported as a user would (``import-model FILE --arch timm:NAME --image-size S``)."""
-    from dmlviewer.core.models.importer import analyze, write_checkpoint
+    from dmlviewer.core.models.importing import analyze, write_checkpoint
 
     torch.manual_seed(0)
     net = timm.create_model(name, pretrained=False, num_classes=0, img_size=size).eval()

@@ -313,7 +313,7 @@ def test_after_cancel_no_stale_percentage_or_eta(qtbot, runner):
     qtbot.waitUntil(lambda: job.state == JobState.CANCELLED, timeout=5000)
     status.refresh()
     view.refresh()
-    assert status.label.text() == "extract features: cancelled" and status.bar.isHidden()
+    assert status.label.text() == "cancelled: extract features" and status.bar.isHidden()  # the state first
     row = [view.tree.topLevelItem(0).text(c) for c in range(4)]
     assert row == ["extract features", "cancelled", "", ""]
 

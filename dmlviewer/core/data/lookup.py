@@ -8,7 +8,7 @@ on the first look-up) and checks the candidate rows' paths for equality.
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -45,7 +45,3 @@ class PathIndex:
             if str(self.paths[int(row)]) == path:
                 return int(row)
         return None
-
-    def find_many(self, paths: Iterable[str]) -> np.ndarray:
-        """Rows of ``paths`` (-1 where absent)."""
-        return np.array([-1 if (r := self.find(p)) is None else r for p in paths], dtype=np.int64)

@@ -380,11 +380,14 @@ def embed_dataset(model: torch.nn.Module, dataset, batch_size: int = 64,
 
 def feature_attrs(model: torch.nn.Module, dataset, checkpoint_sha256: str | None) -> dict[str, Any]:
     """The feature file's attributes (DESIGN.md) for ``model`` run over ``dataset``."""
+    from dmlviewer.core.data.identity import listing_fingerprint
+
     return {
         "checkpoint_sha256": checkpoint_sha256 or "",
         "model_config": json.dumps(model.config, sort_keys=True),
         "dataset_root": str(dataset.root),
         "dataset_format": str(dataset.format),
+        "dataset_fingerprint": listing_fingerprint(dataset),  # binds the file to this listing (issue 30)
         "class_names": json.dumps([str(n) for n in dataset.class_names]),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

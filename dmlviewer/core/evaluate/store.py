@@ -6,9 +6,11 @@ normalization), ``labels`` (N int64), ``paths`` (N utf-8, relative to the datase
 NaN-filled when not given), optional ``groups`` (N x P x Dg). Root attributes:
 ``format_version`` (:data:`FORMAT_VERSION`), ``checkpoint_sha256``, ``model_config`` (JSON
 text), ``dataset_root``, ``dataset_format``, ``created`` (ISO 8601, UTC), ``class_names`` (JSON
-list, index = label; written by extraction, absent in older files) and, after evaluation,
-the metrics (:func:`update_attrs`). Attributes the caller does not give are written empty
-(``""``, ``model_config`` ``"{}"``), meaning unknown. Further per-row numeric datasets (e.g.
+list, index = label; written by extraction, absent in older files), ``dataset_fingerprint``
+(the listing's sha256 that binds the file to its dataset, ``core.data.identity``; empty or
+absent in older files) and, after evaluation, the metrics (:func:`update_attrs`). Attributes
+the caller does not give are written empty (``""``, ``model_config`` ``"{}"``), meaning
+unknown. Further per-row numeric datasets (e.g.
 ``grad_weights`` for grad-weight transfer, seed 002) may be stored beside the schema's; they
 are read into ``Features.extra``, and ``write_features(path, features.arrays, features.attrs)``
 rewrites a file with everything it held.
@@ -72,7 +74,8 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 REQUIRED_DATASETS = ("embeddings", "embeddings_raw", "labels", "paths", "split")
 OPTIONAL_DATASETS = ("groups", "boxes")
-DEFAULT_ATTRS = {"checkpoint_sha256": "", "model_config": "{}", "dataset_root": "", "dataset_format": ""}
+DEFAULT_ATTRS = {"checkpoint_sha256": "", "model_config": "{}", "dataset_root": "", "dataset_format": "",
+                 "dataset_fingerprint": ""}
 CHUNK_BYTES = 1 << 20
 NORM_TOLERANCE = 1e-3
 
@@ -89,13 +92,30 @@ def class_names(attrs: dict) -> list[str]:
     return [str(n) for n in names] if isinstance(names, list) else []
 
 
+class ClassNames:
+    """The class names of a feature file's ``attrs`` (shared by :class:`Features` and
+    :class:`FeatureFile`)."""
+
+    attrs: dict[str, Any]
+
+    @property
+    def class_names(self) -> list[str]:
+        return class_names(self.attrs)
+
+    def class_name(self, label: int) -> str:
+        """The name of class ``label`` from the ``class_names`` attribute (a JSON list, written
+        since feature files carry it), else ``"class <label>"``."""
+        names = self.class_names
+        return names[label] if 0 <= label < len(names) else f"class {label}"
+
+
 class StoreError(ValueError):
     """A feature file that cannot be read or written as this schema: not HDF5, truncated,
     another ``format_version``, missing or inconsistent datasets, bad arrays or attributes."""
 
 
 @dataclass
-class Features:
+class Features(ClassNames):
     """The content of one feature file (loaded eagerly; the file is closed)."""
 
     path: Path
@@ -127,16 +147,6 @@ class Features:
     def model_config(self) -> dict:
         """The ``model_config`` attribute parsed from JSON (``{}`` when unknown)."""
         return json.loads(self.attrs.get("model_config") or "{}")
-
-    def class_name(self, label: int) -> str:
-        """The name of class ``label`` from the ``class_names`` attribute (a JSON list, written
-        since feature files carry it), else ``"class <label>"``."""
-        names = self.class_names
-        return names[label] if 0 <= label < len(names) else f"class {label}"
-
-    @property
-    def class_names(self) -> list[str]:
-        return class_names(self.attrs)
 
     def indices(self, split: str | None = None) -> np.ndarray:
         """Rows whose ``split`` is ``split`` (all rows for ``None`` or ``"all"``)."""
@@ -473,7 +483,7 @@ def read_features(path: str | Path, include_raw: bool = True, include_groups: bo
     return features
 
 
-class FeatureFile:
+class FeatureFile(ClassNames):
     """A feature file read lazily (see the module docstring); ``len()`` is the number of rows.
 
     ``labels``, ``split`` and ``paths`` are read on first use and kept (for a million rows
@@ -504,10 +514,6 @@ class FeatureFile:
     @property
     def created(self) -> str:
         return str(self.attrs.get("created", ""))
-
-    @property
-    def class_names(self) -> list[str]:
-        return class_names(self.attrs)
 
     @property
     def model_config(self) -> dict:

@@ -24,7 +24,7 @@ _EXPORTS = {
     "HoverRenderer": "hover", "colormap_lut": "hover",
     "as_rgb": "inputs", "Explanation": "record",
     "DEFAULT_THRESHOLDS": "localization", "PAIRINGS": "localization", "localize": "localization",
-    "METHODS": "pair", "SIDES": "pair", "PairExplanation": "pair", "explain_pair": "pair",
+    "SIDES": "pair", "PairExplanation": "pair", "explain_pair": "pair",
     "region_feature": "region", "region_query": "region",
 }
 

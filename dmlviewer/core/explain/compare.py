@@ -37,14 +37,13 @@ import torch
 
 from dmlviewer.core.explain.agreement import IOU_FRACTION, iou, nanmean, peak_distance, spearman
 from dmlviewer.core.explain.correspondence import correspond, same_class_pairs
+from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.localization import DEFAULT_THRESHOLDS, localize
 from dmlviewer.core.explain.pair import SIDES, PairExplanation, explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
 
-#: the overall-map methods of the diagnosis (seed 000 Tables 2-3)
-DIAGNOSIS_METHODS = ("decomposition", "decomposition_bias")
 SPLITS = ("train", "test", "both")
 #: query points per side of the point-to-point lattice
 QUERY_POINTS = 3
@@ -183,15 +182,16 @@ def model_figures(model: torch.nn.Module, dataset, split: str | None, device="cp
     """Generator; result (``done`` event and return value): one model's diagnosis figures on one
     split: ``recall@1``, ``map@r``,
     ``localization`` (``{method: {thresholds, accuracy, best_threshold, best_accuracy,
-    num_images}}`` for :data:`DIAGNOSIS_METHODS`, ``None`` without boxes) and
+    num_images}}`` for the registry's ``diagnosis`` maps (seed 000 Tables 2-3), ``None`` without boxes) and
     ``part_correspondence`` (``correspond``'s result; only where the dataset has part masks),
     plus the private ``_retrieval`` (nearest neighbours) for :func:`compare_models`."""
     retrieval = yield from retrieval_figures(model, dataset, split, device, num_workers=num_workers, cancel=cancel)
     figures: dict = {"recall@1": retrieval["recall@1"], "map@r": retrieval["map@r"],
                      "num_queries": retrieval["num_queries"], "localization": None}
     if has_boxes(dataset, split):
-        results = yield from _relay(localize(model, dataset, DIAGNOSIS_METHODS, thresholds, "self", split, device,
-                                             limit=localization_limit, seed=seed, cancel=cancel), "localization")
+        results = yield from _relay(localize(model, dataset, registry.methods("diagnosis"), thresholds, "self", split,
+                                             device, limit=localization_limit, seed=seed, cancel=cancel),
+                                    "localization")
         figures["localization"] = {r["method"]: {k: v for k, v in r.items() if k != "method"} for r in results}
     if dataset.parts_root is not None:
         figures["part_correspondence"] = yield from _relay(

@@ -44,7 +44,8 @@ from dmlviewer.core.explain.correspondence import different_class_pairs, same_cl
 from dmlviewer.core.explain.grad_transfer import GradWeightBank, bank_from_train_split
 from dmlviewer.core.explain.occlusion import occlusion
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
-from dmlviewer.core.explain.pair import METHODS, explain_pair
+from dmlviewer.core.explain import methods as registry
+from dmlviewer.core.explain.pair import explain_pair
 from dmlviewer.core.explain.perturb import baseline_input, cell_labels, embed_kept, relay
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS, DEFAULT_STEPS
 from dmlviewer.core.models.two_branch import branch_of
@@ -52,24 +53,23 @@ from dmlviewer.core.progress import CancelToken, Progress
 
 log = logging.getLogger(__name__)
 
-OCCLUSION = "occlusion"
-POINT_TO_POINT = "point_to_point"
+OCCLUSION = registry.method("occlusion").key
+POINT_TO_POINT = registry.method("point_to_point").key
+GRAD_TRANSFER = registry.method("grad_transfer").key
 RANDOM = "random"
 ORACLE = "oracle"
 GROUP_PREFIX = "group_"
-#: methods every model has (group maps are added per model by :func:`available_methods`)
-MAP_METHODS = (*METHODS, OCCLUSION, POINT_TO_POINT)
 
 
 def available_methods(model: torch.nn.Module) -> list[str]:
-    """Every map method of this model: :data:`MAP_METHODS` plus ``group_<p>`` per group of a
-    grouping head (without ``random``/``oracle``, which are always reported)."""
+    """Every map method of this model: the registry's ``faithfulness`` maps (a two-branch model's:
+    those of its ``two_branch`` use) plus ``group_<p>`` per group of a grouping head (without
+    ``random``/``oracle``, which are always reported)."""
     from dmlviewer.core.models.two_branch import TwoBranchModel
 
     groups = len(model.group_slices)
-    # grad_transfer's bank holds one network's Grad-CAM weights of labelled images: a two-branch
-    # model has no single such bank (street and aerial images go through different branches)
-    maps = [m for m in MAP_METHODS if m != "grad_transfer" or not isinstance(model, TwoBranchModel)]
+    maps = [m for m in registry.methods("faithfulness")
+            if not isinstance(model, TwoBranchModel) or m in registry.methods("two_branch")]
     return [*maps, *([f"{GROUP_PREFIX}{p}" for p in range(groups)] if groups > 1 else [])]
 
 
@@ -152,7 +152,7 @@ def pair_faithfulness(
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}")
     if methods is None:
-        methods = [m for m in available_methods(model) if m != "grad_transfer" or grad_bank is not None]
+        methods = [m for m in available_methods(model) if m != GRAD_TRANSFER or grad_bank is not None]
     methods = check_methods(model, methods)
     start = time.perf_counter()
     dev = as_device(device)
@@ -361,7 +361,7 @@ def faithfulness(
     different = different_class_pairs(dataset, split, pairs // 2, seed)
     if not same and not different:
         raise ValueError(f"split {split!r} has no pair of images to evaluate")
-    if "grad_transfer" in methods and grad_bank is None:
+    if GRAD_TRANSFER in methods and grad_bank is None:
         grad_bank = yield from bank_from_train_split(model, dataset, len(same) + len(different), device, cancel)
     dev = as_device(device)
     jobs = [("same", q, r) for q, r in same] + [("different", q, r) for q, r in different]

@@ -31,9 +31,6 @@ import torch
 
 from dmlviewer.core.models.jacobian import HeadFn
 
-GRADCAM_METHODS = ("gradcam", "gradcam_nonorm", "rgradcam")
-
-
 def gradcam_maps(head_fn: HeadFn, feature_map: torch.Tensor, other_raw: torch.Tensor) -> dict[str, torch.Tensor]:
     """The three Grad-CAM maps (``h x w``) of one image against the other image's raw embedding
     ``other_raw`` (``D``), plus the channel weights ``weights_cosine`` and ``weights_dot`` (``C``:

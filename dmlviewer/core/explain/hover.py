@@ -7,6 +7,12 @@ on small arrays: the 4-row bilinear blend (grid alignment of :mod:`.grid`), an a
 colour indices on the grid (exact, since bilinear weights sum to 1), ``cv2.resize``, a clip, a
 cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event.
 
+One pass per point (issue 30): :meth:`HoverRenderer.hover` gives the overlay, the point's share
+of the similarity and the value the top colour stands for from one bilinear blend;
+:func:`hover_points` does it for every row of a pair view (one model per row), with one colour
+scale for all rows when asked. A renderer keeps the blend of the last point it was asked for, so
+a second use of the same point (a shared peak, a difference) blends nothing again.
+
 Two models (issue 24): each model has its own renderer; :class:`DifferenceRenderer` draws model
 A's partial map minus model B's at the same point from the two renderers' grid maps (on a
 common grid when the models' grids differ), on one symmetric scale.
@@ -16,6 +22,9 @@ they must outlive the event.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -61,6 +70,30 @@ def pair_scale(tensor: np.ndarray, saturate: float = PAIR_SCALE_SATURATE) -> flo
     return scale if scale > 0 else (float(a.max()) or 1.0)
 
 
+#: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
+MAX_OVERLAY_SIDE = 640
+
+
+def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tuple[int, int]:
+    """``shape`` scaled down (aspect kept) so that its longer side is at most ``limit``."""
+    h, w = int(shape[0]), int(shape[1])
+    s = min(1.0, limit / max(h, w, 1))
+    return max(1, round(h * s)), max(1, round(w * s))
+
+
+@dataclass
+class HoverPoint:
+    """What a hovered point shows on the other image, from one blend: ``rgba`` (the renderer's
+    buffer), ``share`` (the point's share of the similarity: its partial map's sum over the
+    renderer's ``share_total``; None without one) and ``peak`` (the value the top colour stands
+    for: the fixed scale, or the map's own maximum, or the rows' larger one with a shared scale).
+    Each renderer owns one and overwrites it at every point."""
+
+    rgba: np.ndarray | None = None
+    share: float | None = None
+    peak: float | None = None
+
+
 class HoverRenderer:
     """Partial maps of one hovered side, rendered into preallocated buffers.
 
@@ -69,7 +102,8 @@ class HoverRenderer:
     ``target_shape``/``target_grid``: the output size and the other image's grid.
     ``signed``: colour the range ``[-s, s]`` (diverging) instead of ``[0, s]`` (negative values
     clip to the first colour). ``scale``: the fixed ``s``; ``None`` normalizes each map to its own
-    maximum (absolute maximum when signed).
+    maximum (absolute maximum when signed). ``share_total``: what a point's share is a fraction
+    of (the similarity, negated when the rows are; None: no share).
     """
 
     def __init__(
@@ -82,6 +116,7 @@ class HoverRenderer:
         lut: np.ndarray | None = None,
         signed: bool = False,
         scale: float | None = None,
+        share_total: float | None = None,
     ) -> None:
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         if rows.shape != (source_grid[0] * source_grid[1], target_grid[0] * target_grid[1]):
@@ -93,6 +128,9 @@ class HoverRenderer:
         self.target_grid = (int(target_grid[0]), int(target_grid[1]))
         self.signed = signed
         self.scale = scale
+        self.share_total = share_total
+        self.point = HoverPoint()
+        self._at: tuple[float, float] | None = None  # the point whose blend is in the buffer
         #: The value the last rendered map's top colour stands for (``scale``, or that map's maximum).
         self.last_scale: float | None = None
         lut = colormap_lut() if lut is None else np.ascontiguousarray(lut, dtype=np.uint8)
@@ -111,14 +149,19 @@ class HoverRenderer:
 
     def grid_map(self, x: float, y: float) -> np.ndarray:
         """The other image's ``h x w`` grid map for hovered point ``(x, y)`` (bilinear blend of
-        the 4 neighbouring rows). Raises ``ValueError`` for a point outside the hovered image."""
-        idx, wts = bilinear_weights(x, y, self.source_shape, self.source_grid)
+        the 4 neighbouring rows; the buffer, blended once per point). Raises ``ValueError`` for a
+        point outside the hovered image."""
         rows, out, tmp = self.rows, self._grid, self._tmp
+        if self._at is not None and self._at[0] == x and self._at[1] == y:
+            return out.reshape(self.target_grid)
+        self._at = None
+        idx, wts = bilinear_weights(x, y, self.source_shape, self.source_grid)
         np.multiply(rows[idx[0]], wts[0], out=out)
         for k in (1, 2, 3):
             if wts[k]:
                 np.multiply(rows[idx[k]], wts[k], out=tmp)
                 np.add(out, tmp, out=out)
+        self._at = (x, y)
         return out.reshape(self.target_grid)
 
     def peak(self, x: float, y: float) -> float:
@@ -131,6 +174,21 @@ class HoverRenderer:
         ``scale`` overrides the renderer's own for this call (a scale shared with another
         model's renderer, see the pair view's "Shared scale")."""
         return self.colour(self.grid_map(x, y), self.scale if scale is None else scale)
+
+    def hover(self, x: float, y: float, scale: float | None = None) -> HoverPoint:
+        """The point's overlay, share and peak from one blend (:attr:`point`, overwritten by the
+        next call); ``scale`` as in :meth:`render`. Raises ``ValueError`` outside the image."""
+        grid = self.grid_map(x, y)
+        point = self.point
+        point.rgba = self.colour(grid, self.scale if scale is None else scale)
+        point.peak = self.last_scale
+        total = self.share_total
+        if total is None:
+            point.share = None
+        else:
+            part = float(grid.sum(dtype=np.float64))
+            point.share = part / total if total != 0 else float("nan")
+        return point
 
     def colour(self, grid: np.ndarray, scale: float | None = None) -> np.ndarray:
         """Colour-map an ``h x w`` map on the target grid to the target size (internal buffer):
@@ -166,6 +224,7 @@ class DifferenceRenderer:
 
     def __init__(self, a: HoverRenderer, b: HoverRenderer, lut: np.ndarray | None = None,
                  scale: float | None = None) -> None:
+        self.point = HoverPoint()
         if a.source_shape != b.source_shape or a.target_shape != b.target_shape:
             raise ValueError("the two renderers must hover the same image and draw the same image size")
         grid = (max(a.target_grid[0], b.target_grid[0]), max(a.target_grid[1], b.target_grid[1]))
@@ -196,3 +255,52 @@ class DifferenceRenderer:
     def render(self, x: float, y: float, scale: float | None = None) -> np.ndarray:
         """``H x W x 4`` uint8 RGBA image of A minus B at ``(x, y)`` (internal buffer)."""
         return self._out.colour(self.grid_map(x, y), self._out.scale if scale is None else scale)
+
+    def hover(self, x: float, y: float, scale: float | None = None) -> HoverPoint:
+        """A minus B at the point (:attr:`point`: the overlay and its largest ``|A - B|`` or
+        fixed scale as ``peak``; no share)."""
+        self.point.rgba = self.render(x, y, scale)
+        self.point.peak = self.last_scale
+        return self.point
+
+
+def side_renderers(tensor: np.ndarray, shapes: tuple[tuple[int, int], tuple[int, int]],
+                   grids: tuple[tuple[int, int], tuple[int, int]], lut: np.ndarray | None = None,
+                   sign: str = "positive", scale: float | None = None,
+                   similarity: float | None = None) -> tuple[HoverRenderer, HoverRenderer]:
+    """The two renderers of a point-to-point tensor (``n_query x n_reference``, Eq. 3):
+    hovering the query (its rows) and hovering the reference (its columns), each drawing on the
+    other image at :func:`overlay_shape`. ``sign``: "positive", "negative" (the opposing part:
+    the rows negated, coloured on ``[0, s]``) or "signed" (``[-s, s]``). ``similarity``: what
+    the shares are fractions of (None: no share)."""
+    flip = sign == "negative"
+    rows = -np.asarray(tensor) if flip else tensor
+    total = None if similarity is None else (-float(similarity) if flip else float(similarity))
+    return tuple(
+        HoverRenderer(rows if side == 0 else rows.T, shapes[side], grids[side], overlay_shape(shapes[1 - side]),
+                      grids[1 - side], lut=lut, signed=sign == "signed", scale=scale, share_total=total)
+        for side in (0, 1))
+
+
+def hover_points(renderers: Sequence[HoverRenderer | DifferenceRenderer | None], x: float, y: float,
+                 shared: bool = False) -> list[HoverPoint | None]:
+    """Every row's :class:`HoverPoint` at ``(x, y)`` of the hovered image (None for a row with
+    no renderer or a point outside its image). ``shared``: the rows' maps on one colour scale,
+    the largest of their peaks at the point (the pair view's "Shared scale" on "Each map")."""
+    scale = None
+    if shared:
+        peaks = []
+        for r in renderers:
+            if isinstance(r, HoverRenderer):
+                try:
+                    peaks.append(r.peak(x, y))
+                except ValueError:
+                    pass
+        scale = max(peaks) if len(peaks) > 1 else None
+    points: list[HoverPoint | None] = []
+    for r in renderers:
+        try:
+            points.append(None if r is None else r.hover(x, y, scale))
+        except ValueError:  # a point on the very border, outside the core's image extent
+            points.append(None)
+    return points

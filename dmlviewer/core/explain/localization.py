@@ -29,7 +29,8 @@ import torch
 from dmlviewer.core.explain.boxes import box_from_map, iou
 from dmlviewer.core.explain.grad_transfer import GradWeightBank, bank_from_train_split
 from dmlviewer.core.explain.inputs import as_device, eval_mode
-from dmlviewer.core.explain.pair import METHODS, explain_pair
+from dmlviewer.core.explain import methods as registry
+from dmlviewer.core.explain.pair import explain_pair
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def choose_references(
 def localize(
     model: torch.nn.Module,
     dataset,
-    methods: Sequence[str] = ("decomposition", "decomposition_bias"),
+    methods: Sequence[str] | None = None,
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     pairing: str = "self",
     split: str | None = "test",
@@ -109,11 +110,14 @@ def localize(
     cancel: CancelToken | None = None,
 ) -> Iterator[Progress]:
     """Localization accuracy per method and threshold; the ``done`` event's result is a list of
-    dicts ``method pairing thresholds accuracy best_threshold best_accuracy num_images``."""
-    methods = list(dict.fromkeys(methods))
-    bad = [m for m in methods if m not in METHODS]
+    dicts ``method pairing thresholds accuracy best_threshold best_accuracy num_images``.
+    ``methods``: any of the registry's ``explain`` use (default: its ``diagnosis`` maps, those of
+    the decomposition)."""
+    known = registry.methods("explain")
+    methods = list(dict.fromkeys(registry.methods("diagnosis") if methods is None else methods))
+    bad = [m for m in methods if m not in known]
     if bad:
-        raise ValueError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(known)}")
     if pairing not in PAIRINGS:
         raise ValueError(f"unknown pairing {pairing!r}; choose from {', '.join(PAIRINGS)}")
     thresholds = [float(t) for t in thresholds]
@@ -127,7 +131,7 @@ def localize(
         indices = indices[: int(limit)]
     if len(indices) == 0:
         raise ValueError(f"no image of split {split!r} has a ground-truth box")
-    if "grad_transfer" in methods and grad_bank is None:
+    if registry.method("grad_transfer").key in methods and grad_bank is None:
         grad_bank = yield from bank_from_train_split(model, dataset, len(indices), device, cancel)
     skipped: dict = {}  # unreadable images, reported once each
     refs = choose_references(model, dataset, indices, pairing, device, seed, skipped)

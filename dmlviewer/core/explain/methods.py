@@ -12,6 +12,11 @@ Uses (a method is offered where its row lists the use):
 - ``faithfulness``: maps deletion and insertion curves score.
 - ``python``: ``dmlviewer.explain(method=...)`` (grad-weight transfer needs a feature file's bank).
 - ``diagnosis``: maps ``compare`` measures localization of (those of the decomposition, Eq. 3/4).
+- ``compare``: ``compare --method`` (two models): the map whose agreement is measured.
+- ``gradcam``: the Grad-CAM family, computed together from one backward pass (:mod:`.gradcam`).
+- ``two_branch``: maps a two-branch (cross-view) model has (grad-weight transfer's bank holds
+  one network's Grad-CAM weights: street and aerial images go through different branches).
+- ``localization_checked``: the maps the app's localization window checks at first.
 
 No torch here: the GUI imports this table before torch is loaded.
 """
@@ -40,28 +45,32 @@ def _m(key: str, label: str, uses: str, summary: str) -> Method:
 #: Every method, in the order menus list them.
 REGISTRY: tuple[Method, ...] = (
     _m("decomposition", "Decomposition",
-       "explain pair_view compare_row sanity_check faithfulness python diagnosis",
+       "explain pair_view compare_row sanity_check faithfulness python diagnosis compare two_branch "
+       "localization_checked",
        "sum of the point-to-point contributions over the other image (seed 000 Eq. 3)"),
     _m("decomposition_bias", "Decomposition+Bias",
-       "explain pair_view compare_row sanity_check faithfulness python diagnosis",
+       "explain pair_view compare_row sanity_check faithfulness python diagnosis compare two_branch "
+       "localization_checked",
        "each position's contribution against the other image's whole embedding (seed 000 Eq. 4)"),
     _m("gradcam", "Grad-CAM",
-       "explain pair_view compare_row sanity_check faithfulness python",
+       "explain pair_view compare_row sanity_check faithfulness python compare gradcam two_branch "
+       "localization_checked",
        "Grad-CAM with the cosine similarity as target"),
     _m("gradcam_nonorm", "Grad-CAM (no norm)",
-       "explain pair_view compare_row sanity_check faithfulness python",
+       "explain pair_view compare_row sanity_check faithfulness python compare gradcam two_branch",
        "Grad-CAM with the dot product as target"),
     _m("rgradcam", "RGrad-CAM",
-       "explain pair_view compare_row sanity_check faithfulness python",
+       "explain pair_view compare_row sanity_check faithfulness python compare gradcam two_branch "
+       "localization_checked",
        "gradient times activation without the spatial average of the gradient"),
     _m("grad_transfer", "Grad-weight transfer",
        "explain pair_view faithfulness",
        "Grad-CAM weights transferred from the training set (seed 000 Sec. 4.3, seed 002)"),
     _m("occlusion", "Occlusion",
-       "pair_view sanity_check faithfulness",
+       "pair_view sanity_check faithfulness two_branch",
        "model-agnostic: the similarity's drop when a cell is occluded"),
     _m("point_to_point", "Point-to-point",
-       "faithfulness",
+       "faithfulness two_branch",
        "the strongest point-to-point contributions, each image's cells ordered by them"),
 )
 

@@ -100,8 +100,11 @@ def orientation(model, dataset, split: str | None = "test", device="cpu", max_pa
     if max_pairs:
         chosen = chosen[:max_pairs]
     if not len(chosen):
-        raise ValueError(f"{dataset.root}: no {split or ''} pair with a true heading (headings.csv): "
-                         "make one with make-demo-data --cross-view".replace("  ", " "))
+        from dmlviewer.core.fields import FieldError
+        from dmlviewer.core.fields import literal
+
+        raise FieldError("dataset", f"{{field}} {literal(dataset.root)} has no {split or ''} pair with a true heading "
+                                    "(headings.csv, which the synthetic cross-view data has)".replace("  ", " "))
     clock = EtaClock(len(chosen))
     records, errors = [], {name: [] for name in MAPS}
     for k, p in enumerate(chosen):

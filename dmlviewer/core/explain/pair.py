@@ -31,17 +31,17 @@ import torch
 from dmlviewer.core.explain.attention import attention_maps
 from dmlviewer.core.explain.decomposition import forward_decomposed, head_function
 from dmlviewer.core.explain.grad_transfer import GradWeightBank
-from dmlviewer.core.explain.gradcam import GRADCAM_METHODS, gradcam_maps, transferred_map
+from dmlviewer.core.explain.gradcam import gradcam_maps, transferred_map
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.hover import HoverRenderer
 from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
 from dmlviewer.core.explain.matches import MATCH_RADIUS, top_matches
+from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
 from dmlviewer.core.models import FIRST_ORDER, Linearization, ModelOutput
 from dmlviewer.core.models.two_branch import TwoBranchModel
 
 SIDES = ("query", "reference")
-METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "grad_transfer")
 SIGNS = ("signed", "positive", "negative")
 
 @dataclass
@@ -129,7 +129,7 @@ class PairExplanation:
     def add_overall(self, method: str, query_grid: np.ndarray, reference_grid: np.ndarray) -> None:
         """Serve grid maps computed elsewhere (e.g. :mod:`.occlusion`) as overall maps of
         ``method``, like the built-in methods (``overall_grid``, ``overall``)."""
-        if method in METHODS:
+        if method in registry.methods("explain"):
             raise ValueError(f"{method!r} is a built-in method")
         for side, grid in zip(SIDES, (query_grid, reference_grid)):
             grid = np.asarray(grid, dtype=np.float32)
@@ -142,15 +142,15 @@ class PairExplanation:
         """Signed overall map of ``method`` on ``side``'s feature grid (``h x w``)."""
         s = self._side(side)
         key = (method, side)
-        if method not in METHODS and key not in self._grid_maps:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if method not in registry.methods("explain") and key not in self._grid_maps:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(registry.methods('explain'))}")
         if key not in self._grid_maps:
-            if method in GRADCAM_METHODS:
+            if method in registry.methods("gradcam"):
                 other = self._sides[self._other(side)]
                 with eval_mode(self._model_of(side)):
                     maps = gradcam_maps(head_function(self._model_of(side), s.out, s.index),
                                         s.out.feature_map[s.index : s.index + 1], other.embedding_raw)
-                for name in GRADCAM_METHODS:
+                for name in registry.methods("gradcam"):
                     self._grid_maps[(name, side)] = _frozen(maps[name].cpu().numpy())
             else:  # grad_transfer
                 if self.grad_bank is None:
@@ -322,6 +322,11 @@ def explain_pair(
     preprocess = model.preprocess
     x_q = preprocess(rgb_q, size_q, device=dev)
     x_r = preprocess(rgb_r, size_r, device=dev)
+    if size is not None:  # a module of one input size says which (not timm's bare AssertionError)
+        from dmlviewer.core.models.opening import check_input_size
+
+        for x in (x_q, x_r):
+            check_input_size(model, tuple(x.shape[-2:]), "size")
     with eval_mode(model):
         if x_q.shape == x_r.shape:
             out, lin = forward_decomposed(model, torch.stack([x_q, x_r]))

@@ -44,6 +44,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from dmlviewer.core.explain import methods as registry
+
 log = logging.getLogger(__name__)
 
 #: module types joined to the unit registered before them
@@ -124,6 +126,38 @@ def _label(names: Sequence[str], holders: set[str]) -> str:
     return prefix if prefix and inside <= set(names) else names[0]
 
 
+def readable_name(label: str) -> str:
+    """A randomized depth's label (a module name, ``"a .. b"`` for a merged step, with
+    ``" (both branches)"`` for a two-branch model) as people name layers, 1-based like the
+    README's table: ``backbone.stages.3`` -> ``stage 4``, ``backbone.layer4`` -> ``layer 4``,
+    ``head.projection`` -> ``head``, ``a .. b`` -> ``stage 4 - stage 3``. The plot's axis, the
+    command line's text and its JSON (``name``, beside ``label``) use it."""
+    both = label.endswith(" (both branches)")
+    core = label.removesuffix(" (both branches)")
+
+    def one(name: str) -> str:
+        parts = [p for p in name.strip().split(".") if p]
+        while parts and parts[0] in ("backbone", "net"):  # the wrappers every layer of a backbone is under
+            parts = parts[1:]
+        if not parts or parts[0] == "head":
+            return "head"
+        words: list[str] = []
+        for k, part in enumerate(parts):
+            if part.isdigit() and words and not words[-1][-1].isdigit():
+                noun = words.pop()
+                words.append(f"{noun[:-1] if noun.endswith('s') and len(noun) > 3 else noun} {int(part) + 1}")
+            elif part.isdigit():
+                words.append(f"#{int(part) + 1}")
+            else:
+                head, tail = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
+                words.append(f"{head} {tail}" if head and tail else part)  # layer4 -> layer 4 (1-based already)
+        return " ".join(words)
+
+    pieces = [one(p) for p in core.split(" .. ")]
+    text = " - ".join(dict.fromkeys(pieces))
+    return f"{text} (both branches)" if both else text
+
+
 def cascade_steps(model: nn.Module, max_steps: int | None = None) -> list[CascadeStep]:
     """The cascade's steps (depth 1 first), units merged into at most ``max_steps`` steps (the
     head stays a step of its own); a merged step's label names its first and last unit."""
@@ -186,15 +220,13 @@ def randomize_cascade(model: nn.Module, max_steps: int | None = None, seed: int 
         yield step, randomized_copy(model, step, seed)
 
 
-#: the methods of the check (every overall map that needs nothing but the model)
-CHECK_METHODS = ("decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "occlusion")
-OCCLUSION = "occlusion"
+OCCLUSION = registry.method("occlusion").key
 
 
 def pair_maps(model: nn.Module, image_q, image_r, methods: Sequence[str], device="cpu", baseline: str = "blur",
               cancel=None) -> Iterator:
     """Generator; result: ``(similarity, {method: {side: grid map}})`` of one pair for
-    ``methods`` (:data:`CHECK_METHODS`; occlusion of both sides with ``baseline``, uncached)."""
+    ``methods`` (the registry's ``sanity_check`` maps; occlusion of both sides with ``baseline``, uncached)."""
     from dmlviewer.core.explain.occlusion import occlusion
     from dmlviewer.core.explain.pair import SIDES, explain_pair
     from dmlviewer.core.explain.perturb import relay
@@ -212,7 +244,7 @@ def randomization_check(
     model: nn.Module,
     dataset,
     pairs: int | Sequence[tuple[int, int]] = 10,
-    methods: Sequence[str] = CHECK_METHODS,
+    methods: Sequence[str] | None = None,
     split: str | None = "test",
     device: str | torch.device = "cpu",
     max_steps: int | None = None,
@@ -226,17 +258,18 @@ def randomization_check(
     distance, the mean over both images of a pair) of the randomized copy's overall maps with the
     trained model's. Yields progress; the ``done`` event's result: ``{"methods", "num_pairs",
     "pairs": [{query, reference, query_path, reference_path, similarity, randomized_similarity}],
-    "depths": [{depth, label, modules, similarity, methods: {method: {overall_map_spearman,
+    "depths": [{depth, label, name (:func:`readable_name`), modules, similarity, methods: {method: {overall_map_spearman,
     iou, peak_distance}: {mean, per_pair}}}]}``."""
     from dmlviewer.core.data.images import load_or_skip
     from dmlviewer.core.explain.compare import overall_agreement, sample_pairs
     from dmlviewer.core.explain.agreement import IOU_FRACTION, nanmean
     from dmlviewer.core.progress import EtaClock, Progress
 
-    methods = list(dict.fromkeys(methods))
-    bad = [m for m in methods if m not in CHECK_METHODS]
+    known = registry.methods("sanity_check")  # every overall map that needs nothing but the model
+    methods = list(dict.fromkeys(known if methods is None else methods))
+    bad = [m for m in methods if m not in known]
     if bad or not methods:
-        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(CHECK_METHODS)}")
+        raise ValueError(f"unknown method(s) {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
     if isinstance(pairs, int):
         chosen = [(q, r) for q, r, _ in sample_pairs(dataset, split, pairs, seed)]
     else:
@@ -289,7 +322,8 @@ def randomization_check(
                     for t, x, shape in zip(trained, randomized, shapes)]
             per_method[m] = {key: {"mean": nanmean(row[key] for row in rows), "per_pair": [row[key] for row in rows]}
                              for key in ("overall_map_spearman", "iou", "peak_distance")}
-        depths.append({"depth": step.depth, "label": step.label, "modules": list(step.modules),
+        depths.append({"depth": step.depth, "label": step.label, "name": readable_name(step.label),
+                       "modules": list(step.modules),
                        "similarity": nanmean(x[0] for x in randomized), "methods": per_method,
                        "_similarities": [x[0] for x in randomized]})
     pair_rows = []

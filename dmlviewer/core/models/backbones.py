@@ -323,7 +323,7 @@ def format_keys(keys: list[str], limit: int = 8) -> str:
 #: what users are told a checkpoint is, when they open something else
 WHAT_IS_A_CHECKPOINT = ("A checkpoint is the .pt file that `dmlviewer train` or `dmlviewer import-model` writes "
                         "(the model's configuration and weights, saved with torch.save); a torchvision state dict "
-                        "(.pth) is accepted as backbone weights (--pretrained FILE).")
+                        "(.pth) is accepted as a backbone's pretrained weights for training.")
 
 
 def _load_error_reason(exc: Exception) -> str:

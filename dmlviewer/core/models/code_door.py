@@ -9,7 +9,7 @@ with ``args`` (keyword arguments, JSON). Running the user's file is an explicit 
 their script; the weights file is data and is read only as data
 (:func:`~.backbones.read_weights_file`: ``torch.load(weights_only=True)`` or safetensors).
 
-The weights are unwrapped as ``import-model`` unwraps them (:func:`~.importer.read_sources`:
+The weights are unwrapped as ``import-model`` unwraps them (:func:`~.importing.read_sources`:
 Lightning's ``state_dict``, DDP's ``module.``, ``torch.compile``'s ``_orig_mod.``), a prefix that
 all the model's keys lack (Lightning's ``model.``/``net.`` attribute) is stripped when that makes
 the names match, and then loaded with ``strict=True``: a mismatch is one line naming a few
@@ -41,7 +41,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, ModelError
+from dmlviewer.core.fields import literal
+
+from .errors import CheckpointError, CheckpointFieldError, ModelError, ModelFieldError
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +249,10 @@ def fit_keys(tensors: dict[str, torch.Tensor], expected: list[str]) -> tuple[dic
     return tensors, None
 
 
-def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor], model: dict[str, torch.Tensor]) -> str:
-    """One line on why the names or shapes of the weights do not fit the model."""
+def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor],
+              model: dict[str, torch.Tensor]) -> CheckpointError:
+    """The error saying in one line why the names or shapes of the weights do not fit the model;
+    shapes that differ point at the keyword arguments (``model_args``) that built it."""
     from .backbones import format_keys
 
     missing = sorted(model.keys() - tensors.keys())
@@ -266,13 +270,13 @@ def _mismatch(path: str, entry: str, tensors: dict[str, torch.Tensor], model: di
             if hits > best:
                 best, hint = hits, (f"; the model's names carry the prefix {prefix!r} that the file's lack "
                                     f"({hits} would match: the file holds the model's {prefix[:-1]})")
-        return (f"{path} does not fit the model of {entry}: missing keys [{format_keys(missing, 4)}]; "
-                f"unexpected keys [{format_keys(unexpected, 4)}]{hint}")
+        return CheckpointError(f"{path} does not fit the model of {entry}: missing keys [{format_keys(missing, 4)}]; "
+                               f"unexpected keys [{format_keys(unexpected, 4)}]{hint}")
     shapes = [f"{k} (file {tuple(tensors[k].shape)}, model {tuple(model[k].shape)})" for k in model
               if tuple(tensors[k].shape) != tuple(model[k].shape)]
     more = f" and {len(shapes) - 3} more" if len(shapes) > 3 else ""
-    return (f"{path} does not fit the model of {entry}: shapes differ for {', '.join(shapes[:3])}{more} "
-            "(check --model-args)")
+    return CheckpointFieldError("model_args", literal(f"{path} does not fit the model of {entry}: shapes differ for "
+                                                     f"{', '.join(shapes[:3])}{more}") + " (check {field})")
 
 
 def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the model") -> list[str]:
@@ -280,7 +284,7 @@ def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the m
     weights, and load it into ``module`` with ``strict=True``; ``CheckpointError`` in one line.
     Returns the notes worth a warning (entries of the file the model has no place for)."""
     from .checkpoint import check_finite
-    from .importer import read_sources
+    from .importing import read_sources
 
     sources = read_sources([path])  # read_weights_file, unwrapped; CheckpointError, FileNotFoundError
     for note in sources.notes:
@@ -291,7 +295,7 @@ def load_weights(module: nn.Module, path: str | os.PathLike, entry: str = "the m
     if note and not notes:
         log.info("weights %s: %s", Path(path).name, note)
     if set(state) != set(model_state) or any(tuple(state[k].shape) != tuple(v.shape) for k, v in model_state.items()):
-        raise CheckpointError(_mismatch(str(path), entry, state, model_state))
+        raise _mismatch(str(path), entry, state, model_state)
     check_finite(state, str(path))
     try:
         module.load_state_dict(state, strict=True)
@@ -341,9 +345,9 @@ def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | N
         try:
             return load_weights(pair, weights, entry)
         except CheckpointError as exc:
-            raise CheckpointError(f"{exc} (one weights file for a two-branch model holds both branches, its keys "
-                                  "starting with query. and reference.; or give the reference branch's file "
-                                  "with --reference-weights)"[:900]) from None
+            raise CheckpointFieldError("reference_weights", literal(str(exc)[:700]) + (
+                " (one weights file for a two-branch model holds both branches, its keys starting with query. and "
+                "reference.; or give the reference branch's file as {field})")) from None
     notes = []
     for side, path in (("query", weights), ("reference", reference_weights)):
         if path:
@@ -354,7 +358,7 @@ def _load_two_branch_weights(pair: nn.ModuleDict, weights: str | os.PathLike | N
 def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: str | os.PathLike | None = None,
                     device: str | torch.device = "cpu", feature_layer: str | None = None, output: Any = None,
                     size: Any = None, reference_weights: str | os.PathLike | None = None,
-                    input_shapes: Any = None) -> tuple[nn.Module, dict]:
+                    input_shapes: Any = None, mean: Any = None, std: Any = None) -> tuple[nn.Module, dict]:
     """``(model, info)``: the module ``entry(**args)`` builds, with ``weights`` loaded, through
     :func:`~.opening.open_model` (``feature_layer``, ``output``: a key or an index, ``size``).
     ``info["source"]`` is ``"code"``, ``info["path"]`` the weights file, ``info["entry"]`` and
@@ -366,18 +370,27 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
     ``query.``/``reference.``) or, with ``reference_weights``, the query branch's alone;
     ``input_shapes`` is the ``(query, reference)`` pair of input shapes (each a side or
     ``(height, width)``, e.g. ``((64, 256), 128)``) and overrides ``size``; ``feature_layer``
-    applies to both branches, or is ``"QUERY_LAYER,REFERENCE_LAYER"``."""
+    applies to both branches, or is ``"QUERY_LAYER,REFERENCE_LAYER"``. ``mean``/``std``: the
+    input's normalization per RGB channel (default ImageNet's), as ``import-model --mean/--std``
+    give a checkpoint's; with ``size``, the preprocessing the model is run with (both branches)."""
     from .opening import open_model
 
     if isinstance(output, bool) or (output is not None and not isinstance(output, (str, int))):
         raise ModelError(f"output must be a key (text) or an index (integer), got {output!r}"[:200])
     args = dict(args or {})
+    transform = None
+    if mean is not None or std is not None:
+        from dmlviewer.core.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+        transform = {"mean": tuple(float(v) for v in (mean or IMAGENET_MEAN)),
+                     "std": tuple(float(v) for v in (std or IMAGENET_STD))}
     module, source_file = build_module(entry, args)
     two = isinstance(module, tuple)
     if not two and (reference_weights or input_shapes):
-        given = "--reference-weights" if reference_weights else "--input-shapes"
-        raise ModelError(f"{given} is for a two-branch model: {entry} returned one module (return a (query, "
-                         "reference) pair of modules for a query and a reference encoder)")
+        given = "reference_weights" if reference_weights else "input_shapes"
+        raise ModelFieldError(given, f"{{field}} is for a two-branch model: {literal(entry)} returned one module "
+                                     "(return a (query, reference) pair of modules for a query and a reference "
+                                     "encoder)")
     notes: list[str] = []
     if two:
         pair = nn.ModuleDict({"query": module[0], "reference": module[1]})
@@ -393,6 +406,8 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
         fingerprint_of = module
     sha = code_sha256(entry, source_file, args, str(weights) if weights else None, fingerprint_of,
                       str(reference_weights) if reference_weights else None)
+    if transform is not None:  # another normalization gives other embeddings: never the same model's features
+        sha = hashlib.sha256(f"{sha}|{json.dumps(transform, sort_keys=True)}".encode()).hexdigest()
     if two:
         for m in module:
             m.eval()
@@ -400,10 +415,12 @@ def open_code_model(entry: str, args: Mapping[str, Any] | None = None, weights: 
             size = _shapes_pair(input_shapes)
         if isinstance(feature_layer, str) and "," in feature_layer:  # "QUERY_LAYER,REFERENCE_LAYER"
             feature_layer = tuple(part.strip() or None for part in feature_layer.split(",", 1))
-        model, info = open_model(tuple(module), device, feature_layer=feature_layer, output=output, size=size)
+        model, info = open_model(tuple(module), device, feature_layer=feature_layer, output=output, size=size,
+                                 transform=transform)
     else:
         module.eval()  # a freshly built module is in training mode as every nn.Module is: nothing to say
-        model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size)
+        model, info = open_model(module, device, feature_layer=feature_layer, output=output, size=size,
+                                 transform=transform)
     notes = notes + list(info.get("notes", []))
     info = {**info, "source": "code", "path": str(weights) if weights else None, "entry": str(entry), "args": args,
             "sha256": sha, "notes": notes}

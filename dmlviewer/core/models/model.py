@@ -40,6 +40,7 @@ _DEFAULTS = {
     "mean": [0.485, 0.456, 0.406],  # input normalization (x / 255 - mean) / std per RGB channel
     "std": [0.229, 0.224, 0.225],
     "token_grid": 0,         # vision transformers: side of the position-embedding grid (0: timm's default)
+    "fc_norm": False,        # vision transformers: the final norm after the pooling (timm's fc_norm, global_pool="avg")
     "head_layers": [],       # a general head instead of bn/hidden/dim (imported models): see projection.LayerStack
 }
 
@@ -79,7 +80,7 @@ def _check_types(config: dict) -> None:
         value = config[key]
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             fail(key, f"an integer from {low} to {high}")
-    for key in ("bn", "gem_learnable"):
+    for key in ("bn", "gem_learnable", "fc_norm"):
         if not isinstance(config[key], bool):
             fail(key, "true or false")
     gem_p = config["gem_p"]
@@ -140,6 +141,8 @@ def check_config(config: dict) -> dict:
     if config["pooling"] not in allowed:
         raise ValueError(f"unknown pooling {config['pooling']!r} for backbone {config['backbone']}; "
                          f"choose from {', '.join(allowed)}")
+    if config["fc_norm"] and not vit:
+        raise ValueError("model config fc_norm (a norm after the pooling) is for vision transformer backbones")
     if vit and (config["grouping"] != "none" or config["multilayer"]):
         raise ValueError("vision transformer backbones take grouping none and no multilayer head")
     if config["grouping"] not in GROUPINGS:

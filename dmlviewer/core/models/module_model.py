@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import ModelError
+from .errors import ModelError, ModelFieldError
 from .jacobian import gradient_x_activation, pooled_gradient_x_activation
 from .homogeneity import DegreeTracker, euler_report, is_degree_one
 from .output import EXACT, Linearization, ModelOutput
@@ -61,17 +61,24 @@ _OUTPUT_KEYS = ("embedding", "embeddings", "features", "feature", "pooler_output
 def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
     """The embedding tensor (B x D) in a module's output.
 
-    ``output``: ``None`` (a tensor as it is; a tuple or list: its first element; a dict or an
-    object: the first of ``embedding embeddings features feature pooler_output image_embeds``),
-    an int (index into a tuple/list), a str (dict key or attribute), or a callable.
+    ``output``: ``None`` (a tensor as it is; a tuple or list of one element: that element; a
+    dict or an object: the first of ``embedding embeddings features feature pooler_output
+    image_embeds``), an int (index into a tuple/list), a str (dict key or attribute), or a
+    callable. A tuple or list of several elements (``(logits, embedding)``) is never guessed:
+    :class:`ModelFieldError` on ``output`` names the elements' shapes (issue 31 item 11).
     """
     if callable(output):
         value = output(result)
     elif output is None:
         if isinstance(result, torch.Tensor):
             value = result
-        elif isinstance(result, (tuple, list)) and result:
+        elif isinstance(result, (tuple, list)) and len(result) == 1:
             value = result[0]
+        elif isinstance(result, (tuple, list)) and result:
+            kind = type(result).__name__
+            raise ModelFieldError("output", f"the model returned a {kind} of {len(result)} elements "
+                                  f"({describe_elements(result)}): say which one is the embedding with {{field}} "
+                                  "(its index, e.g. 1, or a function)")
         else:
             value = None
             for key in _OUTPUT_KEYS:
@@ -82,8 +89,8 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
                     value = getattr(result, key)
                     break
             if value is None:
-                raise ModelError(f"the model returned a {type(result).__name__}: pass output= (an index, a key or "
-                                 "a function; --model-output on the command line) to say which part is the embedding")
+                raise ModelFieldError("output", f"the model returned a {type(result).__name__}: say which part is the "
+                                      "embedding with {field} (an index, a key or a function)")
     elif isinstance(output, int):
         try:
             value = result[output]
@@ -104,6 +111,15 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
         raise ModelError(f"the embedding must be batch x dimensions, got shape {tuple(value.shape)} "
                          "(select another output with output=)")
     return value
+
+
+def describe_elements(result: tuple | list, limit: int = 6) -> str:
+    """The elements of a tuple or list output in a few words: ``0: 2 x 100, 1: 2 x 64``."""
+    parts = []
+    for k, item in enumerate(result[:limit]):
+        shape = " x ".join(map(str, item.shape)) if isinstance(item, torch.Tensor) else type(item).__name__
+        parts.append(f"{k}: {shape}")
+    return ", ".join(parts) + (f", ... ({len(result)} in all)" if len(result) > limit else "")
 
 
 #: Layouts of a feature layer's 4-D output.

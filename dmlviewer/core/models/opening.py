@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import CheckpointError, ModelError
+from .errors import CheckpointError, ModelError, ModelFieldError
 from .model import EmbeddingModel
 from .projection import Projection
 from .vit import TokenHead, ViTBackbone
@@ -141,6 +141,7 @@ def open_model(source: Any, device: str | torch.device = "cpu", *, feature_layer
         source = source.to(dev).eval()
         default_size = _module_size(source)
         preprocess = as_preprocess(transform, size, default_size)
+        check_input_size(source, preprocess.input_shape, "size" if size else "transform")
         if is_vit(source):
             model = vit_from_module(source, preprocess).eval()
         else:
@@ -212,8 +213,39 @@ def vit_from_module(vit: nn.Module, preprocess, pool: str | None = None, name: s
     return EmbeddingModel(config, backbone, TokenHead(vit, pool, projection))
 
 
+def _fixed_input(module: nn.Module) -> tuple[tuple[int, int], str] | None:
+    """``((height, width), owner)``: the one input a module takes and the type of the network
+    that asserts it, or ``None``. A timm patch embedding built with a strict ``img_size`` (a ViT
+    or DINOv2 without ``dynamic_img_size=True``) takes one size."""
+    subs = dict(module.named_modules())
+    for name, sub in subs.items():
+        img_size = getattr(sub, "img_size", None)
+        if getattr(sub, "strict_img_size", False) and isinstance(img_size, (tuple, list)) and len(img_size) == 2:
+            owner = subs.get(name.rpartition(".")[0], module) if name else module
+            return (int(img_size[0]), int(img_size[1])), type(owner).__name__
+    return None
+
+
+def check_input_size(module: nn.Module, shape: tuple[int, int], field: str = "size") -> None:
+    """:class:`ModelFieldError` on ``field`` when ``module`` takes one input size and ``shape`` is
+    another (issue 31 item 11: instead of timm's bare ``AssertionError`` at the first forward)."""
+    found = _fixed_input(module)
+    if found is None or tuple(shape) == found[0]:
+        return
+    fixed, owner = found
+    given = f"{shape[0]}" if shape[0] == shape[1] else f"{shape[0]} x {shape[1]}"
+    takes = f"{fixed[0]}" if fixed[0] == fixed[1] else f"{fixed[0]} x {fixed[1]}"
+    raise ModelFieldError(field, f"{{field}} asks for {given} px, but the {owner} takes {takes} px "
+                                 f"input only (its img_size): give {takes}, or build the model with img_size={given} "
+                                 "or dynamic_img_size=True to take other sizes")
+
+
 def _module_size(module: nn.Module) -> int:
-    """The input size a module says it expects (timm's ``pretrained_cfg``), else 224."""
+    """The input size a module expects: the one it takes (:func:`_fixed_input`, square), else
+    what it says (timm's ``pretrained_cfg``), else 224."""
+    found = _fixed_input(module)
+    if found is not None and found[0][0] == found[0][1]:
+        return found[0][0]
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
     size = cfg.get("input_size") if isinstance(cfg, dict) else None
     return int(size[-1]) if size else 224

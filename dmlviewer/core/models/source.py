@@ -46,7 +46,7 @@ class ModelSource:
     args: dict = field(default_factory=dict)      # code: keyword arguments of the callable (JSON)
     weights: str | None = None       # code: weights file (torch.load weights_only=True, safetensors)
     options: dict = field(default_factory=dict)   # code/python: feature_layer, output, size, input_shapes
-    label: str | None = None         # python: a name to show (the module's class)
+    label: str | None = None         # a name to show: the user's label of the model, or a live module's class
     reference_weights: str | None = None  # code, two branches: the reference branch's weights file
 
     def __post_init__(self) -> None:
@@ -170,7 +170,8 @@ class ModelSource:
 
 
 #: what ``options`` may hold, and the types each takes (JSON values)
-OPTION_TYPES = {"feature_layer": (str,), "output": (str, int), "size": (int,), "input_shapes": (list,)}
+OPTION_TYPES = {"feature_layer": (str,), "output": (str, int), "size": (int,), "input_shapes": (list,),
+                "mean": (list,), "std": (list,)}
 
 
 def _options_problem(options: dict) -> str | None:
@@ -183,6 +184,12 @@ def _options_problem(options: dict) -> str | None:
     size = options.get("size")
     if size is not None and not 8 <= size <= 4096:  # as a model config's image_size
         return f"size must be from 8 to 4096 pixels, got {size}"
+    for key in ("mean", "std"):  # the normalization of a code model's input (as import-model's --mean/--std)
+        values = options.get(key)
+        if values is not None and not (len(values) == 3 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= 1e3 for v in values)
+                and (key == "mean" or all(v > 0 for v in values))):
+            return f"{key} must be three numbers (R, G, B){', each above 0' if key == 'std' else ''}, got {json.dumps(values)[:80]}"
     shapes = options.get("input_shapes")
     if shapes is not None and not _shapes_ok(shapes):
         return ("input_shapes must be the query's and the reference's input shape, each a side or [height, width] "

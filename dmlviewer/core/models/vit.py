@@ -397,7 +397,8 @@ def load_timm_weights(net: nn.Module, state: dict, path: str, ignore: tuple[str,
 def build_vit(config: dict, load_pretrained: bool = True) -> tuple[ViTBackbone, TokenHead]:
     """Backbone and head of a ``timm:NAME`` vision transformer config (see ``default_config``):
     built without weights (never from a hub), weights from the local file ``pretrained``,
-    ``pooling`` ``token`` or ``gap``, then ``[BN] -> [FC+ReLU] -> Linear(dim)`` (dim 0: none)."""
+    ``pooling`` ``token`` or ``gap`` (``fc_norm``: timm's norm after the pooling instead of the final
+    norm before it), then ``[BN] -> [FC+ReLU] -> Linear(dim)`` (dim 0: none)."""
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -411,6 +412,8 @@ def build_vit(config: dict, load_pretrained: bool = True) -> tuple[ViTBackbone, 
         raise FileNotFoundError(f"timm weights for {name} come from a local file only (dmlviewer never downloads): "
                                 "pass the .pth or .safetensors file as pretrained")
     options = dict(pretrained=False, num_classes=0, dynamic_img_size=True)
+    if config.get("fc_norm"):  # timm's global_pool="avg" layout: no final norm before the pooling, fc_norm after
+        options["fc_norm"] = True
     grid = int(config.get("token_grid") or 0)
     net = timm.create_model(name, **options)
     patch = ViTBackbone(net, 0).stride

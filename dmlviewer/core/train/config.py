@@ -2,7 +2,8 @@
 
 ``validate(config)`` lists what is wrong with a combination of options, one sentence each, so
 the command line can stop before any work and the GUI dialog can explain invalid combinations
-inline. The configuration is saved with the run as ``RUN/config.json``. This module imports no
+inline; each names its options by identifier (:class:`~.errors.FieldsError`), which the command
+line words as its options and the dialog as its field labels. The configuration is saved with the run as ``RUN/config.json``. This module imports no
 torch (the command line builds its parser from it), so the choices of the options live here.
 """
 
@@ -13,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .errors import FieldsError, literal
 
 BACKBONES = ("resnet18", "resnet34", "resnet50", "resnet101", "googlenet", "inception_v3",
              "mobilenet_v3_large", "efficientnet_b0", "efficientnet_lite0", "small_cnn")
@@ -193,12 +196,13 @@ class TrainConfig:
         return [k for k in mine if k not in self.RESUMABLE_CHANGES and mine[k] != theirs[k]]
 
 
-def _choice(errors: list[str], name: str, value: Any, choices) -> None:
+def _choice(errors: list[FieldsError], name: str, value: Any, choices) -> None:
     if value not in choices:
-        errors.append(f"--{name.replace('_', '-')} must be one of {', '.join(map(str, choices))} (got {value!r})")
+        errors.append(FieldsError(f"{{{name}}} must be one of {literal(', '.join(map(str, choices)))} "
+                                  f"(got {literal(repr(value))})"))
 
 
-def _kind(path: str | Path) -> str | None:
+def path_kind(path: str | Path) -> str | None:
     """``"dir"``, ``"file"`` (anything else that exists), ``None`` (missing), or why the name
     cannot be looked at (``"file name too long"``, ...): never raises, whatever was typed."""
     import os
@@ -214,35 +218,90 @@ def _kind(path: str | Path) -> str | None:
         return (exc.strerror or str(exc)).lower()
 
 
-def validate(config: TrainConfig) -> list[str]:
-    """Everything wrong with ``config``, one clear sentence each (empty when it is valid)."""
-    errors: list[str] = []
+def pretrained_problem(backbone: str, pretrained: str | None) -> FieldsError | None:
+    """What is wrong with ``pretrained`` weights for ``backbone`` (both trainers): ImageNet weights
+    for a backbone that has none, or a weights file that cannot be read."""
+    if pretrained in (None, "none"):
+        return None
+    if pretrained == "imagenet":
+        from dmlviewer.core.models import BACKBONES as SPECS
+
+        spec = SPECS.get(backbone)
+        if spec is not None and spec.weights_file is None:
+            return FieldsError(f"{{pretrained}} imagenet: no ImageNet weights exist for {literal(backbone)}; "
+                               "use none or a weights file")
+        return None
+    from dmlviewer.core.files import file_problem
+
+    problem = file_problem(pretrained)
+    if problem:
+        return FieldsError(f"{{pretrained}} file not found: {literal(pretrained)}" if problem == "file not found"
+                           else f"{{pretrained}} {literal(pretrained)} {literal(problem)}")
+    return None
+
+
+def out_problem(out: str, out_kind: str | None) -> FieldsError | None:
+    """What is wrong with the run folder ``out`` (``out_kind``: :func:`_kind` of it)."""
+    if not out:
+        return FieldsError("{out} is required")
+    if out_kind not in (None, "dir"):
+        return FieldsError(f"{{out}} {literal(out)} exists and is not a folder (the run folder)" if out_kind == "file"
+                           else f"{{out}} {literal(out)}: {literal(out_kind)}")
+    return None
+
+
+def run_folder_problem(out: str, out_kind: str | None, resume: bool) -> FieldsError | None:
+    """A run folder that holds no run to resume, or holds one and ``resume`` is off."""
+    held = out_kind == "dir" and path_kind(Path(out) / CHECKPOINT_NAME) == "file"
+    if out and resume and not held:
+        return FieldsError(f"{{resume}} but no checkpoint to resume from: {literal(Path(out) / CHECKPOINT_NAME)}")
+    if out and not resume and held:
+        return FieldsError(f"{literal(out)} already holds a run ({literal(Path(out) / CHECKPOINT_NAME)}): pass "
+                           "{resume} to continue it or choose another {out}")
+    return None
+
+
+def device_problem(device: str) -> FieldsError | None:
+    """A device that cannot be used here (``resolve_device``'s sentence)."""
+    from dmlviewer.core.models import resolve_device
+
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        return FieldsError("{device}: " + literal(exc))
+    return None
+
+
+def combined(errors: list[FieldsError]) -> FieldsError:
+    """One error listing ``errors`` (``; `` between them), as a run refuses an invalid configuration."""
+    return FieldsError("; ".join(e.template for e in errors))
+
+
+def validate(config: TrainConfig) -> list[FieldsError]:
+    """Everything wrong with ``config``, one clear sentence each naming its options by
+    identifier (:class:`~.errors.FieldsError`; empty when it is valid)."""
+    errors: list[FieldsError] = []
+    E = FieldsError
     c = config
-    out_kind = _kind(c.out) if c.out else None
+    out_kind = path_kind(c.out) if c.out else None
     if not c.dataset:
-        errors.append("--dataset is required")
-    elif _kind(c.dataset) != "dir":
-        errors.append(f"dataset folder not found: {c.dataset}")
-    if not c.out:
-        errors.append("--out is required")
-    elif out_kind not in (None, "dir"):
-        errors.append(f"--out {c.out} exists and is not a folder (the run folder)" if out_kind == "file"
-                      else f"--out {c.out}: {out_kind}")
+        errors.append(E("{dataset} is required"))
+    elif path_kind(c.dataset) != "dir":
+        errors.append(E(f"dataset folder not found: {literal(c.dataset)}"))
+    errors.append(out_problem(c.out, out_kind))
     numbers = {k: v for k, v in c.to_dict().items() if isinstance(v, float)}
-    bad = [k for k, v in numbers.items() if not math.isfinite(v)]
-    if bad:
-        errors.append(f"{', '.join('--' + k.replace('_', '-') for k in bad)} must be finite numbers")
+    errors += [E(f"{{{k}}} must be a finite number") for k, v in numbers.items() if not math.isfinite(v)]
     if not 0 <= c.seed < 2**32:
-        errors.append(f"--seed must be from 0 to {2**32 - 1} (got {c.seed})")
+        errors.append(E(f"{{seed}} must be from 0 to {2**32 - 1} (got {c.seed})"))
     if not str(c.device).strip():
-        errors.append("--device must not be empty: use auto, cpu, cuda, cuda:N or mps")
+        errors.append(E("{device} must not be empty: use auto, cpu, cuda, cuda:N or mps"))
     if str(c.backbone).startswith("timm:"):  # timm:NAME: checked by its model config (imports timm)
         from dmlviewer.core.models.model import check_config
 
         try:
             check_config(c.model_config())
         except ValueError as exc:
-            errors.append(f"--backbone {c.backbone}: {exc}")
+            errors.append(E(f"{{backbone}} {literal(c.backbone)}: {literal(exc)}"))
     else:
         _choice(errors, "backbone", c.backbone, BACKBONES)
     _choice(errors, "pooling", c.pooling, POOLINGS)
@@ -257,30 +316,24 @@ def validate(config: TrainConfig) -> list[str]:
     _choice(errors, "optimizer", c.optimizer, OPTIMIZERS)
     _choice(errors, "scheduler", c.scheduler, SCHEDULERS)
     _choice(errors, "amp", c.amp, AMP_MODES)
-    if c.pretrained not in ("none", "imagenet"):
-        from dmlviewer.core.files import file_problem
-
-        problem = file_problem(c.pretrained)
-        if problem:
-            errors.append(f"--pretrained file not found: {c.pretrained}" if problem == "file not found"
-                          else f"--pretrained {c.pretrained} {problem}")
+    errors.append(pretrained_problem(c.backbone, c.pretrained))
 
     grouped = c.grouping != "none"
     if grouped and c.groups < 2:
-        errors.append(f"--grouping {c.grouping} needs --groups of at least 2 (got {c.groups})")
+        errors.append(E(f"{{grouping}} {literal(c.grouping)} needs {{groups}} of at least 2 (got {c.groups})"))
     if c.dim < 1:
-        errors.append(f"--dim must be positive (got {c.dim})")
+        errors.append(E(f"{{dim}} must be positive (got {c.dim})"))
     elif grouped and c.groups >= 1 and c.dim % c.groups:
-        errors.append(f"--dim {c.dim} must be divisible by --groups {c.groups} (equal group sizes)")
-    if c.diversity < 0 or c.deml_adversary < 0 or c.activation_decay < 0 or c.non_trivial < 0:
-        errors.append("loss weights (--diversity, --deml-adversary, --activation-decay, --non-trivial) "
-                      "cannot be negative")
+        errors.append(E(f"{{dim}} {c.dim} must be divisible by {{groups}} {c.groups} (equal group sizes)"))
+    for name in ("diversity", "deml_adversary", "activation_decay", "non_trivial"):
+        if getattr(c, name) < 0:
+            errors.append(E(f"{{{name}}} cannot be negative (a loss weight; got {getattr(c, name)})"))
     if c.diversity > 0 and not grouped:
-        errors.append("--diversity needs a grouping head (--grouping m, g, c or a): it acts between "
-                      "the groups of one image")
+        errors.append(E("{diversity} needs a grouping head ({grouping} m, g, c or a): it acts between "
+                        "the groups of one image"))
     if c.deml_adversary > 0 and c.grouping != "c":
-        errors.append("--deml-adversary needs --grouping c: DeML's adversary acts between "
-                      "channel-attention learners")
+        errors.append(E("{deml_adversary} needs {grouping} c: DeML's adversary acts between "
+                        "channel-attention learners"))
     if c.multilayer:
         from dmlviewer.core.models import BACKBONES as SPECS
 
@@ -288,51 +341,50 @@ def validate(config: TrainConfig) -> list[str]:
         known = set(spec.channels_of) if spec is not None else set()
         unknown = [m for m in c.multilayer if spec is not None and m not in known]
         if unknown:
-            errors.append(f"--multilayer: {', '.join(unknown)} not a feature map of {c.backbone} "
-                          f"(choose from {', '.join(sorted(known))})")
+            errors.append(E(f"{{multilayer}}: {literal(', '.join(unknown))} not a feature map of "
+                            f"{literal(c.backbone)} (choose from {literal(', '.join(sorted(known)))})"))
     if not 0 <= c.val_fraction < 1:
-        errors.append(f"--val-fraction must be at least 0 and below 1 (got {c.val_fraction})")
-    if c.patience < 0 or c.warmup_epochs < 0:
-        errors.append("--patience and --warmup-epochs cannot be negative")
+        errors.append(E(f"{{val_fraction}} must be at least 0 and below 1 (got {c.val_fraction})"))
+    for name in ("patience", "warmup_epochs"):
+        if getattr(c, name) < 0:
+            errors.append(E(f"{{{name}}} cannot be negative (got {getattr(c, name)})"))
     if c.triplet_margin < 0:
-        errors.append(f"--triplet-margin cannot be negative (got {c.triplet_margin})")
+        errors.append(E(f"{{triplet_margin}} cannot be negative (got {c.triplet_margin})"))
     if c.adversarial != "none" and c.adversarial_weight <= 0:
-        errors.append(f"--adversarial {c.adversarial} needs a positive --adversarial-weight")
+        errors.append(E(f"{{adversarial}} {literal(c.adversarial)} needs a positive {{adversarial_weight}}"))
 
     if c.images_per_class < 2:
-        errors.append(f"--images-per-class must be at least 2 to form positive pairs (got {c.images_per_class})")
+        errors.append(E(f"{{images_per_class}} must be at least 2 to form positive pairs (got {c.images_per_class})"))
     if c.classes_per_batch < 2:
-        errors.append(f"--classes-per-batch must be at least 2 to form negative pairs (got {c.classes_per_batch})")
+        errors.append(E(f"{{classes_per_batch}} must be at least 2 to form negative pairs (got {c.classes_per_batch})"))
     if c.epochs < 1:
-        errors.append(f"--epochs must be at least 1 (got {c.epochs})")
+        errors.append(E(f"{{epochs}} must be at least 1 (got {c.epochs})"))
     if c.steps_per_epoch < 0:
-        errors.append(f"--steps-per-epoch cannot be negative (got {c.steps_per_epoch})")
-    if c.lr <= 0 or c.head_lr_mult <= 0:
-        errors.append("--lr and --head-lr-mult must be positive")
+        errors.append(E(f"{{steps_per_epoch}} cannot be negative (got {c.steps_per_epoch})"))
+    for name in ("lr", "head_lr_mult"):
+        if getattr(c, name) <= 0:
+            errors.append(E(f"{{{name}}} must be positive (got {getattr(c, name)})"))
     if c.weight_decay < 0:
-        errors.append(f"--weight-decay cannot be negative (got {c.weight_decay})")
+        errors.append(E(f"{{weight_decay}} cannot be negative (got {c.weight_decay})"))
     if not 32 <= c.image_size <= 4096:
-        errors.append(f"--image-size must be from 32 to 4096 (got {c.image_size})")
-    if c.dim > 16384 or not 1 <= c.groups <= 512:
-        errors.append(f"--dim must be at most 16384 and --groups from 1 to 512 (got {c.dim}, {c.groups})")
-    if c.num_workers < 0 or c.eval_batch_size < 1 or c.log_every < 1 or c.eval_every < 0:
-        errors.append("--num-workers, --eval-every must be >= 0 and --eval-batch-size, --log-every >= 1")
+        errors.append(E(f"{{image_size}} must be from 32 to 4096 (got {c.image_size})"))
+    if c.dim > 16384:
+        errors.append(E(f"{{dim}} must be at most 16384 (got {c.dim})"))
+    if not 1 <= c.groups <= 512:
+        errors.append(E(f"{{groups}} must be from 1 to 512 (got {c.groups})"))
+    for name, low in (("num_workers", 0), ("eval_every", 0), ("eval_batch_size", 1), ("log_every", 1)):
+        if getattr(c, name) < low:
+            errors.append(E(f"{{{name}}} must be at least {low} (got {getattr(c, name)})"))
     if not c.ks or min(c.ks) < 1:
-        errors.append("recall K values must be positive integers")
+        errors.append(E("recall K values must be positive integers"))
 
-    try:
+    problem = device_problem(c.device)
+    if problem is None and c.amp == "on":
         from dmlviewer.core.models import resolve_device
 
         device = resolve_device(c.device)
-        if c.amp == "on" and device.type != "cuda":
-            errors.append(f"--amp on needs a CUDA device (device is {device})")
-    except ValueError as exc:
-        errors.append(str(exc))
-    checkpoint = Path(c.out) / CHECKPOINT_NAME if out_kind == "dir" else None
-    held = checkpoint is not None and _kind(checkpoint) == "file"
-    if c.out and c.resume and not held:
-        errors.append(f"--resume but no checkpoint to resume from: {Path(c.out) / CHECKPOINT_NAME}")
-    if checkpoint is not None and not c.resume and held:
-        errors.append(f"{c.out} already holds a run ({checkpoint}): pass --resume to continue it "
-                      "or choose another --out")
-    return errors
+        if device.type != "cuda":
+            problem = E(f"{{amp}} on needs a CUDA device (device is {literal(device)})")
+    errors.append(problem)
+    errors.append(run_folder_problem(c.out, out_kind, c.resume))
+    return [e for e in errors if e is not None]

@@ -20,7 +20,14 @@ test pairs, each query against every test aerial image (CVUSA's protocol); ``num
 The run folder gets ``checkpoint.pt`` (two-branch format, with the metrics), ``config.json``
 and ``metrics.jsonl`` (one line per epoch, epoch 0 before training).
 
-Resumption (``resume=True``), as one-branch training (:mod:`.loop`) does: the checkpoint is
+What one-branch training (:mod:`.loop`) also does comes from the same parts: the locked run
+folder, ``config.json``, ``metrics.jsonl`` and the resumption checks (:mod:`.run_folder`), the
+determinism switches (:func:`.state.deterministic`: deterministic algorithms, cuDNN's
+deterministic kernels, one CPU thread; cuDNN autotuning on CUDA otherwise), the random generator
+states (:mod:`.state`) and the errors naming options by identifier (:mod:`.errors`). This
+module keeps what is its own: the loss, the batches of pairs with their rotations, the metrics.
+
+Resumption (``resume=True``), as one-branch training does: the checkpoint is
 written atomically after every epoch and on cancel, and its ``extra["cross_view"]`` holds what
 continuing needs (the options, the optimizer state, the position in the epoch, the metric lines
 so far, a fingerprint of the training pairs, the random generators). The batch order and the
@@ -28,14 +35,12 @@ aerial rotations come from one numpy generator seeded with ``seed`` (the model's
 from torch's, seeded so too); the checkpoint keeps that generator's state at the start of the
 current epoch and torch's generators, and a run resumed mid-epoch replays the epoch's draws up
 to where it stopped. So a resumed run ends bit-identical to an uninterrupted one (same machine,
-torch version and thread count; ``deterministic`` fixes the last to one). The run folder is locked
-while training (a second run on it is refused) and temporary files of a killed run are removed
-when the next one starts; a folder holding a checkpoint is refused without ``resume``.
+torch version and thread count; ``deterministic`` fixes the last to one). A folder holding a
+checkpoint is refused without ``resume``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -45,6 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -52,8 +58,12 @@ import torch
 
 from dmlviewer.core.progress import Cancelled, CancelToken, Progress
 
-from .loop import TrainingError
-from .state import rng_state, set_rng_state
+from .config import (BACKBONES, CHECKPOINT_NAME, CONFIG_NAME, METRICS_NAME, POOLINGS, combined,
+                     device_problem, out_problem, path_kind, pretrained_problem, run_folder_problem)
+from .errors import FieldsError, TrainingError, literal
+from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, epoch_saved,
+                         locked_run_folder, non_finite_loss, saved_on_cancel, write_config)
+from .state import deterministic, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +97,11 @@ class CrossViewConfig:
     #: options a resumed run may change (the dataset may move: its training pairs are fingerprinted)
     RESUMABLE = ("dataset", "out", "epochs", "device", "resume", "deterministic")
 
-    def differences(self, saved: dict) -> list[str]:
-        """``--option old -> new`` for every option that differs from a run's ``saved`` ones
-        (:meth:`to_dict`) other than :attr:`RESUMABLE`."""
+    def differences(self, saved: dict) -> list[tuple[str, Any, Any]]:
+        """``(option, saved value, value)`` for every option that differs from a run's ``saved``
+        ones (:meth:`to_dict`) other than :attr:`RESUMABLE`."""
         mine = self.to_dict()
-        return [f"{k} {saved.get(k)!r} -> {v!r}" for k, v in mine.items()
+        return [(k, saved.get(k), v) for k, v in mine.items()
                 if k not in self.RESUMABLE and k in saved and saved[k] != v]
 
     def to_dict(self) -> dict:
@@ -172,84 +182,56 @@ def embed_pairs(model, streets: list[np.ndarray], aerials: list[np.ndarray], dev
     return out[0], out[1]
 
 
-CHECKPOINT_NAME = "checkpoint.pt"
-CONFIG_NAME = "config.json"
-METRICS_NAME = "metrics.jsonl"
-#: the longest side of a branch's input (the one-branch ``--image-size`` limit)
+#: the longest side of a branch's input (the one-branch ``image_size`` limit)
 MAX_SIDE = 4096
 
 
-def _kind(path: str) -> str | None:
-    from .config import _kind as kind
-
-    return kind(path)
-
-
-def validate_cross_view(config: CrossViewConfig) -> list[str]:
+def validate_cross_view(config: CrossViewConfig) -> list[FieldsError]:
     """Everything wrong with ``config`` that can be told without reading the dataset, one
-    sentence each (empty when valid); the dataset itself is checked when the run opens it."""
-    from .config import BACKBONES, POOLINGS
-
+    sentence each naming its options by identifier (empty when valid); the dataset itself is
+    checked when the run opens it."""
+    E = FieldsError
     c, errors = config, []
     if not c.dataset:
-        errors.append("--dataset is required")
-    elif _kind(c.dataset) != "dir":
-        errors.append(f"dataset folder not found: {c.dataset}")
-    out_kind = _kind(c.out) if c.out else None
-    if not c.out:
-        errors.append("--out is required")
-    elif out_kind not in (None, "dir"):
-        errors.append(f"--out {c.out} exists and is not a folder (the run folder)" if out_kind == "file"
-                      else f"--out {c.out}: {out_kind}")
+        errors.append(E("{dataset} is required"))
+    elif path_kind(c.dataset) != "dir":
+        errors.append(E(f"dataset folder not found: {literal(c.dataset)}"))
+    out_kind = path_kind(c.out) if c.out else None
+    errors.append(out_problem(c.out, out_kind))
     if str(c.backbone).startswith("timm:"):
         from dmlviewer.core.models.model import check_config, default_config
 
         try:
             check_config(default_config(backbone=c.backbone, pretrained=c.pretrained, pooling=c.pooling, dim=c.dim))
         except ValueError as exc:
-            errors.append(f"--backbone {c.backbone}: {exc}")
+            errors.append(E(f"{{backbone}} {literal(c.backbone)}: {literal(exc)}"))
     elif c.backbone not in BACKBONES:
-        errors.append(f"--backbone must be one of {', '.join(BACKBONES)} (got {c.backbone!r})")
+        errors.append(E(f"{{backbone}} must be one of {', '.join(BACKBONES)} (got {literal(repr(c.backbone))})"))
     if c.pooling not in POOLINGS:
-        errors.append(f"--pooling must be one of {', '.join(POOLINGS)} (got {c.pooling!r})")
-    if c.pretrained not in (None, "none", "imagenet"):
-        from dmlviewer.core.files import file_problem
-
-        problem = file_problem(c.pretrained)
-        if problem:
-            errors.append(f"--pretrained file not found: {c.pretrained}" if problem == "file not found"
-                          else f"--pretrained {c.pretrained} {problem}")
+        errors.append(E(f"{{pooling}} must be one of {', '.join(POOLINGS)} (got {literal(repr(c.pooling))})"))
+    errors.append(pretrained_problem(c.backbone, c.pretrained))
     if not 1 <= c.dim <= 16384:
-        errors.append(f"--dim must be from 1 to 16384 (got {c.dim})")
+        errors.append(E(f"{{dim}} must be from 1 to 16384 (got {c.dim})"))
     if c.epochs < 1:
-        errors.append(f"--epochs must be at least 1 (got {c.epochs})")
+        errors.append(E(f"{{epochs}} must be at least 1 (got {c.epochs})"))
     if c.batch_pairs < 2:
-        errors.append(f"--classes-per-batch (pairs per batch) must be at least 2 to form negatives (got {c.batch_pairs})")
+        errors.append(E(f"{{batch_pairs}} (pairs per batch) must be at least 2 to form negatives (got {c.batch_pairs})"))
     if not (math.isfinite(c.lr) and c.lr > 0):
-        errors.append(f"--lr must be a positive number (got {c.lr})")
+        errors.append(E(f"{{lr}} must be a positive number (got {c.lr})"))
     if not (math.isfinite(c.alpha) and c.alpha > 0):
-        errors.append(f"alpha must be a positive number (got {c.alpha})")
+        errors.append(E(f"{{alpha}} must be a positive number (got {c.alpha})"))
     if not 32 <= c.reference_size <= MAX_SIDE // 2:
-        errors.append(f"--image-size must be from 32 to {MAX_SIDE // 2} with --branches 2 (got {c.reference_size}): "
-                      "the street panoramas are S/2 x 2S pixels")
+        errors.append(E(f"{{reference_size}} must be from 32 to {MAX_SIDE // 2} with two branches (got "
+                        f"{c.reference_size}): the street panoramas are S/2 x 2S pixels"))
     h, w = (tuple(c.query_shape) + (0, 0))[:2]
     if 32 <= c.reference_size <= MAX_SIDE // 2 and not (16 <= h <= MAX_SIDE and 16 <= w <= MAX_SIDE):
-        errors.append(f"the panorama input must be from 16 to {MAX_SIDE} px per side (got {h} x {w})")
+        errors.append(E(f"{{query_shape}}: the panorama input must be from 16 to {MAX_SIDE} px per side "
+                        f"(got {h} x {w})"))
     if not 0 <= c.seed < 2**32:
-        errors.append(f"--seed must be from 0 to {2**32 - 1} (got {c.seed})")
-    try:
-        from dmlviewer.core.models.device import resolve_device
-
-        resolve_device(c.device)
-    except ValueError as exc:
-        errors.append(str(exc))
-    held = out_kind == "dir" and _kind(str(Path(c.out) / CHECKPOINT_NAME)) == "file"
-    if c.out and c.resume and not held:
-        errors.append(f"--resume but no checkpoint to resume from: {Path(c.out) / CHECKPOINT_NAME}")
-    if c.out and not c.resume and held:
-        errors.append(f"{c.out} already holds a run ({Path(c.out) / CHECKPOINT_NAME}): pass --resume to continue "
-                      "it or choose another --out")
-    return errors
+        errors.append(E(f"{{seed}} must be from 0 to {2**32 - 1} (got {c.seed})"))
+    errors.append(device_problem(c.device))
+    errors.append(run_folder_problem(c.out, out_kind, c.resume))
+    return [e for e in errors if e is not None]
 
 
 def saved_config(out: str | os.PathLike) -> dict | None:
@@ -274,24 +256,6 @@ def pairs_fingerprint(dataset, street: np.ndarray, aerial: np.ndarray) -> dict:
     return {"sha256": digest.hexdigest(), "pairs": len(street), "root": str(dataset.root)}
 
 
-@contextlib.contextmanager
-def _deterministic(config: CrossViewConfig):
-    """``deterministic``: deterministic algorithms and one CPU thread for the run (restored
-    after); see :meth:`.loop.Trainer._deterministic` for why one thread."""
-    if not config.deterministic:
-        yield
-        return
-    before, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-        torch.set_num_threads(threads)
-
-
 def train_cross_view(config: CrossViewConfig, on_epoch: Callable[[dict], None] | None = None,
                      cancel: CancelToken | None = None) -> dict:
     """Train (module docstring); returns the last record (``epoch``, ``loss``, metrics,
@@ -311,31 +275,21 @@ def train_cross_view_events(config: CrossViewConfig, cancel: CancelToken | None 
     (data: epoch, step, loss, losses, lr, overall), ``eval`` (data: epoch, metrics, record),
     ``checkpoint`` (data: path) and ``done`` (data: result, as :func:`train_cross_view` returns).
 
-    Raises ``ValueError`` for an invalid ``config`` (:func:`validate_cross_view`),
+    Raises a ``ValueError`` (:class:`~.errors.FieldsError`) for an invalid ``config``
+    (:func:`validate_cross_view`),
     :class:`~dmlviewer.core.data.DatasetError` for a dataset that is not a usable cvusa set,
     :class:`~dmlviewer.core.files.FolderBusy` when another run trains in ``out`` and
-    :class:`~.loop.TrainingError` for a run that cannot start or go on (nothing to resume,
+    :class:`~.errors.TrainingError` for a run that cannot start or go on (nothing to resume,
     other options or pairs than the run's, a non-finite loss: the last good checkpoint is
     kept). ``cancel`` is checked before each batch: a cancelled run saves its state, which
     ``resume`` continues exactly, and returns with ``cancelled`` true."""
-    from dmlviewer.core.files import FolderLock, remove_stale_temp_files
+    from dmlviewer.core.models.device import resolve_device
 
     errors = validate_cross_view(config)
     if errors:
-        raise ValueError("; ".join(errors))
-    out = Path(config.out)
-    created = not out.exists()
-    try:
-        with FolderLock(out, "a training run"):
-            remove_stale_temp_files(out)
-            with _deterministic(config):
-                yield from _Run(config, cancel).events()
-    except Exception:
-        if created:  # a run that could not start leaves no folder behind (only its lock was written)
-            with contextlib.suppress(OSError):
-                (out / FolderLock.NAME).unlink()
-                out.rmdir()
-        raise
+        raise combined(errors)
+    with locked_run_folder(config.out), deterministic(config.deterministic, resolve_device(config.device)):
+        yield from _Run(config, cancel).events()
 
 
 class _Run:
@@ -344,7 +298,7 @@ class _Run:
     def __init__(self, config: CrossViewConfig, cancel: CancelToken | None) -> None:
         self.config, self.cancel = config, cancel
         self.out = Path(config.out)
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # of metrics.jsonl (also in the checkpoint)
         self.epoch = 0  # completed epochs
         self.step_in_epoch = 0
         self.losses: list[float] = []  # of the current epoch
@@ -358,9 +312,9 @@ class _Run:
         c = self.config
         dataset = open_dataset(c.dataset)
         if dataset.format != "cvusa":
-            raise DatasetError(f"{c.dataset} is a {dataset.format} dataset: train --branches 2 needs a cross-view "
-                               "dataset in CVUSA's layout (splits/train-19zl.csv, splits/val-19zl.csv; "
-                               "make one with make-demo-data --cross-view)")
+            raise DatasetError(f"{c.dataset} is a {dataset.format} dataset: two-branch training needs a cross-view "
+                               "dataset in CVUSA's layout (splits/train-19zl.csv, splits/val-19zl.csv), "
+                               "such as the cross-view demo data")
         pairs = cross_view_pairs(dataset)
         train_idx, test_idx = np.flatnonzero(pairs.split == "train"), np.flatnonzero(pairs.split == "test")
         if len(train_idx) < 2 or len(test_idx) < 1:
@@ -381,27 +335,18 @@ class _Run:
         state = (info.get("extra") or {}).get("cross_view")
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise TrainingError(f"cannot resume from {path}: it holds no two-branch training state (it was not "
-                                "written by `dmlviewer train --branches 2`)")
+                                "written by two-branch training)")
         return {"model": model, "info": info, "state": state}
 
     def _resume_state(self, loaded: dict) -> dict:
         """``loaded`` (:meth:`_load_resumable`) checked against this run's options and pairs."""
         c, info, state = self.config, loaded["info"], loaded["state"]
-        changed = c.differences(state["config"])
-        if changed:
-            raise TrainingError("cannot resume with different options: " + ", ".join(changed))
-        recorded = state.get("dataset_fingerprint") or {}
-        if recorded.get("sha256") != self.fingerprint["sha256"]:
-            raise TrainingError(f"cannot resume on other pairs: the run trained on {recorded.get('pairs')} pairs of "
-                                f"{recorded.get('root')}, --dataset {c.dataset} lists {self.fingerprint['pairs']} other "
-                                "training pairs; start a new run for this dataset")
-        if int(info["epoch"]) >= c.epochs and not int(state.get("step_in_epoch", 0)):
-            raise TrainingError(f"nothing to resume: the run in {c.out} already finished its {info['epoch']} "
-                                "epoch(s); pass a larger --epochs to train further")
+        check_options(c.differences(state["config"]))
+        check_same_data(state.get("dataset_fingerprint"), self.fingerprint, c.dataset, "pairs", "other pairs")
+        check_unfinished(int(info["epoch"]), bool(int(state.get("step_in_epoch", 0))), c.epochs, c.out)
         return loaded
 
     def events(self) -> Iterator[Progress]:
-        from dmlviewer.core.files import write_text_atomic
         from dmlviewer.core.models.device import resolve_device
 
         c = self.config
@@ -417,7 +362,8 @@ class _Run:
             self.model = resumed["model"]
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr)
         self.pre_q, self.pre_r = self.model.preprocess_of("query"), self.model.preprocess_of("reference")
-        write_text_atomic(self.out / CONFIG_NAME, json.dumps(c.to_dict(), indent=2) + "\n")
+        write_config(self.out, c.to_dict())
+        self.metrics_log = MetricsLog(self.out / METRICS_NAME)
         if resumed is None:
             yield self._evaluate(None)
         else:
@@ -428,7 +374,7 @@ class _Run:
             self.losses = [float(x) for x in state.get("epoch_losses", [])]
             self.lines = [str(x) for x in state.get("records", [])]
             self.metrics = dict(resumed["info"].get("metrics") or {})
-            write_text_atomic(self.out / METRICS_NAME, "".join(x + "\n" for x in self.lines))
+            self.metrics_log.restore(self.lines)
             try:
                 self.rng.bit_generator.state = json.loads(state["generator"])
                 set_rng_state(state["rng"])
@@ -446,7 +392,7 @@ class _Run:
             if not finished:
                 path = self._save()
                 log.info("cancelled at epoch %d, step %d; state saved to %s", self.epoch + 1, self.step_in_epoch, path)
-                yield Progress("checkpoint", self.epoch, c.epochs, "saved on cancel", data={"path": str(path)})
+                yield saved_on_cancel(path, self.epoch, c.epochs)
                 result = {**self._last_record(), "checkpoint": str(path), "cancelled": True}
                 yield Progress("done", self.epoch, c.epochs, data={"result": result})
                 return
@@ -455,7 +401,7 @@ class _Run:
             self.step_in_epoch, self.losses = 0, []
             yield self._evaluate(loss)
             path = self._save()
-            yield Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved", data={"path": str(path)})
+            yield epoch_saved(path, self.epoch, c.epochs)
         self.model.eval()
         log.info("trained to epoch %d in %.1f s; checkpoint %s", c.epochs, time.perf_counter() - started,
                  self.out / CHECKPOINT_NAME)
@@ -489,11 +435,10 @@ class _Run:
             xr = torch.stack([self.pre_r(a) for a in aerials]).to(self.device)
             loss = soft_margin_triplet_loss(self.model(xq, "query").embedding,
                                             self.model(xr, "reference").embedding, c.alpha)
-            if not torch.isfinite(loss):
-                path = self.out / CHECKPOINT_NAME
-                kept = f"the last good checkpoint is kept: {path}" if path.exists() else "no checkpoint was written yet"
-                raise TrainingError(f"the loss is not finite at epoch {self.epoch + 1}, step {self.step_in_epoch + 1}; "
-                                    f"training stopped, {kept}. Try a lower --lr.")
+            error = non_finite_loss(f"epoch {self.epoch + 1}, step {self.step_in_epoch + 1}",
+                                    {"loss": float(loss.detach())}, self.out / CHECKPOINT_NAME)
+            if error is not None:
+                raise error
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
@@ -507,13 +452,10 @@ class _Run:
         return True
 
     def _evaluate(self, loss: float | None) -> Progress:
-        from dmlviewer.core.files import write_text_atomic
-
         metrics = cross_view_recall(*embed_pairs(self.model, self.test_s, self.test_a, self.device))
         record = {"epoch": self.epoch, "loss": loss, **metrics}
         self.metrics = dict(metrics)
-        self.lines.append(json.dumps(record))
-        write_text_atomic(self.out / METRICS_NAME, "".join(x + "\n" for x in self.lines))
+        self.lines.append(self.metrics_log.write(record))
         log.info("epoch %d: loss %s, recall@1 %.3f, recall@5 %.3f, recall@1%% %.3f", self.epoch,
                  "-" if loss is None else f"{loss:.4f}", metrics["recall@1"], metrics["recall@5"], metrics["recall@1%"])
         return Progress("eval", self.epoch, self.config.epochs,

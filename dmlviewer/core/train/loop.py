@@ -39,18 +39,19 @@ with ``num_workers=0`` (worker processes restart with fresh streams). Under
 ``torch.distributed`` exact resumption holds at epoch boundaries.
 
 On CPU, ``deterministic=True`` also runs torch on one intra-op thread (see
-:meth:`Trainer._deterministic`), so that two fresh runs are bit-identical whatever thread count
+:func:`.state.deterministic`, shared with the two-branch trainer), so that two fresh runs are bit-identical whatever thread count
 the environment would give them. On CUDA, deterministic algorithms and cuBLAS's fixed workspace
 make repeat runs on the same GPU model, driver and library versions identical; mixed precision
 (``amp``) keeps that; a different GPU model or cuDNN version may differ.
 
-One run per folder: the run folder is locked while a run trains in it (a second ``train`` on
-the same ``--out`` is refused with a message naming the process holding it), and temporary
-files left there by a killed run are removed when the next run starts. Resumption needs the
-checkpoint of a ``train`` run (the training state in its ``extra``), the same options (except
-those in ``TrainConfig.RESUMABLE_CHANGES``) and the same training images: the checkpoint keeps
-a fingerprint of the training listing (paths and labels), so the dataset may move but not
-change.
+One run per folder (:mod:`.run_folder`, shared with the two-branch trainer): the run folder is
+locked while a run trains in it (a second run on the same folder is refused with a message
+naming the process holding it), and temporary files left there by a killed run are removed when
+the next run starts. Resumption needs the checkpoint of a ``train`` run (the training state in
+its ``extra``), the same options (except those in ``TrainConfig.RESUMABLE_CHANGES``) and the
+same training images: the checkpoint keeps a fingerprint of the training listing (paths and
+labels), so the dataset may move but not change. Errors name options by identifier
+(:mod:`.errors`).
 
 Per step the loop does one host-device synchronization (the loss values, also used to stop
 on a non-finite loss) and no file writes beyond a buffered ``metrics.jsonl`` line every
@@ -59,10 +60,7 @@ on a non-finite loss) and no file writes beyond a buffered ``metrics.jsonl`` lin
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -71,53 +69,22 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from dmlviewer.core.files import FolderLock, remove_stale_temp_files, write_text_atomic
 from dmlviewer.core.progress import Cancelled, CancelToken, Progress
 
-from .config import CONFIG_NAME, METRICS_NAME, TrainConfig, validate
+from .config import METRICS_NAME, TrainConfig, combined, validate
 from .distributed import DistContext, from_environment
+from .errors import TrainingError, TrainingFieldsError, literal
 from .objective import Objective
 from .optim import build_optimizer, build_scheduler
+from .run_folder import (MetricsLog, check_options, check_same_data, check_unfinished, epoch_saved,
+                         locked_run_folder, non_finite_loss, saved_on_cancel, write_config)
 from .sampler import MPerClassBatches, thin_classes
 from .selection import RunClock, Selection, validation_split
-from .state import epoch_seed, rng_state, seed_everything, set_rng_state
+from .state import deterministic, epoch_seed, rng_state, seed_everything, set_rng_state
+
+__all__ = ["MetricsLog", "Trainer", "TrainingError", "dataset_fingerprint", "train"]
 
 log = logging.getLogger(__name__)
-
-
-class TrainingError(RuntimeError):
-    """Training cannot go on (invalid configuration, non-finite loss, out of memory, ...)."""
-
-
-class MetricsLog:
-    """``metrics.jsonl``: one line per logged step or evaluation; cut back on resumption."""
-
-    def __init__(self, path: Path, enabled: bool, resume_bytes: int | None = None) -> None:
-        self.path, self.enabled = path, enabled
-        self._lines: list[str] = []
-        if not enabled:
-            return
-        if resume_bytes is None:
-            path.write_text("")
-        elif path.exists() and path.stat().st_size > resume_bytes:
-            with open(path, "r+b") as fh:
-                fh.truncate(resume_bytes)
-
-    def write(self, record: dict) -> None:
-        """Append one line (one small write per logged step or evaluation)."""
-        if self.enabled:
-            self._lines.append(json.dumps(record))
-            self.flush()
-
-    def flush(self) -> int:
-        """Write buffered lines; returns the file's length in bytes."""
-        if not self.enabled:
-            return 0
-        if self._lines:
-            with open(self.path, "a") as fh:
-                fh.write("\n".join(self._lines) + "\n")
-            self._lines.clear()
-        return self.path.stat().st_size if self.path.exists() else 0
 
 
 class Trainer:
@@ -160,38 +127,6 @@ class Trainer:
         self.device = device
         self.amp = device.type == "cuda" and self.config.amp in ("auto", "on")
         self.channels_last = device.type == "cuda"
-
-    def _deterministic(self) -> contextlib.AbstractContextManager:
-        """``torch.use_deterministic_algorithms`` for the run when asked, and on CPU one intra-op
-        thread (restored after).
-
-        Why one thread: CPU kernels split their reductions (convolution weight gradients, matrix
-        products) by the number of threads, so the same run on 1 and on 2 threads differs in the
-        last bits after a few steps (measured: up to 1.4e-7 in the weights after 4 steps of
-        small_cnn, which 40 epochs grow into a visible MAP@R difference). The default thread
-        count follows the environment (``OMP_NUM_THREADS``, the process's CPU affinity, a caller's
-        ``torch.set_num_threads``), so two launches of the same run could differ; one thread
-        does not depend on any of it."""
-        stack = contextlib.ExitStack()
-        if self.config.deterministic:
-            before = torch.are_deterministic_algorithms_enabled()
-            cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-            threads = torch.get_num_threads()
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True)
-            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-            if self.device.type == "cpu":
-                torch.set_num_threads(1)
-
-            def restore() -> None:
-                torch.use_deterministic_algorithms(before)
-                torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
-                torch.set_num_threads(threads)
-
-            stack.callback(restore)
-        elif self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True
-        return stack
 
     def _load_data(self) -> Iterator[Progress]:
         from dmlviewer.core.data import open_dataset
@@ -249,7 +184,7 @@ class Trainer:
                 raise TrainingError(
                     f"{c.dataset}: the training split has {usable} class(es) with at least two images; metric "
                     "learning needs two or more such classes (positive and negative pairs)") from None
-            raise TrainingError(f"{exc}: lower --classes-per-batch (at most {usable})") from None
+            raise TrainingFieldsError(f"{literal(exc)}: lower {{classes_per_batch}} (at most {usable})") from None
         self.steps_per_epoch = len(self.sampler)
         self.total_steps = self.steps_per_epoch * c.epochs
 
@@ -271,12 +206,7 @@ class Trainer:
             model, info = load_checkpoint(c.checkpoint_path, self.device)
             self.resume_info = info
             saved = self._resumable(info)
-            changed = c.differences(saved)
-            if changed:
-                raise TrainingError(
-                    "cannot resume with different options: " +
-                    ", ".join(f"--{k.replace('_', '-')} {getattr(saved, k)!r} -> {getattr(c, k)!r}" for k in changed)
-                )
+            check_options([(k, getattr(saved, k), getattr(c, k)) for k in c.differences(saved)])
         else:
             seed_everything(c.seed)
             model = build_model(c.model_config(), self.device)
@@ -307,10 +237,10 @@ class Trainer:
         extra = info.get("extra") or {}
         needed = ("train_config", "optimizer", "scheduler", "scaler", "sampler", "objective", "global_step")
         if not all(k in extra for k in needed):
-            raise TrainingError(
-                f"cannot resume from {c.checkpoint_path}: it holds a model but no training state (it was not "
-                "written by `dmlviewer train`, e.g. the demo or an imported checkpoint). --resume continues a run "
-                "in its own folder; to train further from these weights, start a new run in another folder")
+            raise TrainingFieldsError(
+                f"cannot resume from {literal(c.checkpoint_path)}: it holds a model but no training state (it was "
+                "not written by `dmlviewer train`, e.g. the demo or an imported checkpoint). {resume} continues a "
+                "run in its own folder; to train further from these weights, start a new run in another folder")
         try:
             saved = TrainConfig.from_dict(extra["train_config"])
         except (TypeError, ValueError) as exc:
@@ -318,18 +248,12 @@ class Trainer:
                                 f"({exc})") from None
         recorded = extra.get("dataset_fingerprint")
         if recorded is not None:
-            if recorded.get("sha256") != self.fingerprint["sha256"]:
-                raise TrainingError(
-                    f"cannot resume on another dataset: the run trained on {recorded.get('images')} images of "
-                    f"{recorded.get('root')}, --dataset {c.dataset} lists {self.fingerprint['images']} other training "
-                    "images (paths or labels differ); start a new run for this dataset")
+            check_same_data(recorded, self.fingerprint, c.dataset, "images", "another dataset",
+                            " (paths or labels differ)")
         elif Path(saved.dataset).resolve() != Path(c.dataset).resolve():
             raise TrainingError(f"cannot resume on another dataset: the run trained on {saved.dataset}, not "
                                 f"{c.dataset}")
-        if int(info.get("epoch", 0)) >= c.epochs and not int(extra["sampler"].get("start", 0)):
-            raise TrainingError(
-                f"nothing to resume: the run in {c.out} already finished its {int(info.get('epoch', 0))} epoch(s); "
-                f"pass a larger --epochs to train further")
+        check_unfinished(int(info.get("epoch", 0)), bool(int(extra["sampler"].get("start", 0))), c.epochs, c.out)
         return saved
 
     def _restore(self, info: dict) -> None:
@@ -367,8 +291,7 @@ class Trainer:
         c = self.config
         main = self.dist.is_main
         if main:
-            c.run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(c.run_dir / CONFIG_NAME, json.dumps(c.to_dict(), indent=2) + "\n")
+            write_config(c.run_dir, c.to_dict())
         resume_bytes = int(self.resume_info["extra"]["metrics_bytes"]) if self.resume_info else None
         self.metrics_log = MetricsLog(c.run_dir / METRICS_NAME, main, resume_bytes)
 
@@ -403,12 +326,10 @@ class Trainer:
         the step event. Raises :class:`TrainingError` on a non-finite loss."""
         self.global_step += 1
         self.step_in_epoch += 1
-        if not all(math.isfinite(v) for v in values):
-            bad = {name: v for name, v in zip(["loss", *self.term_names], values) if not math.isfinite(v)}
-            kept = (f"the last good checkpoint is kept: {self.config.checkpoint_path}"
-                    if self.config.checkpoint_path.exists() else "no checkpoint was written yet")
-            raise TrainingError(f"non-finite loss at step {self.global_step} (epoch {self.epoch + 1}): "
-                                f"{bad}; training stopped, {kept}. Try a lower --lr.")
+        error = non_finite_loss(f"step {self.global_step} (epoch {self.epoch + 1})",
+                                dict(zip(["loss", *self.term_names], values)), self.config.checkpoint_path)
+        if error is not None:
+            raise error
         v = np.asarray(values)
         if len(self.sums) != len(v):
             self.sums = np.zeros(len(v))
@@ -570,12 +491,8 @@ class Trainer:
     def run(self) -> Iterator[Progress]:
         """Train in the locked run folder (rank 0 of a distributed run holds the lock); temporary
         files a killed run left there are removed once the lock is held."""
-        main = int(os.environ.get("RANK", "0")) == 0
-        lock = FolderLock(self.config.run_dir, "a training run") if main else contextlib.nullcontext()
         try:
-            with lock:
-                if main:  # also the temporary names of earlier versions
-                    remove_stale_temp_files(self.config.run_dir, also=r"^\.checkpoint\.pt\..+\.tmp$")
+            with locked_run_folder(self.config.run_dir, main=int(os.environ.get("RANK", "0")) == 0):
                 yield from self._run()
         finally:
             self.dist.close()
@@ -584,13 +501,13 @@ class Trainer:
         c = self.config
         try:
             yield from self.prepare()
-            with self._deterministic():
+            with deterministic(c.deterministic, self.device):
                 yield from self._epochs()
         except torch.cuda.OutOfMemoryError:
-            raise TrainingError(
+            raise TrainingFieldsError(
                 f"CUDA out of memory with batches of {c.batch_size} images of {c.image_size} px "
                 f"({c.classes_per_batch} classes x {c.images_per_class}): try a smaller "
-                "--classes-per-batch, --images-per-class or --image-size"
+                "{classes_per_batch}, {images_per_class} or {image_size}"
             ) from None
 
     def _batches(self) -> Iterator:
@@ -683,7 +600,7 @@ class Trainer:
 
     def _cancelled(self) -> Iterator[Progress]:
         path = self.save()
-        yield Progress("checkpoint", self.global_step, self.total_steps, "saved on cancel", data={"path": str(path)})
+        yield saved_on_cancel(path, self.global_step, self.total_steps)
         yield self._result(cancelled=True)
 
     def _epochs(self) -> Iterator[Progress]:
@@ -731,8 +648,7 @@ class Trainer:
                     log.info(message)
                     yield Progress("log", self.epoch, c.epochs, message, data={"early_stop": True})
             path = self.save()
-            yield self._timed(Progress("checkpoint", self.epoch, c.epochs, f"epoch {self.epoch} saved",
-                                       data={"path": str(path)}))
+            yield self._timed(epoch_saved(path, self.epoch, c.epochs))
             if self.early_stopped:
                 break
         yield self._result()
@@ -751,8 +667,9 @@ def dataset_fingerprint(train_set) -> dict:
 
 def train(config: TrainConfig, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Generator: train as ``config`` says (see the module docstring for events and files).
-    Raises ``ValueError`` listing every problem of an invalid configuration before any work."""
+    Raises a ``ValueError`` (:class:`~.errors.FieldsError`) listing every problem of an invalid
+    configuration before any work."""
     errors = validate(config)
     if errors:
-        raise ValueError("; ".join(errors))
+        raise combined(errors)
     yield from Trainer(config, cancel).run()

@@ -52,6 +52,9 @@ def test_extract_features_writes_the_schema_with_the_model_outputs(model, data, 
     assert f.paths == data.paths and list(f.split) == list(data.split)
     assert f.attrs["checkpoint_sha256"] == "ab" * 32 and json.loads(f.attrs["model_config"]) == model.config
     assert f.attrs["dataset_root"] == str(data.root) and f.attrs["dataset_format"] == "cub" and f.attrs["created"]
+    from dmlviewer.core.data.identity import listing_fingerprint
+
+    assert f.attrs["dataset_fingerprint"] == listing_fingerprint(data) and len(f.attrs["dataset_fingerprint"]) == 64
     assert model.training is False
 
 

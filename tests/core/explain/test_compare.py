@@ -133,11 +133,11 @@ def test_a_model_compared_with_itself_agrees_fully(with_itself):
 def test_each_side_has_the_figures_of_evaluate_localize_and_correspond(tiny, with_itself):
     from dmlviewer.core.evaluate import evaluate
     from dmlviewer.core.explain import localize
-    from dmlviewer.core.explain.compare import DIAGNOSIS_METHODS
+    from dmlviewer.core.explain import methods as registry
     from dmlviewer.core.explain.correspondence import correspond
 
     metrics = run_to_end(evaluate(tiny["checkpoint"], tiny["root"], "test", None, num_workers=0))
-    located = run_to_end(localize(tiny["a"], tiny["dataset"], DIAGNOSIS_METHODS, split="test", limit=6))
+    located = run_to_end(localize(tiny["a"], tiny["dataset"], registry.methods("diagnosis"), split="test", limit=6))
     parts = run_to_end(correspond(tiny["a"], tiny["dataset"], "test", 3))
     for entry in with_itself["models"]:
         assert entry["recall@1"] == pytest.approx(metrics["recall@1"])

@@ -277,3 +277,42 @@ def test_region_retrieval_leaves_the_query_out_like_whole_image_retrieval():
     assert len(retrieve(feats, 0, k=len(images))) == len(without)
     with pytest.raises(IndexError):
         region_query(model, images[0], (0, 0, h, w), feats, exclude=len(images))
+
+
+@pytest.mark.parametrize("sign", ["positive", "negative", "signed"])
+def test_one_hover_pass_gives_the_pairs_share_peak_and_overlay_without_allocating(sign):
+    """``hover_points`` (the pair view's one core call per event) gives each hovered point's
+    share of the similarity exactly as ``PairExplanation.share`` computes it, the peak its map is
+    scaled to, and an overlay in the renderer's own buffer; a second event allocates no array."""
+    import tracemalloc
+
+    from dmlviewer.core.explain.hover import colormap_lut, hover_points, overlay_shape, side_renderers
+
+    pair = explain_pair(_model(), *_images(5))
+    shapes = (tuple(pair.image_shape_query), tuple(pair.image_shape_reference))
+    grids = (tuple(pair.grid_query), tuple(pair.grid_reference))
+    renderers = side_renderers(pair.point_to_point, shapes, grids, lut=colormap_lut(), sign=sign,
+                               similarity=pair.similarity)
+    for side, name in enumerate(("query", "reference")):
+        for x, y in ((3.0, 4.0), (20.5, 11.25), (shapes[side][1] - 1.0, shapes[side][0] - 1.0)):
+            (point,) = hover_points([renderers[side]], x, y)
+            assert point.share == pair.share(name, x, y)  # the same blend, the same sum: equal, not close
+            partial = pair.partial_map(name, x, y) * (-1.0 if sign == "negative" else 1.0)
+            peak = float(np.abs(partial).max() if sign == "signed" else partial.max())
+            assert point.peak == pytest.approx(peak if peak > 0 else 1.0, rel=1e-6)
+            assert point.rgba.shape == (*overlay_shape(shapes[1 - side]), 4)
+            assert point.rgba is renderers[side].point.rgba  # the renderer's buffer
+    # Two rows on one scale (the "Shared scale"): both coloured by the larger of their peaks.
+    other = side_renderers(pair.point_to_point * 0.5, shapes, grids, sign=sign, similarity=pair.similarity)
+    a, b = hover_points([renderers[0], other[0]], 20.5, 11.25, shared=True)
+    larger = max(renderers[0].peak(20.5, 11.25), other[0].peak(20.5, 11.25))
+    assert a.peak == b.peak == pytest.approx(larger if larger > 0 else 1.0)
+    hover_points([renderers[0]], 10.0, 10.0)
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for k in range(50):
+        hover_points([renderers[0]], 10.0 + 0.3 * k, 12.0)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(d.size_diff for d in after.compare_to(before, "filename") if d.size_diff > 0)
+    assert grown < 20_000  # small Python objects only: no array per event (an overlay is 50 kB)

@@ -12,7 +12,7 @@ from torch import nn
 
 from dmlviewer.core.explain import explain_pair
 from dmlviewer.core.models import CheckpointError, load_checkpoint
-from dmlviewer.core.models.importer import (TIMM_SHORTLIST, LayoutError, analyze, candidate, read_sources,
+from dmlviewer.core.models.importing import (TIMM_SHORTLIST, LayoutError, analyze, candidate, read_sources,
                                             write_checkpoint)
 from dmlviewer.core.progress import run_to_end
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from dmlviewer.core.explain import explain_pair
 from dmlviewer.core.models import build_model, default_config
-from dmlviewer.core.models.importer import analyze, write_checkpoint
+from dmlviewer.core.models.importing import analyze, write_checkpoint
 from dmlviewer.core.models.model import check_config
 from dmlviewer.core.models.opening import open_model
 from dmlviewer.core.models.output import EXACT, FIRST_ORDER

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dmlviewer.core.models import load_checkpoint
-from dmlviewer.core.models.importer import LayoutError, analyze, write_checkpoint
+from dmlviewer.core.models.importing import LayoutError, analyze, write_checkpoint
 from dmlviewer.core.progress import run_to_end
 
 timm = pytest.importorskip("timm")

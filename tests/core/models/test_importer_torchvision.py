@@ -10,7 +10,7 @@ import torchvision
 from torch import nn
 
 from dmlviewer.core.models import load_checkpoint
-from dmlviewer.core.models.importer import analyze, write_checkpoint
+from dmlviewer.core.models.importing import analyze, write_checkpoint
 from dmlviewer.core.progress import run_to_end
 
 pytest.importorskip("timm")

@@ -13,7 +13,7 @@ import torchvision
 from torch import nn
 
 from dmlviewer.core.models import CheckpointError, load_checkpoint
-from dmlviewer.core.models.importer import LayoutError, analyze, write_checkpoint
+from dmlviewer.core.models.importing import LayoutError, analyze, write_checkpoint
 from dmlviewer.core.progress import run_to_end
 
 SIZE = 64
@@ -167,9 +167,9 @@ def test_stated_gem_pooling_matches_the_reference(tmp_path, oml_gem):
 
 def test_pooling_options_are_checked(oml_gem):
     _, weights, _ = oml_gem
-    with pytest.raises(LayoutError, match="--gem-p needs --pooling gem"):
+    with pytest.raises(LayoutError, match="gem_p needs pooling gem"):
         _plan([weights], gem_p=3.0)
-    with pytest.raises(LayoutError, match="needs --gem-p"):
+    with pytest.raises(LayoutError, match="needs gem_p"):
         _plan([weights], pooling="gem")
     with pytest.raises(LayoutError, match="given twice"):
         _plan([weights], pooling="gmp", head="gap")
@@ -286,7 +286,7 @@ def test_a_hostile_reference_file_is_one_line_and_nothing_is_allocated_or_run(tm
     import os
     import zipfile
 
-    from dmlviewer.core.models.importer import read_reference
+    from dmlviewer.core.models.importing import read_reference
 
     (tmp_path / "text.npz").write_text("hello")
     with zipfile.ZipFile(tmp_path / "huge.npz", "w") as archive:  # a header only: no data behind it

@@ -11,7 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from dmlviewer.core.models.importer import LayoutError, analyze, write_checkpoint
+from dmlviewer.core.models.importing import LayoutError, analyze, write_checkpoint
 from dmlviewer.core.models.opening import open_model
 from dmlviewer.core.progress import run_to_end
 
@@ -83,7 +83,7 @@ def test_mean_pooled_patch_tokens_with_stated_pooling(tmp_path):
     assert _relative(model, mean_pooled, 48) <= 1e-5
     again = run_to_end(analyze([str(tmp_path / "vit.pth")], head="gap"))  # the dialog's Head field
     assert again.config["pooling"] == "gap" and again.config["dim"] == 0
-    with pytest.raises(LayoutError, match="vision transformer: --pooling token"):
+    with pytest.raises(LayoutError, match="vision transformer: pooling token"):
         run_to_end(analyze([str(tmp_path / "vit.pth")], pooling="gem", gem_p=3.0))
 
 
@@ -143,7 +143,7 @@ def test_oml_vit_extractor_checkpoint(tmp_path):
     plan, model = _import(tmp_path, [tmp_path / "oml_vits16.ckpt"])
     assert plan.arch == "timm:vit_small_patch16_224" and plan.match.prefix == "model."
     assert _relative(model, source, 32) <= 1e-5
-    with pytest.raises(LayoutError, match="--arch timm:vit_tiny_patch16_224 does not fit"):
+    with pytest.raises(LayoutError, match="arch timm:vit_tiny_patch16_224 does not fit"):
         run_to_end(analyze([str(tmp_path / "oml_vits16.ckpt")], arch="timm:vit_tiny_patch16_224"))
 
 
@@ -170,3 +170,57 @@ def test_oml_dinov2_with_registers_in_the_dinov2_repository_layout(tmp_path):
     assert plan.arch == "timm:vit_small_patch14_reg4_dinov2" and plan.config["token_grid"] == 3
     assert "model.mask_token" in plan.unmatched
     assert _relative(model, source, 42) <= 1e-5
+
+
+def test_mean_pooled_vit_with_fc_norm_imports_through_the_command_line(tmp_path, capsys):
+    """timm's ``global_pool="avg"`` ViT (no final norm; ``fc_norm`` after the mean of the patch
+    tokens: OML's and many retrieval recipes' choice) was refused ("unknown layout: no known
+    architecture fits"); its family (importing/families/timm_vit_mean_pooled.py) imports it with
+    the source's embeddings, and the decomposition stays complete."""
+    import numpy as np
+
+    import dmlviewer
+    from dmlviewer.cli import main
+    from dmlviewer.core.explain import explain_pair
+    from dmlviewer.core.models import load_checkpoint
+
+    torch.manual_seed(8)
+    source = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=48, global_pool="avg",
+                               num_classes=24).eval()
+    assert isinstance(source.norm, nn.Identity) and isinstance(source.fc_norm, nn.LayerNorm)
+    with torch.no_grad():  # fc_norm of trained size: timm initializes it to the identity
+        source.fc_norm.weight.copy_(1 + 0.3 * torch.randn_like(source.fc_norm.weight))
+        source.fc_norm.bias.copy_(0.1 * torch.randn_like(source.fc_norm.bias))
+    torch.save(source.state_dict(), tmp_path / "vit_avg.pth")
+    out = tmp_path / "vit_avg.pt"
+    assert main(["import-model", str(tmp_path / "vit_avg.pth"), "--out", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "architecture: timm:vit_tiny_patch16_224" in report and "--head head" in report
+    assert "pooling gap (the mean of the patch tokens, then fc_norm" in report and "--pooling token" in report
+    model, info = load_checkpoint(out)
+    assert model.config["fc_norm"] is True and model.config["pooling"] == "gap" and model.config["dim"] == 24
+    assert _relative(model, source, 48) <= 1e-5
+    dynamic = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=48, global_pool="avg",
+                                num_classes=24, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(source.state_dict())
+    assert _relative(model, dynamic, 64) <= 1e-5  # other input sizes, as timm interpolates
+
+    rng = np.random.default_rng(0)
+    q, r = (rng.integers(0, 256, (60, 70, 3), dtype=np.uint8) for _ in range(2))
+    e = explain_pair(model, q, r)
+    total = float(e.point_to_point.sum(dtype=np.float64)) + e.bias_query + e.bias_reference + e.bias_both
+    assert e.rule == "exact" and abs(total - e.similarity) < 1e-5
+    door = dmlviewer.explain(source, q, r, transform={"size": 48, "mean": model.config["mean"],
+                                                      "std": model.config["std"]})  # the Python door
+    assert door.rule == "exact" and abs(door.similarity - e.similarity) < 1e-5
+    assert np.abs(door.point_to_point.reshape(e.point_to_point.shape) - e.point_to_point).max() < 1e-5
+
+    # the class token read out through fc_norm (timm's fc_norm=True with global_pool="token"), stated
+    token = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=48, global_pool="token",
+                              fc_norm=True, num_classes=24).eval()
+    token.load_state_dict(source.state_dict())
+    plan, stated = _import(tmp_path, [tmp_path / "vit_avg.pth"], pooling="token")
+    assert plan.config["pooling"] == "token" and "pooling" not in plan.assumption_line()
+    assert _relative(stated, token, 48) <= 1e-5
+    named = run_to_end(analyze([str(tmp_path / "vit_avg.pth")], arch="timm:vit_tiny_patch16_224"))
+    assert named.config["fc_norm"] is True  # a named architecture is built the way the files are laid out

@@ -81,7 +81,7 @@ def test_nothing_reaches_the_network(tmp_path):
         socket.socket.connect = socket.socket.connect_ex = refuse
         socket.create_connection = socket.getaddrinfo = refuse
         from dmlviewer.core.models import build_model, default_config
-        from dmlviewer.core.models.importer import analyze
+        from dmlviewer.core.models.importing import analyze
         from dmlviewer.core.progress import run_to_end
         model = build_model(default_config(backbone="timm:mobilenetv2_100", pretrained={str(tmp_path / 'w.pth')!r},
                                            image_size=64))

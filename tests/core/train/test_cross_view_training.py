@@ -73,3 +73,33 @@ def test_two_branch_training_runs_and_writes_a_two_branch_checkpoint(tmp_path):
     assert isinstance(model, TwoBranchModel) and info["metrics"]["recall@1"] == record["recall@1"]
     assert model.input_shapes == {"query": (32, 128), "reference": (48, 48)}
     assert saved_progress(tmp_path / "run" / "checkpoint.pt") == (2, False)  # what the training dialog reads
+
+
+@pytest.mark.parametrize("trainer", ["one-branch", "two-branch"])
+def test_both_trainers_run_under_the_same_determinism_switches(trainer, tmp_path, tiny_data):
+    """Issue 30 item 4: one set of determinism switches for both trainers. The two-branch run
+    left cuDNN's flags alone before (deterministic algorithms and one thread only); the switches
+    hold while it trains and are restored after."""
+    from dmlviewer.core.train import TrainConfig, train
+    from dmlviewer.core.train.cross_view import train_cross_view_events
+
+    if trainer == "one-branch":
+        config = TrainConfig(dataset=str(tiny_data), out=str(tmp_path / "run"), epochs=1, steps_per_epoch=2,
+                             image_size=32, dim=8, classes_per_batch=2, images_per_class=2, num_workers=0,
+                             device="cpu", eval_every=0, deterministic=True)
+        events = train(config)
+    else:
+        from dmlviewer.core.data.cross_view import make_cross_view_data
+
+        data = make_cross_view_data(tmp_path / "cv", pairs=8, seed=1, aerial_size=32, panorama_shape=(16, 64))
+        events = train_cross_view_events(CrossViewConfig(str(data), str(tmp_path / "run"), dim=8, epochs=1,
+                                                         batch_pairs=2, query_shape=(16, 64), reference_size=32,
+                                                         deterministic=True))
+    cudnn = torch.backends.cudnn
+    before = (cudnn.deterministic, cudnn.benchmark, torch.are_deterministic_algorithms_enabled(),
+              torch.get_num_threads())
+    during = {(cudnn.deterministic, cudnn.benchmark, torch.are_deterministic_algorithms_enabled(),
+               torch.get_num_threads()) for event in events if event.kind == "step"}
+    assert during == {(True, False, True, 1)}
+    assert (cudnn.deterministic, cudnn.benchmark, torch.are_deterministic_algorithms_enabled(),
+            torch.get_num_threads()) == before

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from dmlviewer.commands.train import option_names
+from dmlviewer.core.fields import worded
 from dmlviewer.core.train import TrainConfig, validate
+
+
+def _cli(errors) -> list[str]:
+    """``validate``'s errors as the command line words them (the core names options by identifier)."""
+    return [worded(e, option_names()) for e in errors]
 
 
 @pytest.fixture
@@ -35,10 +42,13 @@ def test_defaults_are_valid_and_round_trip(valid):
     ({"resume": True}, "no checkpoint to resume from"),
     ({"dataset": "/no/such/folder"}, "dataset folder not found: /no/such/folder"),
     ({"pretrained": "/no/such/weights.pt"}, "--pretrained file not found"),
+    ({"pretrained": "imagenet"}, "--pretrained imagenet: no ImageNet weights exist for small_cnn"),
+    ({"lr": float("nan")}, "--lr must be a finite number"),
+    ({"log_every": 0}, "--log-every must be at least 1"),
 ])
 def test_invalid_combinations_are_explained(valid, changes, expected):
     config = TrainConfig.from_dict({**valid.to_dict(), **changes})
-    errors = validate(config)
+    errors = _cli(validate(config))
     assert len(errors) == 1 and expected in errors[0], errors
 
 
@@ -52,6 +62,37 @@ def test_existing_run_needs_resume(valid, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "checkpoint.pt").write_bytes(b"x")
-    assert "pass --resume" in " ".join(validate(valid))
+    assert "pass --resume" in " ".join(_cli(validate(valid)))
     valid.resume = True
     assert validate(valid) == []
+
+
+def test_core_messages_name_options_by_identifier(valid):
+    """No command-line text in the core (issue 30 item 6): each message names its options by
+    identifier, and the caller words them (here as a dialog would, by label)."""
+    config = TrainConfig.from_dict({**valid.to_dict(), "grouping": "a", "groups": 3, "dim": 32, "lr": -1.0})
+    errors = validate(config)
+    assert errors and not any("--" in str(e) for e in errors)
+    assert [e.fields for e in errors] == [("dim", "groups"), ("lr",)]
+    labels = {"dim": "“Embedding size”", "groups": "“Groups”"}
+    assert worded(errors[0], labels) == "“Embedding size” 32 must be divisible by “Groups” 3 (equal group sizes)"
+    braces = TrainConfig.from_dict({**valid.to_dict(), "dataset": "/no/{such}"})  # user text stays text
+    assert _cli(validate(braces)) == ["dataset folder not found: /no/{such}"]
+
+
+def test_a_running_jobs_errors_are_worded_in_the_callers_terms():
+    """A run in another process hands back only its error's text: ``worded_run`` words it there
+    (the training dialog passes its field labels)."""
+    from dmlviewer.core.fields import FieldError
+    from dmlviewer.core.train.errors import TrainingError, TrainingFieldsError, worded_run
+
+    def run(config, cancel=None):
+        yield config
+        raise TrainingFieldsError("non-finite loss at step 3: {{'loss': nan}}; Try a lower {lr}.")
+
+    events = worded_run(run, {"lr": "“Learning rate”"}, "config")
+    assert next(events) == "config"
+    with pytest.raises(TrainingError) as info:
+        next(events)
+    assert str(info.value) == "non-finite loss at step 3: {'loss': nan}; Try a lower “Learning rate”."
+    assert not isinstance(info.value, FieldError)

@@ -1,0 +1,203 @@
+"""A small SVG writer for :class:`~.figure.Figure`: text stays text, images are embedded PNGs.
+
+The layout is a column of rows; each row places its panels and plots side by side, top
+aligned. A panel is its image, its colour bar with the two end values, and its caption
+(wrapped to the image's width); a plot is drawn with lines, axes and tick labels. Every length
+is multiplied by the figure's ``scale`` (the images are already drawn at that scale), so the
+SVG at 2x is the 1x figure with twice the pixels. Nothing is fetched: images are ``data:`` URIs,
+fonts are generic families.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+from .figure import COLORBAR_HEIGHT, FONT, MARGIN, ColorBar, Figure, Panel, Plot, data_uri, png_bytes
+
+FONT_FAMILY = "DejaVu Sans, Arial, Helvetica, sans-serif"
+#: series colours of plots (colour-blind safe, Okabe-Ito)
+SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+CHAR_WIDTH = 0.6  # average glyph width as a share of the font size, for wrapping
+
+
+def wrap(text: str, width_px: float, font_px: float) -> list[str]:
+    """``text`` broken into lines of at most ``width_px`` (estimated glyph widths)."""
+    per_line = max(8, int(width_px / (font_px * CHAR_WIDTH)))
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        words = []
+        for word in paragraph.split(" "):  # a word longer than a line (a file name) is cut
+            words.extend(word[k:k + per_line] for k in range(0, max(len(word), 1), per_line))
+        for word in words:
+            if line and len(line) + 1 + len(word) > per_line:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return lines
+
+
+def _text(x: float, y: float, text: str, size: float, anchor: str = "start", weight: str = "normal") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size:.1f}" text-anchor="{anchor}" '
+            f'font-weight="{weight}">{escape(text)}</text>')
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return "n/a"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+class _Canvas:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def add(self, element: str) -> None:
+        self.parts.append(element)
+
+
+def _panel(canvas: _Canvas, panel: Panel, x: float, y: float, s: float) -> tuple[float, float]:
+    """Draw ``panel`` with its top left at ``(x, y)``; returns its ``(width, height)``."""
+    h, w = panel.image.shape[:2]
+    canvas.add(f'<image x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" '
+               f'href="{data_uri(png_bytes(panel.image))}"/>')
+    bottom = y + h
+    if panel.colorbar is not None:
+        bottom = _colorbar(canvas, panel.colorbar, x, bottom + 3 * s, w, s)
+    font = FONT * s
+    for line in wrap(panel.caption, w, font) if panel.caption else []:
+        bottom += font * 1.25
+        canvas.add(_text(x, bottom, line, font))
+    return w, bottom - y + 2 * s
+
+
+def _colorbar(canvas: _Canvas, bar: ColorBar, x: float, y: float, width: float, s: float) -> float:
+    height = max(1, round(COLORBAR_HEIGHT * s))
+    ramp = bar.ramp(int(width), height)
+    canvas.add(f'<image x="{x:.1f}" y="{y:.1f}" width="{int(width)}" height="{height}" '
+               f'preserveAspectRatio="none" xlink:href="{data_uri(png_bytes(ramp))}"/>')
+    font = 0.85 * FONT * s
+    base = y + height + font
+    canvas.add(_text(x, base, _number(bar.low), font))
+    canvas.add(_text(x + width, base, _number(bar.high), font, "end"))
+    return base
+
+
+def plot_size(plot: Plot, s: float) -> tuple[float, float]:
+    return plot.width * s, plot.height * s + (FONT * 1.3 * s) * (1 + math.ceil(len(plot.series) / 2))
+
+
+def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[float, float]:
+    """Draw ``plot`` with its top left at ``(x0, y0)``: title, axes, ticks, curves, legend."""
+    width, height = plot.width * s, plot.height * s
+    font = FONT * s
+    canvas.add(_text(x0 + width / 2, y0 + font, plot.title, font, "middle", "bold"))
+    left, right, top, bottom = x0 + 44 * s, x0 + width - 8 * s, y0 + 2 * font, y0 + height - 2.6 * font
+    curves = {label: plot.points(label) for label in plot.series}
+    values = [v for _, ys in curves.values() for v in ys if v == v]
+    lo, hi = plot.y_range if plot.y_range else (min(values, default=0.0), max(values, default=1.0))
+    if hi <= lo:
+        hi = lo + 1.0
+    xs = list(plot.x)
+    every_x = [v for cx, _ in curves.values() for v in cx if v == v] or xs
+    x_lo, x_hi = (min(every_x), max(every_x)) if every_x else (0.0, 1.0)
+    x_hi = x_hi if x_hi > x_lo else x_lo + 1.0
+
+    def px(v: float) -> float:
+        return left + (v - x_lo) / (x_hi - x_lo) * (right - left)
+
+    def py(v: float) -> float:
+        return bottom - (v - lo) / (hi - lo) * (bottom - top)
+
+    stroke = f'stroke-width="{max(1.0, s):.1f}"'
+    canvas.add(f'<rect x="{left:.1f}" y="{top:.1f}" width="{right - left:.1f}" height="{bottom - top:.1f}" '
+               f'fill="none" stroke="#444" {stroke}/>')
+    small = 0.85 * font
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        canvas.add(f'<line x1="{left:.1f}" y1="{py(v):.1f}" x2="{right:.1f}" y2="{py(v):.1f}" stroke="#ddd" {stroke}/>')
+        canvas.add(_text(left - 4 * s, py(v) + small / 3, _number(v), small, "end"))
+    if not xs or len(xs) > 12:  # no shared x, or too many to label: five even ticks
+        xs = [x_lo + (x_hi - x_lo) * k / 4 for k in range(5)]
+    ticks = plot.x_ticks or [_number(v) for v in xs]
+    for v, label in zip(xs, ticks):
+        canvas.add(_text(px(v), bottom + small * 1.2, label, small, "middle"))
+    canvas.add(_text((left + right) / 2, bottom + small * 2.5, plot.x_label, small, "middle"))
+    canvas.add(f'<text x="{x0 + small:.1f}" y="{(top + bottom) / 2:.1f}" font-size="{small:.1f}" '
+               f'text-anchor="middle" transform="rotate(-90 {x0 + small:.1f} {(top + bottom) / 2:.1f})">'
+               f'{escape(plot.y_label)}</text>')
+    legend_y = y0 + height
+    for k, (label, (cx, ys)) in enumerate(curves.items()):
+        colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
+        kept = [(a, b) for a, b in zip(cx, ys) if a == a and b == b]
+        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
+        canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        if len(kept) <= 30:  # markers where there are few points
+            for a, b in kept:
+                canvas.add(f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
+        lx = x0 + (k % 2) * width / 2
+        ly = legend_y + (k // 2 + 1) * font * 1.3
+        canvas.add(f'<line x1="{lx:.1f}" y1="{ly - small / 3:.1f}" x2="{lx + 14 * s:.1f}" y2="{ly - small / 3:.1f}" '
+                   f'stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        canvas.add(_text(lx + 18 * s, ly, label, small))
+    return plot_size(plot, s)
+
+
+def _document(canvas: _Canvas, width: float, height: float, standalone: bool = True) -> str:
+    """The SVG element; ``standalone``: with the namespaces a file needs (inline SVG in HTML
+    needs none, and then the page names no URL at all)."""
+    names = ('xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+             if standalone else "")
+    return (f'<svg {names}width="{math.ceil(width)}" height="{math.ceil(height)}" '
+            f'viewBox="0 0 {math.ceil(width)} {math.ceil(height)}" font-family="{FONT_FAMILY}" fill="#111">'
+            f'<rect width="100%" height="100%" fill="#fff"/>' + "".join(canvas.parts) + "</svg>")
+
+
+def plot_svg(plot: Plot, scale: float = 1.0, standalone: bool = True) -> str:
+    """``plot`` alone as an SVG document (``standalone=False``: for inlining into HTML)."""
+    canvas = _Canvas()
+    w, h = _plot(canvas, plot, MARGIN * scale, MARGIN * scale, scale)
+    return _document(canvas, w + 2 * MARGIN * scale, h + 2 * MARGIN * scale, standalone)
+
+
+def figure_svg(figure: Figure) -> str:
+    """``figure`` as one SVG document (module docstring)."""
+    s = figure.scale
+    canvas = _Canvas()
+    margin, font = MARGIN * s, FONT * s
+    y = margin
+    width = 0.0
+    if figure.title:
+        y += font * 1.3
+        canvas.add(_text(margin, y, figure.title, font * 1.15, weight="bold"))
+        y += font * 0.6
+    for row in figure.rows:
+        x, row_height = margin, 0.0
+        for item in row:
+            w, h = _plot(canvas, item, x, y, s) if isinstance(item, Plot) else _panel(canvas, item, x, y, s)
+            x += w + margin
+            row_height = max(row_height, h)
+        width = max(width, x)
+        y += row_height + margin
+    text_width = max(width - 2 * margin, 400 * s)
+    for note in figure.notes:
+        for line in wrap(note, text_width, font):
+            y += font * 1.3
+            canvas.add(_text(margin, y, line, font))
+    if figure.notes:
+        y += font * 0.6
+    return _document(canvas, max(width, text_width + 2 * margin), y + margin)
+
+
+def dimensions(svg: str) -> tuple[int, int]:
+    """``(width, height)`` of an SVG written here."""
+    import re
+
+    match = re.search(r'<svg[^>]* width="(\d+)" height="(\d+)"', svg)
+    if match is None:
+        raise ValueError("not an SVG written by dmlviewer.core.figures")
+    return int(match.group(1)), int(match.group(2))
+

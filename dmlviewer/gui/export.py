@@ -1,0 +1,299 @@
+"""File > Export View (issue 33 item 1): the pair view, a group attention tab or a plot as a
+figure file (PNG at 1x-4x, SVG, PDF) and on the clipboard.
+
+The figure is drawn by the core from the data at the export resolution
+(:func:`dmlviewer.core.figures.pair.pair_view_figure`, :func:`~dmlviewer.core.figures.pair.group_figure`,
+a :class:`~dmlviewer.core.figures.Plot` from a plot's curves), the same drawing as the report's,
+never grabbed from the screen; so it is the same on any screen. This module only turns the
+core's SVG into the other formats with Qt: PNG by rendering the SVG at its size (a 2x figure is
+drawn twice as large, so it has twice the pixels), PDF through ``QPdfWriter`` (text stays text,
+the maps are the SVG's embedded images at their resolution). Files are written to a temporary
+name and renamed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QByteArray, QMarginsF, QMimeData, QSizeF, Qt
+from PySide6.QtGui import QAction, QImage, QPageLayout, QPageSize, QPainter, QPdfWriter
+from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
+                               QFormLayout, QWidget)
+
+from dmlviewer.core.figures import Figure, Plot, figure_svg
+from dmlviewer.core.figures.svg import dimensions
+
+log = logging.getLogger(__name__)
+
+SCALES = (1, 2, 3, 4)
+FORMATS = {"PNG image (*.png)": ".png", "SVG drawing (*.svg)": ".svg", "PDF document (*.pdf)": ".pdf"}
+
+
+@dataclass
+class Target:
+    """Something that can be exported: its name in the dialog and the figure at a scale."""
+
+    name: str
+    figure: Callable[[float], Figure]
+
+
+def _plain(text: str) -> str:
+    """A caption without the pane's HTML (``<b>Query</b> · class``)."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", text or "")).strip()
+
+
+def _colormap(name: str | None) -> str:
+    from dmlviewer.core.explain.hover import _COLORMAPS
+    from dmlviewer.core.figures.figure import COLORMAP
+
+    return name if name in _COLORMAPS else COLORMAP
+
+
+# ---------------------------------------------------------------------------------- targets
+def pair_view_target(view) -> Target | None:
+    """The pair view (both model rows while comparing), when its pair is explained."""
+    from dmlviewer.core.figures.pair import pair_view_figure
+
+    if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
+        return None
+    images = view.images
+    row_b = view.rows[1] if view.comparing else None
+    compare = row_b.explanation if row_b is not None and row_b.state == "ready" else None
+
+    def figure(scale: float) -> Figure:
+        method = view.method
+        try:
+            for e in (view.explanation, compare):
+                if e is not None:
+                    e.overall_grid(method, "query")
+        except ValueError:  # a method model B does not show: A's row only
+            compare_used = None
+        else:
+            compare_used = compare
+        return pair_view_figure(view.explanation, images.query, images.reference,
+                                (_plain(images.query_title), _plain(images.reference_title)), method,
+                                view.sign, _colormap(view.display.colormap), scale,
+                                matches=5, compare=compare_used,
+                                names=("A", f"B {row_b.name}" if row_b is not None else "B"),
+                                shared_scale=view.shared_scale)
+
+    return Target("Pair view", figure)
+
+
+def group_target(tabs, view) -> Target | None:
+    """The group attention tab shown (a grouping model's explained pair)."""
+    from dmlviewer.core.figures.pair import group_figure
+
+    expl = getattr(tabs, "explanation", None)
+    model = getattr(tabs, "model", None)
+    if expl is None or model is None or view.images is None or len(getattr(model, "group_slices", ())) < 2:
+        return None
+    slices = list(model.group_slices)
+    group = int(getattr(tabs, "group", 0))
+    images = view.images
+    return Target(f"Group attention (group {group + 1})",
+                  lambda scale: group_figure(expl, images.query, images.reference, slices, group,
+                                             (_plain(images.query_title), _plain(images.reference_title)),
+                                             scale=scale))
+
+
+def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
+    """A pyqtgraph ``PlotItem``'s curves as a figure (each curve with its own x, drawn by the
+    core from the data; a curve drawn without a line is drawn as points)."""
+    import numpy as np
+
+    series: dict = {}
+    for k, item in enumerate(plot_item.listDataItems()):
+        x, y = item.getData()
+        if x is None or y is None or len(x) == 0:
+            continue
+        name = (item.name() if hasattr(item, "name") else None) or f"curve {k + 1}"
+        while name in series:
+            name += "'"
+        series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
+    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
+    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
+    plot = Plot(label, [], series, bottom, left, width=480, height=300)
+    return Figure(title if title and title != label else "", [[plot]], [], scale)
+
+
+def plot_targets(window: QWidget | None = None) -> list[Target]:
+    """Every visible pyqtgraph plot of the application (docks, tool windows)."""
+    import pyqtgraph as pg
+
+    found = []
+    for widget in QApplication.allWidgets():
+        if not isinstance(widget, pg.GraphicsView) or not widget.isVisible() or widget.scene() is None:
+            continue
+        owner = widget.window().windowTitle() or "window"
+        dock = widget.parentWidget()
+        while dock is not None and not hasattr(dock, "toggleViewAction"):
+            dock = dock.parentWidget()
+        place = dock.windowTitle() if dock is not None else owner
+        for item in widget.scene().items():
+            if isinstance(item, pg.PlotItem) and item.listDataItems():
+                name = _plain(getattr(item.titleLabel, "text", "")) or place
+                found.append(Target(f"Plot: {name}" + (f" ({place})" if name != place else ""),
+                                    lambda scale, it=item, t=place: plot_figure(it, t, scale)))
+    return found
+
+
+def targets(window) -> list[Target]:
+    """What the main window can export now: the pair view, the group tab, the plots."""
+    found = [t for t in (pair_view_target(window.pair_view), group_target(window.group_tabs, window.pair_view))
+             if t is not None]
+    return found + plot_targets(window)
+
+
+# ---------------------------------------------------------------------------------- writers
+def render_image(figure: Figure) -> QImage:
+    """The figure as an image at its size (the SVG's, so ``scale`` times the 1x figure)."""
+    svg = figure_svg(figure)
+    width, height = dimensions(svg)
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
+    image = QImage(width, height, QImage.Format_ARGB32)
+    image.fill(Qt.white)
+    painter = QPainter(image)
+    painter.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing | QPainter.SmoothPixmapTransform)
+    renderer.render(painter)
+    painter.end()
+    return image
+
+
+def _write_pdf(svg: str, path: str) -> None:
+    width, height = dimensions(svg)
+    writer = QPdfWriter(path)
+    writer.setResolution(96)  # one SVG pixel is one 1/96 inch: the page is the figure's size
+    writer.setPageLayout(QPageLayout(QPageSize(QSizeF(width * 72 / 96, height * 72 / 96), QPageSize.Point),
+                                     QPageLayout.Portrait, QMarginsF(0, 0, 0, 0)))
+    writer.setCreator("dmlviewer")
+    painter = QPainter(writer)
+    QSvgRenderer(QByteArray(svg.encode("utf-8"))).render(painter)
+    painter.end()
+
+
+def write_figure(figure: Figure, path: str | Path) -> Path:
+    """Write ``figure`` as PNG, SVG or PDF by ``path``'s suffix (temporary file, renamed)."""
+    from dmlviewer.core.files import commit, remove, temp_path
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS.values():
+        raise ValueError(f"{path.name}: export as .png, .svg or .pdf")
+    tmp = temp_path(path)
+    try:
+        if suffix == ".svg":
+            tmp.write_text(figure_svg(figure), encoding="utf-8")
+        elif suffix == ".png":
+            if not render_image(figure).save(str(tmp), "PNG"):
+                raise OSError(f"could not write {path}")
+        else:
+            _write_pdf(figure_svg(figure), str(tmp))
+            if not tmp.exists() or tmp.stat().st_size == 0:
+                raise OSError(f"could not write {path}")
+        commit(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    return path
+
+
+def copy_figure(figure: Figure) -> None:
+    """Put the figure on the clipboard: the image, and the SVG for programs that take it."""
+    data = QMimeData()
+    data.setImageData(render_image(figure))
+    data.setData("image/svg+xml", QByteArray(figure_svg(figure).encode("utf-8")))
+    QApplication.clipboard().setMimeData(data)
+
+
+# ---------------------------------------------------------------------------------- dialog
+class ExportDialog(QDialog):
+    """What to export, at which scale, and whether to copy it to the clipboard."""
+
+    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Export View")
+        self.found = found
+        self.what = QComboBox()
+        for t in found:
+            self.what.addItem(t.name)
+        if preferred:
+            index = next((k for k, t in enumerate(found) if t.name.startswith(preferred)), 0)
+            self.what.setCurrentIndex(index)
+        self.scale = QComboBox()
+        for s in SCALES:
+            self.scale.addItem(f"{s}x", s)
+        self.scale.setToolTip("PNG size: the figure is drawn from the data this many times larger "
+                              "(SVG and PDF keep the text as text at any scale)")
+        self.copy = QCheckBox("Also copy to the clipboard")
+        self.copy.setChecked(True)
+        form = QFormLayout(self)
+        form.addRow("View", self.what)
+        form.addRow("Scale", self.scale)
+        form.addRow(self.copy)
+        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def chosen(self) -> tuple[Target, float]:
+        return self.found[self.what.currentIndex()], float(self.scale.currentData())
+
+
+def export_view(window, preferred: str | None = None) -> Path | None:
+    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong."""
+    from dmlviewer.gui import errors
+
+    found = targets(window)
+    if not found:
+        errors.show_error(window, "Export View", "Nothing to export yet: open a model and a pair, or a plot.")
+        return None
+    dialog = ExportDialog(found, window, preferred)
+    if dialog.exec() != QDialog.Accepted:
+        return None
+    target, scale = dialog.chosen()
+    start = Path(window.settings.value("paths/exports", "") or Path.home()) if hasattr(window, "settings") \
+        else Path.home()
+    name = re.sub(r"[^A-Za-z0-9]+", "_", target.name).strip("_").lower() or "figure"
+    path, chosen = QFileDialog.getSaveFileName(window, "Export View", str(start / f"{name}.png"), ";;".join(FORMATS))
+    if not path:
+        return None
+    if not Path(path).suffix and chosen in FORMATS:
+        path += FORMATS[chosen]
+    import contextlib
+
+    try:
+        with getattr(window, "model_lock", None) or contextlib.nullcontext():  # a map computed on demand runs the model
+            figure = target.figure(scale)
+        written = write_figure(figure, path)
+        if dialog.copy.isChecked():
+            copy_figure(figure)
+    except (OSError, ValueError) as exc:
+        errors.show_error(window, "Export View", f"Could not export the view: {exc}")
+        return None
+    if hasattr(window, "settings"):
+        window.settings.setValue("paths/exports", str(Path(path).parent))
+    window.statusBar().showMessage(f"Exported to {written}", 5000)
+    return written
+
+
+def install(window) -> QAction:
+    """The File > Export View action, and an Export View entry in the context menu of the pair
+    view and the group tabs; returns the action for the File menu."""
+    action = QAction("&Export View…", window)
+    action.setShortcut("Ctrl+E")
+    action.setToolTip("Save the pair view, a group tab or a plot as PNG (1x-4x), SVG or PDF, drawn from the data")
+    action.triggered.connect(lambda: export_view(window))
+    for view, preferred in ((window.pair_view, "Pair view"), (window.group_tabs, "Group attention")):
+        entry = QAction("Export View…", view)
+        entry.triggered.connect(lambda _=False, p=preferred: export_view(window, p))
+        view.addAction(entry)
+        view.setContextMenuPolicy(Qt.ActionsContextMenu)
+    return action

@@ -1,0 +1,133 @@
+"""File > Export View (issue 33 item 1): figures drawn from the data at the export resolution.
+
+The SVG and the PDF of the pair view hold the captions and the similarity line as text and the
+maps as images of the export resolution; a PNG at 2x has twice the pixels of the 1x one, the
+same figure; the group tab and the plots export too; the menu entry writes the file.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QDialog, QFileDialog
+
+from dmlviewer.core.figures.pair import PANEL_SIDE
+from dmlviewer.gui import export
+
+pypdf = pytest.importorskip("pypdf")
+
+
+@pytest.fixture
+def ready(window, demo_root, agroup_ckpt, wait_ready, qtbot):
+    assert window.open_checkpoint(agroup_ckpt)
+    assert window.open_dataset(demo_root)
+    wait_ready(window.pair_view)
+    qtbot.waitUntil(lambda: window.group_tabs.explanation is not None, timeout=30000)
+    return window
+
+
+def _texts(svg: str) -> list[str]:
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def test_pair_view_exports_text_as_text_and_maps_at_the_export_resolution(ready, tmp_path):
+    target = export.pair_view_target(ready.pair_view)
+    assert target is not None
+    images = ready.pair_view.images
+    caption = export._plain(images.query_title)
+    paths = {}
+    for scale in (1, 2):
+        figure = target.figure(scale)
+        for suffix in (".svg", ".pdf", ".png"):
+            paths[scale, suffix] = export.write_figure(figure, tmp_path / f"pair{scale}{suffix}")
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+
+    expl = ready.pair_view.explanation
+    similarity = f"{expl.similarity:+.4f}"
+    for scale in (1, 2):
+        svg = paths[scale, ".svg"].read_text(encoding="utf-8")
+        texts = " ".join(_texts(svg))
+        assert caption.split(" ")[0] in texts and "Decomposition" in texts and similarity in texts
+        # the maps are drawn at the export resolution: the longer side is PANEL_SIDE x scale
+        sizes = {(int(w), int(h)) for w, h in re.findall(r'<image x="[\d.]+" y="[\d.]+" width="(\d+)" '
+                                                         r'height="(\d+)"', svg)}
+        assert max(max(size) for size in sizes) >= PANEL_SIDE * scale
+        pdf = pypdf.PdfReader(io.BytesIO(paths[scale, ".pdf"].read_bytes()))
+        text = " ".join(pdf.pages[0].extract_text().split())  # pypdf may space words with tabs
+        assert "Decomposition" in text and similarity in text and "Similarity (cosine)" in text
+        pictures = [(im.image.width, im.image.height) for im in pdf.pages[0].images]
+        assert max(max(size) for size in pictures) >= PANEL_SIDE * scale  # not resampled to the screen
+    one, two = QImage(str(paths[1, ".png"])), QImage(str(paths[2, ".png"]))
+    assert abs(two.width() - 2 * one.width()) <= 2 and abs(two.height() - 2 * one.height()) <= 2
+    # the same figure: the 2x image shrunk to 1x looks like the 1x image
+    small = two.scaled(one.width(), one.height())
+    a, b = (np.asarray(im.convertToFormat(QImage.Format_RGB888).constBits()).astype(float) for im in (one, small))
+    assert a.shape == b.shape and np.abs(a - b).mean() < 25
+
+
+def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
+    group = export.group_target(ready.group_tabs, ready.pair_view)
+    assert group is not None
+    svg = export.write_figure(group.figure(1), tmp_path / "group.svg").read_text(encoding="utf-8")
+    assert any(t.startswith("Group 1 of 4: contributes") for t in _texts(svg))
+
+    import pyqtgraph as pg
+
+    plot = pg.PlotWidget(title="Training loss")
+    qtbot.addWidget(plot)
+    plot.plot([0, 1, 2, 3], [1.0, 0.6, 0.4, 0.3], name="loss")
+    plot.setLabel("bottom", "epoch")
+    plot.show()
+    qtbot.waitExposed(plot)
+    found = [t for t in export.plot_targets() if "Training loss" in t.name]
+    assert len(found) == 1
+    svg = export.write_figure(found[0].figure(1), tmp_path / "plot.svg").read_text(encoding="utf-8")
+    texts = _texts(svg)
+    assert "Training loss" in texts and "loss" in texts and "epoch" in texts
+    points = re.search(r'<polyline points="([^"]+)"', svg).group(1).split()
+    assert len(points) == 4  # the curve's own data, not a screen grab
+
+
+def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QApplication
+
+    action = next(a for a in ready.menuBar().actions()[0].menu().actions() if a.text() == "&Export View…")
+    out = tmp_path / "view.png"
+
+    def choose(dialog):
+        dialog.scale.setCurrentIndex(1)  # 2x
+        return QDialog.Accepted
+
+    monkeypatch.setattr(export.ExportDialog, "exec", choose)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "PNG image (*.png)"))
+    QApplication.clipboard().clear()
+    action.trigger()
+    assert out.exists()
+    image = QImage(str(out))
+    assert image.width() >= 2 * PANEL_SIDE * 2  # two panels side by side at 2x
+    assert not QApplication.clipboard().image().isNull()
+    assert QApplication.clipboard().image().size() == image.size()
+    # the pair view's context menu holds the same entry
+    assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):
+    from PySide6.QtGui import QDesktopServices
+
+    from dmlviewer.gui import report_job
+
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)
+    out = tmp_path / "report.html"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "HTML page (*.html)"))
+    action = next(a for a in ready.tools_menu.actions() if a.text() == "&Report on the Test Split…")
+    action.trigger()
+    qtbot.waitUntil(lambda: bool(opened) or bool(ready.dialogs), timeout=120000)
+    assert opened == [str(out)]
+    text = out.read_text(encoding="utf-8")
+    assert "Retrieval failures · model A" in text and "<script" not in text
+    assert report_job.report_models(ready)[0].name == "A"
