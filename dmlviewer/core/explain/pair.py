@@ -1,10 +1,12 @@
 """One pair's explanation: everything the viewer shows for a query and a reference image.
 
-:func:`explain_pair` runs both forward passes (one batch when the inputs have the same size),
-decomposes both embeddings (:func:`.decompose`), forms the point-to-point tensor as one matrix
-product and the bias terms of seed 000 Eq. 3 (:mod:`.pairwise`), and precomputes what hovering
-needs (the tensor and its transpose, float32 C-contiguous) and the "Decomposition" and
-"Decomposition+Bias" overall maps at both original image sizes. Grad-CAM, RGrad-CAM,
+:func:`explain_pair` preprocesses both images on the model's device (:func:`~dmlviewer.core.data.transforms.to_tensor`),
+runs both forward passes (one batch when the inputs have the same size), decomposes both
+embeddings (:func:`.decompose`), forms the point-to-point tensor as one matrix product and the
+bias terms of seed 000 Eq. 3 (:mod:`.pairwise`), all on that device, and brings over in ONE
+transfer what hovering needs (the tensor and its transpose, float32 C-contiguous), the
+"Decomposition" and "Decomposition+Bias" grid maps and the scalars. The overall maps at the
+original image sizes are upsampled on first request and cached; Grad-CAM, RGrad-CAM,
 grad-transfer maps, group tensors and attention maps are computed on request and cached.
 
 Coordinates: ``side`` is ``"query"`` or ``"reference"``; points are ``(x, y)`` pixels of that
@@ -74,30 +76,38 @@ class PairExplanation:
         self._sides = {"query": query, "reference": reference}
         self.grad_bank = grad_bank
         terms = pair_terms(query.contributions, query.bias, reference.contributions, reference.bias)
+        self._terms = terms
+        grids = {"query": query.grid, "reference": reference.grid}
+        overall = {
+            ("decomposition", "query"): terms.overall_query,
+            ("decomposition", "reference"): terms.overall_reference,
+            ("decomposition_bias", "query"): terms.overall_bias_query,
+            ("decomposition_bias", "reference"): terms.overall_bias_reference,
+        }
+        # the one transfer: the tensor and its transpose (the hover rows of both sides), the
+        # overall grid maps and the scalars
+        p2p = terms.point_to_point
+        on_host = _to_host([terms.scalars, p2p, None if p2p.device.type == "cpu" else p2p.T, *overall.values()])
+        terms.set_host_scalars(on_host[0])
         self._norm = terms.norm
         self.similarity = terms.similarity
         self.bias_query = terms.bias_query
         self.bias_reference = terms.bias_reference
         self.bias_both = terms.bias_both
-        self.point_to_point = _frozen(terms.point_to_point.cpu().numpy())
-        self._rows = {"query": self.point_to_point, "reference": _frozen(self.point_to_point.T)}
+        self.point_to_point = _frozen(on_host[1])
+        transposed = self.point_to_point.T if on_host[2] is None else on_host[2]
+        self._rows = {"query": self.point_to_point, "reference": _frozen(transposed)}
         self.grid_query, self.grid_reference = query.grid, reference.grid
         lins = (query.linearization, reference.linearization)
         worst = next((lin for lin in lins if lin.rule == FIRST_ORDER), lins[0])
         self.rule, self.rule_detail = worst.rule, worst.description
         self.image_shape_query, self.image_shape_reference = query.image_shape, reference.image_shape
         self._grid_maps: dict[tuple[str, str], np.ndarray] = {
-            ("decomposition", "query"): terms.overall_query.cpu().numpy(),
-            ("decomposition", "reference"): terms.overall_reference.cpu().numpy(),
-            ("decomposition_bias", "query"): terms.overall_bias_query.cpu().numpy(),
-            ("decomposition_bias", "reference"): terms.overall_bias_reference.cpu().numpy(),
+            key: _frozen(value.reshape(grids[key[1]])) for key, value in zip(overall, on_host[3:])
         }
-        for key, value in self._grid_maps.items():
-            self._grid_maps[key] = _frozen(value.reshape(self._sides[key[1]].grid))
+        # at image size on first request (:meth:`overall`): a viewer draws one method's maps, and
+        # faithfulness, agreement and orientation read the grid maps only
         self._image_maps: dict[tuple[str, str], np.ndarray] = {}
-        for method in ("decomposition", "decomposition_bias"):
-            for side in SIDES:
-                self.overall(method, side)
         self._groups: list[np.ndarray] | None = None
         self._attention: dict[str, dict[str, np.ndarray]] = {}
 
@@ -240,6 +250,32 @@ class PairExplanation:
         return s.out.embedding[s.index].detach().float().cpu().numpy()
 
 
+def _to_host(tensors: list[torch.Tensor | None], packed: bool | None = None) -> list[np.ndarray | None]:
+    """The tensors as numpy arrays (float32, except float64 ones), ``None`` kept. On the host they
+    are views; from an accelerator they come over packed in ONE transfer (one synchronisation
+    instead of one per tensor): float64 tensors travel as their float32 bit pairs. ``packed``
+    forces either way (default: packed unless all are on the host)."""
+    present = [t.detach() for t in tensors if t is not None]
+    if packed is None:
+        packed = not all(t.device.type == "cpu" for t in present)
+    if not packed:
+        return [None if t is None else t.detach().numpy() for t in tensors]
+    flat = [(t.contiguous().view(torch.float32) if t.dtype == torch.float64 else t.float()).reshape(-1)
+            for t in present]
+    packed = torch.cat(flat).cpu().numpy()
+    out, start = [], 0
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        t = t.detach()
+        step = t.numel() * (2 if t.dtype == torch.float64 else 1)
+        part = packed[start:start + step]
+        out.append((part.view(np.float64) if t.dtype == torch.float64 else part).reshape(t.shape))
+        start += step
+    return out
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.ascontiguousarray(a, dtype=np.float32)
     a.flags.writeable = False
@@ -284,8 +320,8 @@ def explain_pair(
     size_q, size_r = _input_sizes(model, size)
     dev = as_device(device)
     preprocess = model.preprocess
-    x_q = preprocess(rgb_q, size_q).to(dev)
-    x_r = preprocess(rgb_r, size_r).to(dev)
+    x_q = preprocess(rgb_q, size_q, device=dev)
+    x_r = preprocess(rgb_r, size_r, device=dev)
     if size is not None:  # a module of one input size says which (not timm's bare AssertionError)
         from dmlviewer.core.models.opening import check_input_size
 
@@ -325,7 +361,7 @@ def _explain_two_branch(model: TwoBranchModel, rgb_q: np.ndarray, rgb_r: np.ndar
     with eval_mode(model):
         for side, rgb, s in zip(SIDES, (rgb_q, rgb_r), sizes):
             branch = model.branch(side)
-            x = model.preprocess_of(side)(rgb, s).to(dev)
+            x = model.preprocess_of(side)(rgb, s, device=dev)
             out, lin = forward_decomposed(branch, x[None])
             sides.append(_Side(image_shape=rgb.shape[:2], grid=tuple(lin.grid),
                                contributions=lin.contributions[0].detach().float(),

@@ -112,3 +112,51 @@ def test_retrieve_matches_sorted_similarities(model, data, tmp_path):
     assert len(retrieve(f, 7, k=100)) == 23
     with pytest.raises(IndexError):
         retrieve(f, 24)
+
+
+def test_rows_written_in_blocks_are_the_batches_rows_in_order(model, data, tmp_path, monkeypatch):
+    """Several batches gathered per HDF5 append (blocks of WRITE_ROWS rows, the last shorter):
+    the file holds every row once, in listing order, with its own outputs."""
+    from dmlviewer.core.evaluate import extract, extract_features, read_features
+
+    monkeypatch.setattr(extract, "WRITE_ROWS", 5)
+    run_to_end(extract_features(model, data, tmp_path / "blocks.h5", batch_size=3, num_workers=0))
+    got = read_features(tmp_path / "blocks.h5")
+    direct = _direct(model, data)
+    assert list(got.paths) == list(data.paths)
+    np.testing.assert_array_equal(got.labels, data.labels)
+    np.testing.assert_allclose(got.embeddings, direct.embedding.numpy(), atol=1e-5)
+    np.testing.assert_allclose(got.groups, direct.groups.numpy(), atol=1e-5)
+
+
+def test_extraction_with_workers_after_opencv_ran_threaded_finishes(tmp_path):
+    """Loader workers forked while OpenCV's thread pool exists (the app resized images before)
+    must not touch that pool: a worker that set OpenCV's thread count hung forever."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, cv2\n"
+        "from pathlib import Path\n"
+        "cv2.setNumThreads(4)\n"
+        "big = np.zeros((2000, 2000, 3), np.uint8)\n"
+        "for _ in range(3):\n"
+        "    cv2.resize(big, (1000, 1000))\n"
+        "from dmlviewer.core.data import make_demo_data, open_dataset\n"
+        "from dmlviewer.core.evaluate import extract_features\n"
+        "from dmlviewer.core.models import build_model, default_config\n"
+        "from dmlviewer.core.progress import run_to_end\n"
+        "d = Path(sys.argv[1])\n"
+        "ds = open_dataset(make_demo_data(d / 'x', classes=2, per_class=3, size=64))\n"
+        "model = build_model(default_config(backbone='small_cnn', image_size=64, dim=8)).eval()\n"
+        "run_to_end(extract_features(model, ds, d / 'f.h5', batch_size=2, num_workers=2))\n"
+        "print('finished')\n")
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("finished")
