@@ -78,6 +78,19 @@ class _Embedded:
     extra: dict = field(default_factory=dict)
 
 
+def _named(events, name: str):
+    """Relay an extraction's progress events, each message naming model ``name``; returns the
+    result its ``done`` event carries."""
+    result = {}
+    for event in events:
+        if event.kind == "done":
+            result = event.data["result"]
+        else:
+            event.message = f"model {name}: {event.message}"
+            yield event
+    return result
+
+
 def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
     """``(query, reference)`` dataset indices from a text file: one pair a line, the two image
     paths (relative to the dataset root, as ``compare --json`` prints them) separated by a comma,
@@ -145,14 +158,8 @@ def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num
             writer = FeatureWriter(path, attrs=feature_attrs(entry.model, subset, entry.sha256))
             writer.open()
             try:
-                result = {}
-                for event in write_batches(writer, entry.model, subset, batch_size, device, num_workers, cancel,
-                                           collect=True):
-                    if event.kind == "done":
-                        result = event.data["result"]
-                    else:
-                        event.message = f"model {entry.name}: {event.message}"
-                        yield event
+                result = yield from _named(write_batches(writer, entry.model, subset, batch_size, device,
+                                                         num_workers, cancel, collect=True), entry.name)
                 rows, embeddings = result["rows"], result["embeddings"]
                 queries, gallery = query_gallery(subset, rows)
                 writer.set_attrs(**compute_metrics(embeddings, subset.labels[rows], ks, device,
@@ -163,13 +170,8 @@ def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num
                 raise
             yield Progress("log", message=f"model {entry.name}: features written to {path}")
         else:
-            result = {}
-            for event in embed_dataset(entry.model, subset, batch_size, device, num_workers, cancel):
-                if event.kind == "done":
-                    result = event.data["result"]
-                else:
-                    event.message = f"model {entry.name}: {event.message}"
-                    yield event
+            result = yield from _named(embed_dataset(entry.model, subset, batch_size, device, num_workers, cancel),
+                                       entry.name)
             rows, embeddings = result["rows"], result["embeddings"]
     queries, gallery = query_gallery(subset, rows)
     # the retrieval metrics of evaluate (the report shows no clustering figure: k-means is skipped)
