@@ -395,7 +395,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     # 2. the group attention tab, same pair, same point
     window.tabs.setCurrentWidget(groups)
     shown = lambda *_: bool(groups.share_label.text())  # noqa: E731 - set once the pair's group data is on screen
-    yield Wait("the group attention maps", signal=groups.runner.result_ready, accept=shown, done=shown)
+    yield Wait("the group attention maps", signal=groups.rows[0].runner.result_ready, accept=shown, done=shown)
     groups.tabs.setCurrentIndex(largest_group(groups.explanation, window.model.group_slices))
     groups.link.pin(0, *pin)
     yield delay(300)

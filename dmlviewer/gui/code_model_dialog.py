@@ -212,15 +212,15 @@ class CodeModelDialog(QDialog):
         self.reference_weights.edit.setPlaceholderText("two-branch models only: the reference branch's weights")
         self.input_shapes = QLineEdit()
         self.input_shapes.setPlaceholderText("two-branch models only: query,reference e.g. 64x256,128")
-        self.size = QLineEdit()
-        self.size.setPlaceholderText("optional: the module's own, else 224")
-        self.size.setToolTip("The side, in pixels, images are stretched to (as import-model --image-size)")
-        self.mean = QLineEdit()
-        self.mean.setPlaceholderText("optional: ImageNet's 0.485, 0.456, 0.406")
-        self.mean.setToolTip("The input's mean per RGB channel, on a 0-1 scale (as import-model --mean)")
-        self.std = QLineEdit()
-        self.std.setPlaceholderText("optional: ImageNet's 0.229, 0.224, 0.225")
-        self.std.setToolTip("The input's standard deviation per RGB channel, on a 0-1 scale (as import-model --std)")
+        self.size_edit = QLineEdit()
+        self.size_edit.setPlaceholderText("optional: the module's own, else 224")
+        self.size_edit.setToolTip("The side, in pixels, images are stretched to (as import-model --image-size)")
+        self.mean_edit = QLineEdit()
+        self.mean_edit.setPlaceholderText("optional: ImageNet's 0.485, 0.456, 0.406")
+        self.mean_edit.setToolTip("The input's mean per RGB channel, on a 0-1 scale (as import-model --mean)")
+        self.std_edit = QLineEdit()
+        self.std_edit.setPlaceholderText("optional: ImageNet's 0.229, 0.224, 0.225")
+        self.std_edit.setToolTip("The input's standard deviation per RGB channel, on a 0-1 scale (as import-model --std)")
         self.preprocessing = QLabel()
         self.preprocessing.setWordWrap(True)
         self.preprocessing.setObjectName("assumedPreprocessing")
@@ -236,9 +236,9 @@ class CodeModelDialog(QDialog):
         form.addRow("Reference weights", self.reference_weights)
         form.addRow("Input shapes", self.input_shapes)
         form.addRow(two_note)
-        form.addRow("Input size", self.size)
-        form.addRow("Mean", self.mean)
-        form.addRow("Std", self.std)
+        form.addRow("Input size", self.size_edit)
+        form.addRow("Mean", self.mean_edit)
+        form.addRow("Std", self.std_edit)
         form.addRow(self.preprocessing)
         self.error = QLabel()
         self.error.setWordWrap(True)
@@ -258,7 +258,7 @@ class CodeModelDialog(QDialog):
             self.set_source(source)
         else:
             self.restore_fields()
-        for edit in (self.args, self.feature_layer, self.input_shapes, self.size, self.mean, self.std):
+        for edit in (self.args, self.feature_layer, self.input_shapes, self.size_edit, self.mean_edit, self.std_edit):
             edit.textChanged.connect(self._fields_changed)
         for path in (self.module, self.weights, self.reference_weights):
             path.changed.connect(self._fields_changed)
@@ -306,7 +306,7 @@ class CodeModelDialog(QDialog):
         self._show_preprocessing()
 
     def _show_preprocessing(self) -> None:
-        self.preprocessing.setText(assumed_preprocessing(self.size.text(), self.mean.text(), self.std.text()))
+        self.preprocessing.setText(assumed_preprocessing(self.size_edit.text(), self.mean_edit.text(), self.std_edit.text()))
 
     def set_source(self, source) -> None:
         """Fill the fields from a code ``ModelSource``."""
@@ -319,7 +319,7 @@ class CodeModelDialog(QDialog):
         self.reference_weights.setText(source.reference_weights or "")
         shapes = source.options.get("input_shapes") or []
         self.input_shapes.setText(",".join(f"{s[0]}x{s[1]}" if isinstance(s, list) else str(s) for s in shapes))
-        self.size.setText(str(source.options.get("size") or ""))
+        self.size_edit.setText(str(source.options.get("size") or ""))
         for key in ("mean", "std"):
             values = source.options.get(key)
             getattr(self, key).setText(", ".join(f"{float(v):g}" for v in values) if values else "")
@@ -343,7 +343,7 @@ class CodeModelDialog(QDialog):
             self.source = code_source(self.module.text(), self.name.currentText(), self.args.text(),
                                       self.weights.text(), self.feature_layer.text(),
                                       self.reference_weights.text(), self.input_shapes.text(),
-                                      self.size.text(), self.mean.text(), self.std.text())
+                                      self.size_edit.text(), self.mean_edit.text(), self.std_edit.text())
         except ValueError as exc:
             self.error.setText(str(exc))
             self.error.show()

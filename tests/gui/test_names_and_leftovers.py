@@ -183,14 +183,14 @@ def test_the_code_dialog_keeps_its_fields_clears_its_error_and_says_the_preproce
             assert label.height() >= label.heightForWidth(label.width()), label.text()[:40]
     dialog.module.setText(str(file))
     dialog.name.setEditText("build_model")
-    dialog.mean.setText("0.5, 0.4, 0.3")
-    dialog.std.setText("0")
+    dialog.mean_edit.setText("0.5, 0.4, 0.3")
+    dialog.std_edit.setText("0")
     dialog.accept()
     assert dialog.source is None and "std" in dialog.error.text() and not dialog.error.isHidden()
-    dialog.std.setText("0.25")  # corrected: the error goes at once
+    dialog.std_edit.setText("0.25")  # corrected: the error goes at once
     assert dialog.error.isHidden()
     assert "mean 0.5, 0.4, 0.3, std 0.25, 0.25, 0.25" in dialog.preprocessing.text()
-    dialog.size.setText("48")
+    dialog.size_edit.setText("48")
     chosen = []
     dialog.source_chosen.connect(chosen.append)
     dialog.accept()
@@ -201,7 +201,7 @@ def test_the_code_dialog_keeps_its_fields_clears_its_error_and_says_the_preproce
     # a restart: a new dialog (without an open code model) shows the last values
     again = CodeModelDialog()
     qtbot.addWidget(again)
-    assert again.fields() == dialog.fields() and again.mean.text() == "0.5, 0.4, 0.3"
+    assert again.fields() == dialog.fields() and again.mean_edit.text() == "0.5, 0.4, 0.3"
 
 
 def test_a_code_models_preprocessing_is_said_in_the_status_bar(window, tmp_path, qtbot):
