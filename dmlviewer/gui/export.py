@@ -25,12 +25,14 @@ from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
                                QFormLayout, QWidget)
 
-from dmlviewer.core.figures import Figure, Plot, figure_svg
+from dmlviewer.core.figures import Bars, Figure, Plot, figure_svg
 from dmlviewer.core.figures.svg import dimensions
 
 log = logging.getLogger(__name__)
 
 SCALES = (1, 2, 3, 4)
+#: the entry of the views' and plots' context menus
+MENU_ENTRY = "Export View…"
 FORMATS = {"PNG image (*.png)": ".png", "SVG drawing (*.svg)": ".svg", "PDF document (*.pdf)": ".pdf"}
 
 
@@ -40,6 +42,7 @@ class Target:
 
     name: str
     figure: Callable[[float], Figure]
+    source: object = None  # the plot's PlotItem, for a plot's own menu entry
 
 
 def _plain(text: str) -> str:
@@ -104,13 +107,36 @@ def group_target(tabs, view) -> Target | None:
                                              scale=scale))
 
 
+def _bar_items(plot_item) -> list:
+    import pyqtgraph as pg
+
+    return [item for item in plot_item.items if isinstance(item, pg.BarGraphItem)]
+
+
 def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
     """A pyqtgraph ``PlotItem``'s curves as a figure (each curve with its own x, drawn by the
-    core from the data; a curve drawn without a line is drawn as points)."""
+    core from the data; a curve drawn without a line is drawn as points); a plot of bars
+    (``BarGraphItem``, no curve) as a bar chart, each bar named by its bottom axis tick."""
     import numpy as np
 
+    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
+    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
+    bar_items = _bar_items(plot_item)
+    curves = [item for item in plot_item.listDataItems() if item not in bar_items]
+    if bar_items and not curves:
+        ticks = {float(v): _plain(str(t)) for level in (plot_item.getAxis("bottom")._tickLevels or [])
+                 for v, t in level}
+        xs, heights = [], []
+        for item in bar_items:
+            x = item.opts.get("x") if item.opts.get("x") is not None else item.opts.get("x0")
+            xs.extend(np.atleast_1d(np.asarray(x, float)).tolist())
+            heights.extend(np.atleast_1d(np.asarray(item.opts.get("height"), float)).tolist())
+        order = sorted(range(len(xs)), key=lambda k: xs[k])
+        chart = Bars(label, [ticks.get(xs[k], f"{xs[k]:g}") for k in order], [heights[k] for k in order],
+                     bottom, left, width=480, height=300)
+        return Figure(title if title and title != label else "", [[chart]], [], scale)
     series: dict = {}
-    for k, item in enumerate(plot_item.listDataItems()):
+    for k, item in enumerate(curves):
         x, y = item.getData()
         if x is None or y is None or len(x) == 0:
             continue
@@ -118,8 +144,6 @@ def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
         while name in series:
             name += "'"
         series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
-    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
-    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
     plot = Plot(label, [], series, bottom, left, width=480, height=300)
     return Figure(title if title and title != label else "", [[plot]], [], scale)
 
@@ -138,15 +162,18 @@ def plot_targets(window: QWidget | None = None) -> list[Target]:
             dock = dock.parentWidget()
         place = dock.windowTitle() if dock is not None else owner
         for item in widget.scene().items():
-            if isinstance(item, pg.PlotItem) and item.listDataItems():
+            if isinstance(item, pg.PlotItem) and (item.listDataItems() or _bar_items(item)):
                 name = _plain(getattr(item.titleLabel, "text", "")) or place
                 found.append(Target(f"Plot: {name}" + (f" ({place})" if name != place else ""),
-                                    lambda scale, it=item, t=place: plot_figure(it, t, scale)))
+                                    lambda scale, it=item, t=place: plot_figure(it, t, scale), item))
     return found
 
 
 def targets(window) -> list[Target]:
-    """What the main window can export now: the pair view, the group tab, the plots."""
+    """What the main window can export now: the pair view, the group tab, the plots (the plots
+    only, without a main window)."""
+    if not hasattr(window, "pair_view"):
+        return plot_targets(window)
     found = [t for t in (pair_view_target(window.pair_view), group_target(window.group_tabs, window.pair_view))
              if t is not None]
     return found + plot_targets(window)
@@ -217,15 +244,17 @@ def copy_figure(figure: Figure) -> None:
 class ExportDialog(QDialog):
     """What to export, at which scale, and whether to copy it to the clipboard."""
 
-    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None) -> None:
+    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None,
+                 source: object = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Export View")
         self.found = found
         self.what = QComboBox()
         for t in found:
             self.what.addItem(t.name)
-        if preferred:
-            index = next((k for k, t in enumerate(found) if t.name.startswith(preferred)), 0)
+        if source is not None or preferred:
+            index = next((k for k, t in enumerate(found) if (t.source is source if source is not None
+                                                              else t.name.startswith(preferred))), 0)
             self.what.setCurrentIndex(index)
         self.scale = QComboBox()
         for s in SCALES:
@@ -247,15 +276,16 @@ class ExportDialog(QDialog):
         return self.found[self.what.currentIndex()], float(self.scale.currentData())
 
 
-def export_view(window, preferred: str | None = None) -> Path | None:
-    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong."""
+def export_view(window, preferred: str | None = None, source: object = None) -> Path | None:
+    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong.
+    ``preferred``: the target chosen first, by the start of its name; ``source``: by its plot."""
     from dmlviewer.gui import errors
 
     found = targets(window)
     if not found:
         errors.show_error(window, "Export View", "Nothing to export yet: open a model and a pair, or a plot.")
         return None
-    dialog = ExportDialog(found, window, preferred)
+    dialog = ExportDialog(found, window, preferred, source)
     if dialog.exec() != QDialog.Accepted:
         return None
     target, scale = dialog.chosen()
@@ -280,7 +310,8 @@ def export_view(window, preferred: str | None = None) -> Path | None:
         return None
     if hasattr(window, "settings"):
         window.settings.setValue("paths/exports", str(Path(path).parent))
-    window.statusBar().showMessage(f"Exported to {written}", 5000)
+    if callable(getattr(window, "statusBar", None)):
+        window.statusBar().showMessage(f"Exported to {written}", 5000)
     return written
 
 
@@ -292,8 +323,38 @@ def install(window) -> QAction:
     action.setToolTip("Save the pair view, a group tab or a plot as PNG (1x-4x), SVG or PDF, drawn from the data")
     action.triggered.connect(lambda: export_view(window))
     for view, preferred in ((window.pair_view, "Pair view"), (window.group_tabs, "Group attention")):
-        entry = QAction("Export View…", view)
+        entry = QAction(MENU_ENTRY, view)
         entry.triggered.connect(lambda _=False, p=preferred: export_view(window, p))
         view.addAction(entry)
         view.setContextMenuPolicy(Qt.ActionsContextMenu)
+    return action
+
+
+def _main_window(widget: QWidget | None) -> QWidget | None:
+    """The application's main window (the one with the pair view), else ``widget``'s window."""
+    for top in QApplication.topLevelWidgets():
+        if hasattr(top, "pair_view"):
+            return top
+    return widget.window() if widget is not None else None
+
+
+def add_plot_entry(plot) -> QAction | None:
+    """An "Export View…" entry at the end of the right-click menu of ``plot`` (a ``PlotWidget``
+    or ``PlotItem``; pyqtgraph's ViewBox menu) that opens Export View with this plot chosen: the
+    same dialog and writers as File > Export View. Called by every tool window's plot
+    (``widgets.style_plot``); a second call adds nothing."""
+    import pyqtgraph as pg
+
+    item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
+    menu = item.getViewBox().menu
+    if menu is None:
+        return None
+    for action in menu.actions():
+        if action.text() == MENU_ENTRY:
+            return action
+    action = QAction(MENU_ENTRY, menu)
+    owner = plot if isinstance(plot, QWidget) else None
+    action.triggered.connect(lambda _=False: export_view(_main_window(owner), source=item))
+    menu.addSeparator()
+    menu.addAction(action)
     return action

@@ -115,6 +115,39 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
 
 
+def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monkeypatch):
+    """The localization view's part-correspondence bars: the entry of the plot's own right-click
+    menu (pyqtgraph's ViewBox menu) opens Export View with this plot chosen, and the SVG holds one
+    rect per bar, heights in proportion to the values, and the axis titles as text."""
+    from dmlviewer.gui.localization_view import LocalizationView
+
+    view = LocalizationView(runner)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    view.show_correspondence({"partial_map_accuracy": 0.8, "overall_map_accuracy": 0.4, "chance_accuracy": 0.1,
+                              "num_parts": 15, "num_pairs": 20})
+    entry = [a for a in view.bar_plot.getPlotItem().getViewBox().menu.actions() if a.text() == export.MENU_ENTRY]
+    assert len(entry) == 1
+    chosen, out = [], tmp_path / "bars.svg"
+
+    def accept(dialog):
+        chosen.append(dialog.what.currentText())
+        return QDialog.Accepted
+
+    monkeypatch.setattr(export.ExportDialog, "exec", accept)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "SVG drawing (*.svg)"))
+    entry[0].trigger()
+    assert chosen and chosen[0].startswith("Plot: Part correspondence accuracy")
+    svg = out.read_text(encoding="utf-8")
+    texts = _texts(svg)
+    assert {"Part correspondence accuracy", "peak in the same part", "point-to-point (partial map)",
+            "overall map"} <= set(texts)
+    heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" '
+                                            r'fill="#', svg)]
+    assert len(heights) == 2 and heights[1] / heights[0] == pytest.approx(0.5, abs=0.01)
+
+
 def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):
     from PySide6.QtGui import QDesktopServices
 
