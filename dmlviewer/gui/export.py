@@ -61,7 +61,8 @@ def _colormap(name: str | None) -> str:
 
 # ---------------------------------------------------------------------------------- targets
 def pair_view_target(view) -> Target | None:
-    """The pair view (both model rows while comparing), when its pair is explained."""
+    """The pair view (both model rows while comparing; with *Difference A − B* the second row is
+    that difference, as on screen), when its pair is explained."""
     from dmlviewer.core.figures.pair import pair_view_figure
 
     if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
@@ -80,12 +81,15 @@ def pair_view_target(view) -> Target | None:
             compare_used = None
         else:
             compare_used = compare
+        # "Difference A − B": B's row shows A minus B on a symmetric scale; so does the figure
+        difference = view.difference_maps(1) if compare_used is not None and view.difference else None
         return pair_view_figure(view.explanation, images.query, images.reference,
                                 (_plain(images.query_title), _plain(images.reference_title)), method,
                                 view.sign, _colormap(view.display.colormap), scale,
                                 matches=5, compare=compare_used,
-                                names=("A", f"B {row_b.name}" if row_b is not None else "B"),
-                                shared_scale=view.shared_scale)
+                                names=("A", "B" if difference is not None else
+                                       f"B {row_b.name}" if row_b is not None else "B"),
+                                shared_scale=view.shared_scale, difference=difference)
 
     return Target("Pair view", figure)
 

@@ -148,6 +148,47 @@ def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monk
     assert len(heights) == 2 and heights[1] / heights[0] == pytest.approx(0.5, abs=0.01)
 
 
+def test_the_difference_row_exports_as_shown(window, demo_root, small_ckpt, wait_ready, qtbot, tmp_path,
+                                            tmp_path_factory):
+    """With "Difference A − B" the figure's second row is A's overall maps minus B's on one
+    symmetric colour bar (the view's difference_maps), not B's maps."""
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+    from tests.gui.test_compare_view import wait_compare
+
+    torch.manual_seed(1)
+    other = tmp_path_factory.mktemp("ckpt-b") / "other.pt"
+    save_checkpoint(other, build_model(default_config(backbone="small_cnn", dim=32, image_size=64)))
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    view = window.pair_view
+    wait_ready(view)
+    window.open_compare(other)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    wait_compare(qtbot, view)
+    view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
+    assert view.difference
+    diff = view.difference_maps(1)
+    top = max(float(np.abs(d).max()) for d in diff.values())
+    figure = export.pair_view_target(view).figure(1)
+    assert len(figure.rows) == 2
+    row = figure.rows[1]
+    assert [p.caption.split(":")[0] for p in row] == ["A − B", "A − B"]
+    for panel in row:
+        assert panel.colorbar.low == pytest.approx(-top) and panel.colorbar.high == pytest.approx(top)
+    # the drawn panel is the difference, not B's map
+    from dmlviewer.core.figures.pair import map_panel
+
+    query = view.images.query
+    want = map_panel(query, diff["query"], "", 1.0, high=top, sign="signed").image
+    assert np.array_equal(row[0].image, want)
+    b_map = map_panel(query, view.rows[1].explanation.overall(view.method, "query", view.sign), "", 1.0,
+                      high=top, sign="signed").image
+    assert not np.array_equal(row[0].image, b_map)
+    texts = _texts(export.write_figure(figure, tmp_path / "diff.svg").read_text(encoding="utf-8"))
+    assert any(t.startswith("A − B: ") for t in texts)
+
+
 def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):
     from PySide6.QtGui import QDesktopServices
 
