@@ -139,7 +139,10 @@ def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
         chart = Bars(label, [ticks.get(xs[k], f"{xs[k]:g}") for k in order], [heights[k] for k in order],
                      bottom, left, width=480, height=300)
         return Figure(title if title and title != label else "", [[chart]], [], scale)
+    import pyqtgraph as pg
+
     series: dict = {}
+    dots = []
     for k, item in enumerate(curves):
         x, y = item.getData()
         if x is None or y is None or len(x) == 0:
@@ -148,7 +151,9 @@ def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
         while name in series:
             name += "'"
         series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
-    plot = Plot(label, [], series, bottom, left, width=480, height=300)
+        if isinstance(item, pg.ScatterPlotItem) or (isinstance(item, pg.PlotDataItem) and item.opts.get("pen") is None):
+            dots.append(name)
+    plot = Plot(label, [], series, bottom, left, width=480, height=300, dots=tuple(dots))
     return Figure(title if title and title != label else "", [[plot]], [], scale)
 
 

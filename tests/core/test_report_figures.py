@@ -116,3 +116,13 @@ def test_a_bar_chart_is_one_rect_per_bar_with_heights_proportional_to_the_values
     (ya, ha), (yb, hb) = [tuple(map(float, m)) for m in re.findall(
         r'<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)" fill="#', svg)]
     assert ha == pytest.approx(hb, abs=0.02) and yb == pytest.approx(ya + ha, abs=0.02)
+
+
+def test_a_scatter_series_is_drawn_as_points_without_a_line():
+    xs, ys = list(range(40)), [float(v % 7) for v in range(40)]
+    plot = Plot("embedding", [], {"points": (xs, ys), "curve": ([0.0, 39.0], [0.0, 6.0])}, dots=("points",))
+    svg = figure_svg(Figure("", [[plot]]))
+    lines = re.findall(r'<polyline points="([^"]+)"', svg)
+    assert len(lines) == 1 and len(lines[0].split()) == 2  # the curve's line only
+    # 40 points and their legend mark, plus the curve's 2 markers
+    assert len(re.findall(r"<circle ", svg)) == 40 + 1 + 2

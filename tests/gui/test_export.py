@@ -90,6 +90,12 @@ def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     assert "Training loss" in texts and "loss" in texts and "epoch" in texts
     points = re.search(r'<polyline points="([^"]+)"', svg).group(1).split()
     assert len(points) == 4  # the curve's own data, not a screen grab
+    # a scatter (the embedding's points) is points, not a line through them
+    plot.plot([0, 1, 2, 3, 4], [2, 0, 1, 3, 0], pen=None, symbol="o", name="points")
+    plot.addItem(pg.ScatterPlotItem([0.5, 1.5], [1.0, 2.0]))
+    svg = export.write_figure(found[0].figure(1), tmp_path / "plot2.svg").read_text(encoding="utf-8")
+    assert len(re.findall(r"<polyline ", svg)) == 1  # the loss curve's only
+    assert len(re.findall(r"<circle ", svg)) == 4 + 5 + 2 + 2  # markers and the two dots' legend marks
 
 
 def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch):

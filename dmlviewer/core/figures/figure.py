@@ -66,6 +66,7 @@ class Plot:
     y_range: tuple[float, float] | None = None
     width: int = 360
     height: int = 220
+    dots: tuple[str, ...] = ()  # series drawn as points only (a scatter), without a line
 
     def points(self, label: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` of series ``label``."""

@@ -172,15 +172,20 @@ def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[
     for k, (label, (cx, ys)) in enumerate(curves.items()):
         colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
         kept = [(a, b) for a, b in zip(cx, ys) if a == a and b == b]
-        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
-        canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
-        if len(kept) <= 30:  # markers where there are few points
+        dots = label in plot.dots
+        if not dots:
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
+            canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        if dots or len(kept) <= 30:  # markers where there are few points, or only markers
             for a, b in kept:
                 canvas.add(f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
         lx = x0 + (k % 2) * width / 2
         ly = legend_y + (k // 2 + 1) * font * 1.3
-        canvas.add(f'<line x1="{lx:.1f}" y1="{ly - small / 3:.1f}" x2="{lx + 14 * s:.1f}" y2="{ly - small / 3:.1f}" '
-                   f'stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        if dots:
+            canvas.add(f'<circle cx="{lx + 7 * s:.1f}" cy="{ly - small / 3:.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
+        else:
+            canvas.add(f'<line x1="{lx:.1f}" y1="{ly - small / 3:.1f}" x2="{lx + 14 * s:.1f}" '
+                       f'y2="{ly - small / 3:.1f}" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
         canvas.add(_text(lx + 18 * s, ly, label, small))
     return plot_size(plot, s)
 
