@@ -3,12 +3,14 @@ figure file (PNG at 1x-4x, SVG, PDF) and on the clipboard.
 
 The figure is drawn by the core from the data at the export resolution
 (:func:`dmlviewer.core.figures.pair.pair_view_figure`, :func:`~dmlviewer.core.figures.pair.group_figure`,
-a :class:`~dmlviewer.core.figures.Plot` from a plot's curves), the same drawing as the report's,
+a :class:`~dmlviewer.core.figures.Plot` from a plot's curves and points, or
+:class:`~dmlviewer.core.figures.Bars` from its bars), the same drawing as the report's,
 never grabbed from the screen; so it is the same on any screen. This module only turns the
 core's SVG into the other formats with Qt: PNG by rendering the SVG at its size (a 2x figure is
 drawn twice as large, so it has twice the pixels), PDF through ``QPdfWriter`` (text stays text,
 the maps are the SVG's embedded images at their resolution). Files are written to a temporary
-name and renamed.
+name and renamed. Each tool window's plot has the entry in its own right-click menu
+(:func:`add_plot_entry`, through ``widgets.style_plot``).
 """
 
 from __future__ import annotations
