@@ -152,6 +152,11 @@ def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monk
     heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" '
                                             r'fill="#', svg)]
     assert len(heights) == 2 and heights[1] / heights[0] == pytest.approx(0.5, abs=0.01)
+    # the PDF keeps the axis title as text; the PNG is the drawn figure
+    figure = next(t for t in export.plot_targets() if t.source is view.bar_plot.getPlotItem()).figure(2)
+    pdf = pypdf.PdfReader(io.BytesIO(export.write_figure(figure, tmp_path / "bars.pdf").read_bytes()))
+    assert "peak in the same part" in " ".join(pdf.pages[0].extract_text().split())
+    assert not QImage(str(export.write_figure(figure, tmp_path / "bars.png"))).isNull()
 
 
 def test_the_difference_row_exports_as_shown(window, demo_root, small_ckpt, wait_ready, qtbot, tmp_path,
