@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.core.progress import CancelToken, Progress
+from dmlviewer.gui.export import add_plot_entry
 from dmlviewer.gui.widgets import PLOT_BACKGROUND, PathEdit, fit_to_screen, guard_wheel, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -214,6 +215,7 @@ class EmbeddingView(QWidget):
         self.plot.setAspectLocked(True)
         self.plot.showGrid(x=True, y=True, alpha=0.15)
         no_si_prefix(self.plot)
+        add_plot_entry(self.plot)  # Export View in its right-click menu, as every tool window's plot
         # The legend sits beside the plot, never over points (which it would hide from hovering).
         self.legend = QListWidget()
         self.legend.setObjectName("classLegend")

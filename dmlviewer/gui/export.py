@@ -3,12 +3,14 @@ figure file (PNG at 1x-4x, SVG, PDF) and on the clipboard.
 
 The figure is drawn by the core from the data at the export resolution
 (:func:`dmlviewer.core.figures.pair.pair_view_figure`, :func:`~dmlviewer.core.figures.pair.group_figure`,
-a :class:`~dmlviewer.core.figures.Plot` from a plot's curves), the same drawing as the report's,
+a :class:`~dmlviewer.core.figures.Plot` from a plot's curves and points, or
+:class:`~dmlviewer.core.figures.Bars` from its bars), the same drawing as the report's,
 never grabbed from the screen; so it is the same on any screen. This module only turns the
 core's SVG into the other formats with Qt: PNG by rendering the SVG at its size (a 2x figure is
 drawn twice as large, so it has twice the pixels), PDF through ``QPdfWriter`` (text stays text,
 the maps are the SVG's embedded images at their resolution). Files are written to a temporary
-name and renamed.
+name and renamed. Each tool window's plot has the entry in its own right-click menu
+(:func:`add_plot_entry`, through ``widgets.style_plot``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
                                QFormLayout, QWidget)
 
-from dmlviewer.core.figures import Figure, Plot, figure_svg
+from dmlviewer.core.figures import Bars, Figure, Plot, figure_svg
 from dmlviewer.core.figures.svg import dimensions
 
 log = logging.getLogger(__name__)
 
 SCALES = (1, 2, 3, 4)
+#: the entry of the views' and plots' context menus
+MENU_ENTRY = "Export View…"
 FORMATS = {"PNG image (*.png)": ".png", "SVG drawing (*.svg)": ".svg", "PDF document (*.pdf)": ".pdf"}
 
 
@@ -40,6 +44,7 @@ class Target:
 
     name: str
     figure: Callable[[float], Figure]
+    source: object = None  # the plot's PlotItem, for a plot's own menu entry
 
 
 def _plain(text: str) -> str:
@@ -58,7 +63,8 @@ def _colormap(name: str | None) -> str:
 
 # ---------------------------------------------------------------------------------- targets
 def pair_view_target(view) -> Target | None:
-    """The pair view (both model rows while comparing), when its pair is explained."""
+    """The pair view (both model rows while comparing; with *Difference A − B* the second row is
+    that difference, as on screen), when its pair is explained."""
     from dmlviewer.core.figures.pair import pair_view_figure
 
     if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
@@ -77,12 +83,15 @@ def pair_view_target(view) -> Target | None:
             compare_used = None
         else:
             compare_used = compare
+        # "Difference A − B": B's row shows A minus B on a symmetric scale; so does the figure
+        difference = view.difference_maps(1) if compare_used is not None and view.difference else None
         return pair_view_figure(view.explanation, images.query, images.reference,
                                 (_plain(images.query_title), _plain(images.reference_title)), method,
                                 view.sign, _colormap(view.display.colormap), scale,
                                 matches=5, compare=compare_used,
-                                names=("A", f"B {row_b.name}" if row_b is not None else "B"),
-                                shared_scale=view.shared_scale)
+                                names=("A", "B" if difference is not None else
+                                       f"B {row_b.name}" if row_b is not None else "B"),
+                                shared_scale=view.shared_scale, difference=difference)
 
     return Target("Pair view", figure)
 
@@ -104,13 +113,39 @@ def group_target(tabs, view) -> Target | None:
                                              scale=scale))
 
 
+def _bar_items(plot_item) -> list:
+    import pyqtgraph as pg
+
+    return [item for item in plot_item.items if isinstance(item, pg.BarGraphItem)]
+
+
 def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
     """A pyqtgraph ``PlotItem``'s curves as a figure (each curve with its own x, drawn by the
-    core from the data; a curve drawn without a line is drawn as points)."""
+    core from the data; a curve drawn without a line is drawn as points); a plot of bars
+    (``BarGraphItem``, no curve) as a bar chart, each bar named by its bottom axis tick."""
     import numpy as np
 
+    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
+    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
+    bar_items = _bar_items(plot_item)
+    curves = [item for item in plot_item.listDataItems() if item not in bar_items]
+    if bar_items and not curves:
+        ticks = {float(v): _plain(str(t)) for level in (plot_item.getAxis("bottom")._tickLevels or [])
+                 for v, t in level}
+        xs, heights = [], []
+        for item in bar_items:
+            x = item.opts.get("x") if item.opts.get("x") is not None else item.opts.get("x0")
+            xs.extend(np.atleast_1d(np.asarray(x, float)).tolist())
+            heights.extend(np.atleast_1d(np.asarray(item.opts.get("height"), float)).tolist())
+        order = sorted(range(len(xs)), key=lambda k: xs[k])
+        chart = Bars(label, [ticks.get(xs[k], f"{xs[k]:g}") for k in order], [heights[k] for k in order],
+                     bottom, left, width=480, height=300)
+        return Figure(title if title and title != label else "", [[chart]], [], scale)
+    import pyqtgraph as pg
+
     series: dict = {}
-    for k, item in enumerate(plot_item.listDataItems()):
+    dots = []
+    for k, item in enumerate(curves):
         x, y = item.getData()
         if x is None or y is None or len(x) == 0:
             continue
@@ -118,9 +153,9 @@ def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
         while name in series:
             name += "'"
         series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
-    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
-    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
-    plot = Plot(label, [], series, bottom, left, width=480, height=300)
+        if isinstance(item, pg.ScatterPlotItem) or (isinstance(item, pg.PlotDataItem) and item.opts.get("pen") is None):
+            dots.append(name)
+    plot = Plot(label, [], series, bottom, left, width=480, height=300, dots=tuple(dots))
     return Figure(title if title and title != label else "", [[plot]], [], scale)
 
 
@@ -138,15 +173,18 @@ def plot_targets(window: QWidget | None = None) -> list[Target]:
             dock = dock.parentWidget()
         place = dock.windowTitle() if dock is not None else owner
         for item in widget.scene().items():
-            if isinstance(item, pg.PlotItem) and item.listDataItems():
+            if isinstance(item, pg.PlotItem) and (item.listDataItems() or _bar_items(item)):
                 name = _plain(getattr(item.titleLabel, "text", "")) or place
                 found.append(Target(f"Plot: {name}" + (f" ({place})" if name != place else ""),
-                                    lambda scale, it=item, t=place: plot_figure(it, t, scale)))
+                                    lambda scale, it=item, t=place: plot_figure(it, t, scale), item))
     return found
 
 
 def targets(window) -> list[Target]:
-    """What the main window can export now: the pair view, the group tab, the plots."""
+    """What the main window can export now: the pair view, the group tab, the plots (the plots
+    only, without a main window)."""
+    if not hasattr(window, "pair_view"):
+        return plot_targets(window)
     found = [t for t in (pair_view_target(window.pair_view), group_target(window.group_tabs, window.pair_view))
              if t is not None]
     return found + plot_targets(window)
@@ -217,15 +255,17 @@ def copy_figure(figure: Figure) -> None:
 class ExportDialog(QDialog):
     """What to export, at which scale, and whether to copy it to the clipboard."""
 
-    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None) -> None:
+    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None,
+                 source: object = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Export View")
         self.found = found
         self.what = QComboBox()
         for t in found:
             self.what.addItem(t.name)
-        if preferred:
-            index = next((k for k, t in enumerate(found) if t.name.startswith(preferred)), 0)
+        if source is not None or preferred:
+            index = next((k for k, t in enumerate(found) if (t.source is source if source is not None
+                                                              else t.name.startswith(preferred))), 0)
             self.what.setCurrentIndex(index)
         self.scale = QComboBox()
         for s in SCALES:
@@ -247,15 +287,16 @@ class ExportDialog(QDialog):
         return self.found[self.what.currentIndex()], float(self.scale.currentData())
 
 
-def export_view(window, preferred: str | None = None) -> Path | None:
-    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong."""
+def export_view(window, preferred: str | None = None, source: object = None) -> Path | None:
+    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong.
+    ``preferred``: the target chosen first, by the start of its name; ``source``: by its plot."""
     from dmlviewer.gui import errors
 
     found = targets(window)
     if not found:
         errors.show_error(window, "Export View", "Nothing to export yet: open a model and a pair, or a plot.")
         return None
-    dialog = ExportDialog(found, window, preferred)
+    dialog = ExportDialog(found, window, preferred, source)
     if dialog.exec() != QDialog.Accepted:
         return None
     target, scale = dialog.chosen()
@@ -280,7 +321,8 @@ def export_view(window, preferred: str | None = None) -> Path | None:
         return None
     if hasattr(window, "settings"):
         window.settings.setValue("paths/exports", str(Path(path).parent))
-    window.statusBar().showMessage(f"Exported to {written}", 5000)
+    if callable(getattr(window, "statusBar", None)):
+        window.statusBar().showMessage(f"Exported to {written}", 5000)
     return written
 
 
@@ -292,8 +334,38 @@ def install(window) -> QAction:
     action.setToolTip("Save the pair view, a group tab or a plot as PNG (1x-4x), SVG or PDF, drawn from the data")
     action.triggered.connect(lambda: export_view(window))
     for view, preferred in ((window.pair_view, "Pair view"), (window.group_tabs, "Group attention")):
-        entry = QAction("Export View…", view)
+        entry = QAction(MENU_ENTRY, view)
         entry.triggered.connect(lambda _=False, p=preferred: export_view(window, p))
         view.addAction(entry)
         view.setContextMenuPolicy(Qt.ActionsContextMenu)
+    return action
+
+
+def _main_window(widget: QWidget | None) -> QWidget | None:
+    """The application's main window (the one with the pair view), else ``widget``'s window."""
+    for top in QApplication.topLevelWidgets():
+        if hasattr(top, "pair_view"):
+            return top
+    return widget.window() if widget is not None else None
+
+
+def add_plot_entry(plot) -> QAction | None:
+    """An "Export View…" entry at the end of the right-click menu of ``plot`` (a ``PlotWidget``
+    or ``PlotItem``; pyqtgraph's ViewBox menu) that opens Export View with this plot chosen: the
+    same dialog and writers as File > Export View. Called by every tool window's plot
+    (``widgets.style_plot``); a second call adds nothing."""
+    import pyqtgraph as pg
+
+    item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
+    menu = item.getViewBox().menu
+    if menu is None:
+        return None
+    for action in menu.actions():
+        if action.text() == MENU_ENTRY:
+            return action
+    action = QAction(MENU_ENTRY, menu)
+    owner = plot if isinstance(plot, QWidget) else None
+    action.triggered.connect(lambda _=False: export_view(_main_window(owner), source=item))
+    menu.addSeparator()
+    menu.addAction(action)
     return action

@@ -414,8 +414,11 @@ def no_si_prefix(plot) -> None:
 
 def style_plot(plot, grid: bool = True) -> None:
     """The tool windows' plot style on a ``pg.PlotWidget``: dark background, light grid, plain
-    axis numbers."""
+    axis numbers, and Export View in its right-click menu."""
+    from dmlviewer.gui.export import add_plot_entry
+
     plot.setBackground(PLOT_BACKGROUND)
+    add_plot_entry(plot)
     if grid:
         plot.showGrid(x=True, y=True, alpha=0.2)
     no_si_prefix(plot)

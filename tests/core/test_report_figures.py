@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dmlviewer.core.evaluate.metrics import retrieval_metrics
-from dmlviewer.core.figures import Figure, Panel, Plot, figure_svg
+from dmlviewer.core.figures import Bars, Figure, Panel, Plot, figure_svg
 from dmlviewer.core.figures.html import figure_html
 from dmlviewer.core.figures.pair import box_share, cell_centres, strongest_points
 from dmlviewer.core.figures.svg import dimensions
@@ -97,3 +97,32 @@ def test_the_html_fragment_embeds_png_images_and_names_no_url():
     assert fragment.count('<img class="map"') == 1 and 'src="data:image/png;base64,' in fragment
     assert "http" not in fragment and "<script" not in fragment
     assert "<svg " in fragment and "curves &amp; &lt;things&gt;" in fragment
+
+
+def test_a_bar_chart_is_one_rect_per_bar_with_heights_proportional_to_the_values():
+    bars = Bars("Orientation error", ["0-5", "5-10", "10-20", "20-45"], [8.0, 4.0, 2.0, 0.0],
+                "error (degrees)", "pairs")
+    for scale in (1, 2):
+        svg = figure_svg(Figure("", [[bars]], [], scale))
+        texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+        assert {"Orientation error", "error (degrees)", "pairs", "0-5", "20-45"} <= set(texts)
+        # the bars: filled rects (the frame and the background are unfilled or full-size)
+        heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" '
+                                                r'fill="#', svg)]
+        assert len(heights) == 4
+        assert heights[0] > 0 and np.allclose(np.array(heights) / heights[0], [1.0, 0.5, 0.25, 0.0], atol=0.01)
+    # negative values go down from 0
+    svg = figure_svg(Figure("", [[Bars("signed", ["a", "b"], [1.0, -1.0])]]))
+    (ya, ha), (yb, hb) = [tuple(map(float, m)) for m in re.findall(
+        r'<rect x="[\d.]+" y="([\d.]+)" width="[\d.]+" height="([\d.]+)" fill="#', svg)]
+    assert ha == pytest.approx(hb, abs=0.02) and yb == pytest.approx(ya + ha, abs=0.02)
+
+
+def test_a_scatter_series_is_drawn_as_points_without_a_line():
+    xs, ys = list(range(40)), [float(v % 7) for v in range(40)]
+    plot = Plot("embedding", [], {"points": (xs, ys), "curve": ([0.0, 39.0], [0.0, 6.0])}, dots=("points",))
+    svg = figure_svg(Figure("", [[plot]]))
+    lines = re.findall(r'<polyline points="([^"]+)"', svg)
+    assert len(lines) == 1 and len(lines[0].split()) == 2  # the curve's line only
+    # 40 points and their legend mark, plus the curve's 2 markers
+    assert len(re.findall(r"<circle ", svg)) == 40 + 1 + 2

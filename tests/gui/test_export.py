@@ -90,6 +90,12 @@ def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     assert "Training loss" in texts and "loss" in texts and "epoch" in texts
     points = re.search(r'<polyline points="([^"]+)"', svg).group(1).split()
     assert len(points) == 4  # the curve's own data, not a screen grab
+    # a scatter (the embedding's points) is points, not a line through them
+    plot.plot([0, 1, 2, 3, 4], [2, 0, 1, 3, 0], pen=None, symbol="o", name="points")
+    plot.addItem(pg.ScatterPlotItem([0.5, 1.5], [1.0, 2.0]))
+    svg = export.write_figure(found[0].figure(1), tmp_path / "plot2.svg").read_text(encoding="utf-8")
+    assert len(re.findall(r"<polyline ", svg)) == 1  # the loss curve's only
+    assert len(re.findall(r"<circle ", svg)) == 4 + 5 + 2 + 2  # markers and the two dots' legend marks
 
 
 def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch):
@@ -113,6 +119,85 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monkeypatch):
+    """The localization view's part-correspondence bars: the entry of the plot's own right-click
+    menu (pyqtgraph's ViewBox menu) opens Export View with this plot chosen, and the SVG holds one
+    rect per bar, heights in proportion to the values, and the axis titles as text."""
+    from dmlviewer.gui.localization_view import LocalizationView
+
+    view = LocalizationView(runner)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    view.show_correspondence({"partial_map_accuracy": 0.8, "overall_map_accuracy": 0.4, "chance_accuracy": 0.1,
+                              "num_parts": 15, "num_pairs": 20})
+    entry = [a for a in view.bar_plot.getPlotItem().getViewBox().menu.actions() if a.text() == export.MENU_ENTRY]
+    assert len(entry) == 1
+    chosen, out = [], tmp_path / "bars.svg"
+
+    def accept(dialog):
+        chosen.append(dialog.what.currentText())
+        return QDialog.Accepted
+
+    monkeypatch.setattr(export.ExportDialog, "exec", accept)
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "SVG drawing (*.svg)"))
+    entry[0].trigger()
+    assert chosen and chosen[0].startswith("Plot: Part correspondence accuracy")
+    svg = out.read_text(encoding="utf-8")
+    texts = _texts(svg)
+    assert {"Part correspondence accuracy", "peak in the same part", "point-to-point (partial map)",
+            "overall map"} <= set(texts)
+    heights = [float(h) for h in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="[\d.]+" height="([\d.]+)" '
+                                            r'fill="#', svg)]
+    assert len(heights) == 2 and heights[1] / heights[0] == pytest.approx(0.5, abs=0.01)
+    # the PDF keeps the axis title as text; the PNG is the drawn figure
+    figure = next(t for t in export.plot_targets() if t.source is view.bar_plot.getPlotItem()).figure(2)
+    pdf = pypdf.PdfReader(io.BytesIO(export.write_figure(figure, tmp_path / "bars.pdf").read_bytes()))
+    assert "peak in the same part" in " ".join(pdf.pages[0].extract_text().split())
+    assert not QImage(str(export.write_figure(figure, tmp_path / "bars.png"))).isNull()
+
+
+def test_the_difference_row_exports_as_shown(window, demo_root, small_ckpt, wait_ready, qtbot, tmp_path,
+                                            tmp_path_factory):
+    """With "Difference A − B" the figure's second row is A's overall maps minus B's on one
+    symmetric colour bar (the view's difference_maps), not B's maps."""
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config, save_checkpoint
+    from tests.gui.test_compare_view import wait_compare
+
+    torch.manual_seed(1)
+    other = tmp_path_factory.mktemp("ckpt-b") / "other.pt"
+    save_checkpoint(other, build_model(default_config(backbone="small_cnn", dim=32, image_size=64)))
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    view = window.pair_view
+    wait_ready(view)
+    window.open_compare(other)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    wait_compare(qtbot, view)
+    view.compare_view_combo.setCurrentIndex(view.compare_view_combo.findData("difference"))
+    assert view.difference
+    diff = view.difference_maps(1)
+    top = max(float(np.abs(d).max()) for d in diff.values())
+    figure = export.pair_view_target(view).figure(1)
+    assert len(figure.rows) == 2
+    row = figure.rows[1]
+    assert [p.caption.split(":")[0] for p in row] == ["A − B", "A − B"]
+    for panel in row:
+        assert panel.colorbar.low == pytest.approx(-top) and panel.colorbar.high == pytest.approx(top)
+    # the drawn panel is the difference, not B's map
+    from dmlviewer.core.figures.pair import map_panel
+
+    query = view.images.query
+    want = map_panel(query, diff["query"], "", 1.0, high=top, sign="signed").image
+    assert np.array_equal(row[0].image, want)
+    b_map = map_panel(query, view.rows[1].explanation.overall(view.method, "query", view.sign), "", 1.0,
+                      high=top, sign="signed").image
+    assert not np.array_equal(row[0].image, b_map)
+    texts = _texts(export.write_figure(figure, tmp_path / "diff.svg").read_text(encoding="utf-8"))
+    assert any(t.startswith("A − B: ") for t in texts)
 
 
 def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):

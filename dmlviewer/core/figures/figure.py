@@ -2,8 +2,8 @@
 
 A :class:`Figure` is what the report, ``--figures`` and the app's Export View draw: a title, rows
 of :class:`Panel` (an RGB image already drawn at the output resolution, a caption, an optional
-:class:`ColorBar`) or :class:`Plot` (curves), and note lines (e.g. the similarity split). The
-writers (:mod:`.svg`, :mod:`.html`) only lay it out; nothing here depends on Qt or matplotlib.
+:class:`ColorBar`), :class:`Plot` (curves) or :class:`Bars` (a bar chart), and note lines (e.g.
+the similarity split). The writers (:mod:`.svg`, :mod:`.html`) only lay it out; nothing here depends on Qt or matplotlib.
 ``scale`` is the export factor (1x-4x): the drawing functions of :mod:`.pair` draw the images
 ``scale`` times larger from the data, and the writers scale text, margins and strokes by it.
 """
@@ -66,6 +66,7 @@ class Plot:
     y_range: tuple[float, float] | None = None
     width: int = 360
     height: int = 220
+    dots: tuple[str, ...] = ()  # series drawn as points only (a scatter), without a line
 
     def points(self, label: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` of series ``label``."""
@@ -76,11 +77,26 @@ class Plot:
 
 
 @dataclass
+class Bars:
+    """A bar chart: one bar per label, its height ``values[k]`` from 0 (a histogram's counts
+    with its bin labels, the localization view's correspondence accuracies)."""
+
+    title: str
+    labels: list[str]
+    values: list[float]
+    x_label: str = ""
+    y_label: str = ""
+    y_range: tuple[float, float] | None = None
+    width: int = 360
+    height: int = 220
+
+
+@dataclass
 class Figure:
     """A titled grid of panels and plots with note lines (module docstring)."""
 
     title: str
-    rows: list[list[Panel | Plot]] = field(default_factory=list)
+    rows: list[list[Panel | Plot | Bars]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     scale: float = 1.0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .figure import COLORBAR_HEIGHT, Figure, Panel, Plot, data_uri, png_bytes
+from .figure import COLORBAR_HEIGHT, Figure, Panel, data_uri, png_bytes
 from .svg import _number, plot_svg
 
 STYLE = """
@@ -55,7 +55,8 @@ def figure_html(figure: Figure, anchor: str = "") -> str:
     for row in figure.rows:
         out.append('<div class="row">')
         for item in row:
-            out.append(f'<div class="plot">{plot_svg(item, standalone=False)}</div>' if isinstance(item, Plot) else panel_html(item))
+            out.append(panel_html(item) if isinstance(item, Panel)
+                       else f'<div class="plot">{plot_svg(item, standalone=False)}</div>')
         out.append("</div>")
     out.extend(f'<p class="note">{escape(note)}</p>' for note in figure.notes)
     out.append("</div>")

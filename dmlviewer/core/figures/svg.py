@@ -2,7 +2,8 @@
 
 The layout is a column of rows; each row places its panels and plots side by side, top
 aligned. A panel is its image, its colour bar with the two end values, and its caption
-(wrapped to the image's width); a plot is drawn with lines, axes and tick labels. Every length
+(wrapped to the image's width); a plot is drawn with lines, axes and tick labels, a bar
+chart with one ``rect`` per bar. Every length
 is multiplied by the figure's ``scale`` (the images are already drawn at that scale), so the
 SVG at 2x is the 1x figure with twice the pixels. Nothing is fetched: images are ``data:`` URIs,
 fonts are generic families.
@@ -11,9 +12,10 @@ fonts are generic families.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
-from .figure import COLORBAR_HEIGHT, FONT, MARGIN, ColorBar, Figure, Panel, Plot, data_uri, png_bytes
+from .figure import COLORBAR_HEIGHT, FONT, MARGIN, Bars, ColorBar, Figure, Panel, Plot, data_uri, png_bytes
 
 FONT_FAMILY = "DejaVu Sans, Arial, Helvetica, sans-serif"
 #: series colours of plots (colour-blind safe, Okabe-Ito)
@@ -86,28 +88,19 @@ def _colorbar(canvas: _Canvas, bar: ColorBar, x: float, y: float, width: float, 
     return base
 
 
-def plot_size(plot: Plot, s: float) -> tuple[float, float]:
-    return plot.width * s, plot.height * s + (FONT * 1.3 * s) * (1 + math.ceil(len(plot.series) / 2))
+def plot_size(plot: Plot | Bars, s: float) -> tuple[float, float]:
+    legend = 0 if isinstance(plot, Bars) else math.ceil(len(plot.series) / 2)
+    return plot.width * s, plot.height * s + (FONT * 1.3 * s) * (1 + legend)
 
 
-def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[float, float]:
-    """Draw ``plot`` with its top left at ``(x0, y0)``: title, axes, ticks, curves, legend."""
+def _frame(canvas: _Canvas, plot: Plot | Bars, x0: float, y0: float, s: float,
+           lo: float, hi: float) -> tuple[float, float, float, float, Callable[[float], float]]:
+    """Title, frame, y ticks with grid lines and both axis titles of ``plot`` at ``(x0, y0)``;
+    returns the plotting area ``(left, right, top, bottom)`` and the y to pixel function."""
     width, height = plot.width * s, plot.height * s
     font = FONT * s
     canvas.add(_text(x0 + width / 2, y0 + font, plot.title, font, "middle", "bold"))
     left, right, top, bottom = x0 + 44 * s, x0 + width - 8 * s, y0 + 2 * font, y0 + height - 2.6 * font
-    curves = {label: plot.points(label) for label in plot.series}
-    values = [v for _, ys in curves.values() for v in ys if v == v]
-    lo, hi = plot.y_range if plot.y_range else (min(values, default=0.0), max(values, default=1.0))
-    if hi <= lo:
-        hi = lo + 1.0
-    xs = list(plot.x)
-    every_x = [v for cx, _ in curves.values() for v in cx if v == v] or xs
-    x_lo, x_hi = (min(every_x), max(every_x)) if every_x else (0.0, 1.0)
-    x_hi = x_hi if x_hi > x_lo else x_lo + 1.0
-
-    def px(v: float) -> float:
-        return left + (v - x_lo) / (x_hi - x_lo) * (right - left)
 
     def py(v: float) -> float:
         return bottom - (v - lo) / (hi - lo) * (bottom - top)
@@ -120,30 +113,86 @@ def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[
         v = lo + (hi - lo) * k / 4
         canvas.add(f'<line x1="{left:.1f}" y1="{py(v):.1f}" x2="{right:.1f}" y2="{py(v):.1f}" stroke="#ddd" {stroke}/>')
         canvas.add(_text(left - 4 * s, py(v) + small / 3, _number(v), small, "end"))
+    canvas.add(_text((left + right) / 2, bottom + small * 2.5, plot.x_label, small, "middle"))
+    canvas.add(f'<text x="{x0 + small:.1f}" y="{(top + bottom) / 2:.1f}" font-size="{small:.1f}" '
+               f'text-anchor="middle" transform="rotate(-90 {x0 + small:.1f} {(top + bottom) / 2:.1f})">'
+               f'{escape(plot.y_label)}</text>')
+    return left, right, top, bottom, py
+
+
+def _bars(canvas: _Canvas, bars: Bars, x0: float, y0: float, s: float) -> tuple[float, float]:
+    """Draw ``bars`` with its top left at ``(x0, y0)``: one ``rect`` per value, from 0 up (or
+    down, for a negative value), its label under it."""
+    values = [float(v) for v in bars.values]
+    finite = [v for v in values if v == v]
+    lo, hi = bars.y_range if bars.y_range else (min(0.0, *finite) if finite else 0.0,
+                                                 max(0.0, *finite) if finite else 1.0)
+    if hi <= lo:
+        hi = lo + 1.0
+    left, right, top, bottom, py = _frame(canvas, bars, x0, y0, s, lo, hi)
+    slot = (right - left) / max(len(values), 1)
+    small = 0.85 * FONT * s
+    zero = py(min(max(0.0, lo), hi))
+    for k, (label, v) in enumerate(zip(bars.labels, values)):
+        colour = SERIES_COLOURS[k % len(SERIES_COLOURS)] if len(values) <= 4 else SERIES_COLOURS[0]
+        x = left + slot * (k + 0.15)
+        if v == v:
+            end = py(min(max(v, lo), hi))
+            canvas.add(f'<rect x="{x:.2f}" y="{min(end, zero):.2f}" width="{slot * 0.7:.2f}" '
+                       f'height="{abs(zero - end):.2f}" fill="{colour}"/>')
+        canvas.add(_text(left + slot * (k + 0.5), bottom + small * 1.2, label, small, "middle"))
+    return plot_size(bars, s)
+
+
+def _plot(canvas: _Canvas, plot: Plot, x0: float, y0: float, s: float) -> tuple[float, float]:
+    """Draw ``plot`` with its top left at ``(x0, y0)``: title, axes, ticks, curves, legend."""
+    width, height = plot.width * s, plot.height * s
+    font = FONT * s
+    curves = {label: plot.points(label) for label in plot.series}
+    values = [v for _, ys in curves.values() for v in ys if v == v]
+    lo, hi = plot.y_range if plot.y_range else (min(values, default=0.0), max(values, default=1.0))
+    if hi <= lo:
+        hi = lo + 1.0
+    xs = list(plot.x)
+    every_x = [v for cx, _ in curves.values() for v in cx if v == v] or xs
+    x_lo, x_hi = (min(every_x), max(every_x)) if every_x else (0.0, 1.0)
+    x_hi = x_hi if x_hi > x_lo else x_lo + 1.0
+    left, right, top, bottom, py = _frame(canvas, plot, x0, y0, s, lo, hi)
+
+    def px(v: float) -> float:
+        return left + (v - x_lo) / (x_hi - x_lo) * (right - left)
+
+    small = 0.85 * font
     if not xs or len(xs) > 12:  # no shared x, or too many to label: five even ticks
         xs = [x_lo + (x_hi - x_lo) * k / 4 for k in range(5)]
     ticks = plot.x_ticks or [_number(v) for v in xs]
     for v, label in zip(xs, ticks):
         canvas.add(_text(px(v), bottom + small * 1.2, label, small, "middle"))
-    canvas.add(_text((left + right) / 2, bottom + small * 2.5, plot.x_label, small, "middle"))
-    canvas.add(f'<text x="{x0 + small:.1f}" y="{(top + bottom) / 2:.1f}" font-size="{small:.1f}" '
-               f'text-anchor="middle" transform="rotate(-90 {x0 + small:.1f} {(top + bottom) / 2:.1f})">'
-               f'{escape(plot.y_label)}</text>')
     legend_y = y0 + height
     for k, (label, (cx, ys)) in enumerate(curves.items()):
         colour = SERIES_COLOURS[k % len(SERIES_COLOURS)]
         kept = [(a, b) for a, b in zip(cx, ys) if a == a and b == b]
-        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
-        canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
-        if len(kept) <= 30:  # markers where there are few points
+        dots = label in plot.dots
+        if not dots:
+            points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in kept)
+            canvas.add(f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        if dots or len(kept) <= 30:  # markers where there are few points, or only markers
             for a, b in kept:
                 canvas.add(f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
         lx = x0 + (k % 2) * width / 2
         ly = legend_y + (k // 2 + 1) * font * 1.3
-        canvas.add(f'<line x1="{lx:.1f}" y1="{ly - small / 3:.1f}" x2="{lx + 14 * s:.1f}" y2="{ly - small / 3:.1f}" '
-                   f'stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
+        if dots:
+            canvas.add(f'<circle cx="{lx + 7 * s:.1f}" cy="{ly - small / 3:.1f}" r="{2.5 * s:.1f}" fill="{colour}"/>')
+        else:
+            canvas.add(f'<line x1="{lx:.1f}" y1="{ly - small / 3:.1f}" x2="{lx + 14 * s:.1f}" '
+                       f'y2="{ly - small / 3:.1f}" stroke="{colour}" stroke-width="{2 * s:.1f}"/>')
         canvas.add(_text(lx + 18 * s, ly, label, small))
     return plot_size(plot, s)
+
+
+def _chart(canvas: _Canvas, item: Plot | Bars, x0: float, y0: float, s: float) -> tuple[float, float]:
+    """A plot or a bar chart, each by its own drawing."""
+    return (_bars if isinstance(item, Bars) else _plot)(canvas, item, x0, y0, s)
 
 
 def _document(canvas: _Canvas, width: float, height: float, standalone: bool = True) -> str:
@@ -156,10 +205,11 @@ def _document(canvas: _Canvas, width: float, height: float, standalone: bool = T
             f'<rect width="100%" height="100%" fill="#fff"/>' + "".join(canvas.parts) + "</svg>")
 
 
-def plot_svg(plot: Plot, scale: float = 1.0, standalone: bool = True) -> str:
-    """``plot`` alone as an SVG document (``standalone=False``: for inlining into HTML)."""
+def plot_svg(plot: Plot | Bars, scale: float = 1.0, standalone: bool = True) -> str:
+    """``plot`` (or a bar chart) alone as an SVG document (``standalone=False``: for inlining
+    into HTML)."""
     canvas = _Canvas()
-    w, h = _plot(canvas, plot, MARGIN * scale, MARGIN * scale, scale)
+    w, h = _chart(canvas, plot, MARGIN * scale, MARGIN * scale, scale)
     return _document(canvas, w + 2 * MARGIN * scale, h + 2 * MARGIN * scale, standalone)
 
 
@@ -177,7 +227,7 @@ def figure_svg(figure: Figure) -> str:
     for row in figure.rows:
         x, row_height = margin, 0.0
         for item in row:
-            w, h = _plot(canvas, item, x, y, s) if isinstance(item, Plot) else _panel(canvas, item, x, y, s)
+            w, h = _panel(canvas, item, x, y, s) if isinstance(item, Panel) else _chart(canvas, item, x, y, s)
             x += w + margin
             row_height = max(row_height, h)
         width = max(width, x)
