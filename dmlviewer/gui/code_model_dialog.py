@@ -277,7 +277,12 @@ class CodeModelDialog(QDialog):
 
     def fields(self) -> dict[str, str]:
         """Every field's text, by :data:`FIELDS` name."""
-        return {key: (self.name.currentText() if key == "name" else getattr(self, key).text()) for key in FIELDS}
+        return {key: (self.name.currentText() if key == "name" else self._edit(key).text()) for key in FIELDS}
+
+    def _edit(self, key: str):
+        """The line edit of field ``key`` (the size, mean and std edits are ``*_edit``: a
+        dialog attribute named ``size`` would hide ``QWidget.size()``)."""
+        return getattr(self, f"{key}_edit" if key in ("size", "mean", "std") else key)
 
     def set_fields(self, values: dict) -> None:
         for key in FIELDS:
@@ -287,7 +292,7 @@ class CodeModelDialog(QDialog):
             if key == "name":
                 self.name.setEditText(value)
             else:
-                getattr(self, key).setText(value)
+                self._edit(key).setText(value)
 
     def restore_fields(self) -> None:
         """The fields of the last Open (settings), when there are any."""
@@ -322,7 +327,7 @@ class CodeModelDialog(QDialog):
         self.size_edit.setText(str(source.options.get("size") or ""))
         for key in ("mean", "std"):
             values = source.options.get(key)
-            getattr(self, key).setText(", ".join(f"{float(v):g}" for v in values) if values else "")
+            self._edit(key).setText(", ".join(f"{float(v):g}" for v in values) if values else "")
 
     def _list_names(self) -> None:
         """Offer the file's public functions and classes (read from its syntax tree)."""
