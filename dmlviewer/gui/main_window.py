@@ -50,6 +50,8 @@ from dmlviewer.gui.widgets import clamp_to_screen, fit_to_screen
 from dmlviewer.gui.worker import JobRunner, confirm_close
 
 log = logging.getLogger(__name__)
+#: The widest a model label in the status bar grows (one model; two share about this much).
+MODEL_LABEL_WIDTH = 440
 
 from dmlviewer.core.data.format_names import FORMATS as DATASET_FORMATS  # noqa: E402
 #: Bumped when the dock layout changes incompatibly (old saved states are then ignored).
@@ -198,8 +200,8 @@ class MainWindow(QMainWindow):
         self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.toggle())
         bar.addPermanentWidget(self.job_status)
         self.device_label = FittedLabel("", max_width=120)
-        self.model_label = FittedLabel("no model", max_width=440)
-        self.compare_label = FittedLabel("", max_width=440)  # model B while comparing (issue 24)
+        self.model_label = FittedLabel("no model", max_width=MODEL_LABEL_WIDTH)
+        self.compare_label = FittedLabel("", max_width=MODEL_LABEL_WIDTH)  # model B while comparing (issue 24)
         self.compare_label.setObjectName("compareModelLabel")
         self.compare_label.hide()
         self.dataset_label = FittedLabel("no dataset", max_width=320)
@@ -508,8 +510,8 @@ class MainWindow(QMainWindow):
             self.group_tabs.set_pair(self.pair_view.images)
 
     def _show_model_labels(self) -> None:
-        """The status bar's model labels: the open model, and while comparing "A: …" and "B: …"
-        (name and decomposition rule); the window title names the models (their distinct names,
+        """The status bar's model labels: the open model's architecture, and while comparing "A: …"
+        and "B: …" (their names); the window title names the models (their distinct names,
         ``core.models.naming``), the tooltips their files, architecture and preprocessing."""
         from dmlviewer.core.models.naming import describe_preprocessing, full_description
 
@@ -526,10 +528,12 @@ class MainWindow(QMainWindow):
             info, source = slot.info, slot.source
             rule = info.get("rule") or ""
             summary = model_summary(slot.model)
-            text = " · ".join(filter(None, (summary, rule_summary(rule))))
-            if comparing:  # two labels share the bar: the names; rule and architecture in the tooltip (the
-                # pair view says each model's rule under the images)
-                text = f"{'A' if name == 'primary' else 'B'}: {names[name]}"
+            # The architecture (two models: their names); the decomposition rule is in the tooltip
+            # and under the images (the pair view's rule label), so that a pinned point's line
+            # reads whole beside these labels at 1366 px (issue 31 item 9).
+            text = f"{'A' if name == 'primary' else 'B'}: {names[name]}" if comparing else summary
+            # two names share the bar: each gives way first (elided in the middle, whole in its tooltip)
+            label.max_width = MODEL_LABEL_WIDTH * 2 // 5 if comparing else MODEL_LABEL_WIDTH
             label.setText(text)
             config = getattr(slot.model, "config", None)
             label.setToolTip(f"{names[name]}\n{full_description(source) or info.get('label')}\n{summary}\n"
@@ -1617,15 +1621,6 @@ def model_summary(model) -> str:
     else:
         backbone, head = parts(model.config)
     return f"{backbone} · {head} · {getattr(model, 'dim', None) or model.config.get('dim', '?')}-d"
-
-
-def rule_summary(rule: str) -> str:
-    """A few words for the decomposition rule line of ``core.models.describe_rule`` ("" if none)."""
-    from dmlviewer.core.models import EXACT, FIRST_ORDER
-
-    if rule.startswith(FIRST_ORDER):
-        return "first-order decomposition"
-    return "exact decomposition" if rule.startswith(EXACT) else ""
 
 
 class _busy:

@@ -101,7 +101,7 @@ def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_wi
     bar = win.statusBar()
     labels = (win.job_status, win.similarity_label, win.dataset_label, win.model_label, win.device_label)
     for widget, words in zip(labels[1:], ("similarity +0.7821", "demo-data (cub): 800 images, 20 classes",
-                                          "small_cnn · gmp + c-grouping ×4 · 128-d · exact decomposition",
+                                          "small_cnn · gmp + c-grouping ×4 · 128-d",
                                           "device: cpu")):  # the demo's
         widget.setText(words)
     QApplication.processEvents()

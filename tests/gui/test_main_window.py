@@ -106,7 +106,7 @@ def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_r
     assert [window.device_combo.itemData(i) for i in range(window.device_combo.count())] == available_devices()
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     wait_ready(window.pair_view)
-    assert window.model_label.text() == "small_cnn · gap · 32-d · exact decomposition"
+    assert window.model_label.text() == "small_cnn · gap · 32-d"
     # short enough to read whole beside two models at 1366 px (issue 31 item 9); the format in the tooltip
     assert window.dataset_label.text() == "data: 20 images, 4 classes"
     assert "format cub" in window.dataset_label.toolTip()

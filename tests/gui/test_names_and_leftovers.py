@@ -256,6 +256,34 @@ def test_compare_models_says_the_right_thing_and_shows_and_saves_both_checks(two
     tool.close()
 
 
+def test_a_pinned_points_line_reads_whole_at_1366_px_beside_the_demos_labels(qtbot, dialogs, demo_root,
+                                                                             wait_ready):
+    """One model with a long architecture summary (the demo's grouping head): the pinned point's
+    line and every label read whole at 1366 px (the rule is said under the images and in the
+    model label's tooltip, not in the label)."""
+    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.resources import resource_path
+
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.resize(1366, 768)
+    win.show()
+    qtbot.waitExposed(win)
+    assert win.open_dataset(demo_root) and win.open_checkpoint(str(resource_path("demo_checkpoint.pt")))
+    wait_ready(win.pair_view)
+    qtbot.waitUntil(lambda: not win.runner.busy, timeout=120000)  # the features (a job takes its own room)
+    win.dataset_label.setText("demo-data: 800 images, 20 classes")  # the demo's, as the window words it
+    line = "query (20, 92): +21.26% of the similarity  [pinned, Esc to release]"
+    win.statusBar().showMessage(line)
+    qtbot.wait(50)
+    for label in (win.statusBar().message_label, win.similarity_label, win.dataset_label, win.model_label):
+        assert label.isVisible()
+        assert label.contentsRect().width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
+    assert "decomposition: exact" in win.model_label.toolTip()
+    assert win.pair_view.rule_label.text() == "exact decomposition"
+    win.shutdown()
+
+
 def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_runs, wait_ready):
     from dmlviewer.gui.main_window import MainWindow
 
@@ -271,10 +299,11 @@ def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_ru
     win.dataset_label.setText("demo-data: 800 images, 20 classes")  # the demo's, as the window words it
     win.statusBar().showMessage("query (58, 82): +1.25% of the similarity  [pinned, Esc to release]")
     qtbot.wait(50)
-    for label in (win.statusBar().message_label, win.similarity_label, win.dataset_label, win.model_label,
-                  win.compare_label):
+    for label in (win.statusBar().message_label, win.similarity_label, win.dataset_label):
         assert label.isVisible()
         assert label.contentsRect().width() >= label.fontMetrics().horizontalAdvance(label.text()), label.text()
+    for label in (win.model_label, win.compare_label):  # two names give way first: whole in the tooltip
+        assert label.isVisible() and label.text().split(": ", 1)[1] in label.toolTip()
     win.shutdown()
 
 
