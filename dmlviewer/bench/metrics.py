@@ -142,6 +142,11 @@ def _in_child(fn, n: int, classes: int, device: str) -> dict:
                 break
             except queues.Empty:
                 if not proc.is_alive():
+                    try:  # it may have put its result and ended between our wait and this check
+                        result = queue.get(timeout=2.0)
+                        break
+                    except queues.Empty:
+                        pass
                     raise BenchError(f"the benchmark process {fn.__name__} ended (exit code {proc.exitcode}) "
                                        "without a result; its error is above") from None
     finally:
