@@ -238,6 +238,14 @@ def add_model_options(p: argparse.ArgumentParser, required: bool = True, checkpo
     add_code_options(p)
 
 
+def add_two_models(p: argparse.ArgumentParser, two: str) -> None:
+    """``--checkpoint`` given up to twice (``two`` says what a second one does) and ``--model``
+    with its options, counted as the last model (compare, report)."""
+    p.add_argument("--checkpoint", action="append", default=None, metavar="C", help=CHECKPOINT_HELP + "; " + two)
+    p.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + "; counts as the last model")
+    add_code_options(p)
+
+
 def add_code_options(p: argparse.ArgumentParser) -> None:
     """The options that go with ``--model`` (``CODE_OPTIONS``)."""
     p.add_argument("--model-args", type=json_object, metavar="JSON", help=MODEL_ARGS_HELP)

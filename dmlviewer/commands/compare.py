@@ -35,7 +35,7 @@ import argparse
 import logging
 import sys
 
-from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, MODEL_HELP, PROTOCOLS, add_code_options, add_device,
+from dmlviewer.commands.common import (FORMATS, PROTOCOLS, add_device, add_two_models,
                                       drive, int_range, open_command_model, print_json, seed_type, thresholds_type,
                                       usage_error)
 
@@ -54,10 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Compare two models on the same pairs (retrieval, localization, part "
                                    "correspondence, agreement of their maps), or check explanation methods "
                                    "against copies of a model whose layers are re-initialized from the top down.")
-    p.add_argument("--checkpoint", action="append", default=None, metavar="C",
-                   help=CHECKPOINT_HELP + "; give two to compare them (A first), one with --randomize")
-    p.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + "; counts as the last model")
-    add_code_options(p)
+    add_two_models(p, "give two to compare them (A first), one with --randomize")
     p.add_argument("--randomize", action="store_true",
                    help="compare the model with copies whose layers are re-initialized from the top down "
                         "(cascading randomization check; one model only)")

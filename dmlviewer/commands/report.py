@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dmlviewer.commands.common import (CHECKPOINT_HELP, FORMATS, MODEL_HELP, PROTOCOLS, add_code_options, add_device,
+from dmlviewer.commands.common import (FORMATS, PROTOCOLS, add_device, add_two_models,
                                       int_range)
 
 
@@ -29,10 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Write one self-contained HTML file (images embedded, no script, nothing "
                                    "fetched): the metrics and the test queries whose nearest neighbour is of "
                                    "another class, each explained; with two models also their diagnosis.")
-    p.add_argument("--checkpoint", action="append", default=None, metavar="C",
-                   help=CHECKPOINT_HELP + "; give two for a report on two models (A first)")
-    p.add_argument("--model", metavar="FILE.py:NAME", help=MODEL_HELP + "; counts as the last model")
-    add_code_options(p)
+    add_two_models(p, "give two for a report on two models (A first)")
     p.add_argument("--dataset", required=True, metavar="P", help="dataset folder")
     p.add_argument("--split", default="test", choices=["train", "test", "all"], help="images to report on")
     group = p.add_mutually_exclusive_group()

@@ -44,14 +44,6 @@ WEIGHTS_FILTER = "Weights (*.pth *.pt *.bin *.ckpt *.safetensors);;All files (*)
 #: Largest module file whose names are listed (its syntax tree is parsed, not run).
 _MAX_SOURCE_BYTES = 2_000_000
 
-#: How the app names the fields of the core's errors (:class:`dmlviewer.core.fields.FieldError`):
-#: each by this dialog's label (``output`` and ``size`` have no field here: the doors that set them).
-FIELD_LABELS = {
-    "model_args": "“Keyword arguments”", "weights": "“Weights file”", "feature_layer": "“Feature layer”",
-    "reference_weights": "“Reference weights”", "input_shapes": "“Input shapes”",
-    "output": "output= in Python or --model-output on the command line",
-    "size": "the pair view's “Resolution”",
-}
 #: The sentence that says what Open does with the file.
 #: The note under the two-branch fields.
 TWO_BRANCH_NOTE = ("Two-branch (cross-view) models: when the function returns a (query, reference) pair of "

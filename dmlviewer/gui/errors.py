@@ -40,6 +40,16 @@ def show_error(parent: QWidget | None, title: str, message: str, details: str | 
     box.open()
 
 
+#: How the app names the fields of the core's errors (:class:`dmlviewer.core.fields.FieldError`):
+#: each by the Open Model from Code dialog's label (``output`` and ``size`` have no field there:
+#: the doors that set them).
+FIELD_LABELS = {
+    "model_args": "“Keyword arguments”", "weights": "“Weights file”", "feature_layer": "“Feature layer”",
+    "reference_weights": "“Reference weights”", "input_shapes": "“Input shapes”",
+    "output": "output= in Python or --model-output on the command line",
+    "size": "the pair view's “Resolution”",
+}
+
 #: errors whose message says everything (bad input, a busy run folder): shown as they are,
 #: without their type's name
 _EXPLAINED = ("DatasetError", "ImageError", "StoreError", "CheckpointError", "ModelError", "FolderBusy",
@@ -59,8 +69,6 @@ def user_message(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "not enough memory for this"
     if isinstance(exc, FieldError):  # a field named by its label in the dialog that has it
-        from dmlviewer.gui.code_model_dialog import FIELD_LABELS
-
         return worded(exc, FIELD_LABELS)
     if type(exc).__name__ in _EXPLAINED:
         return str(exc)
