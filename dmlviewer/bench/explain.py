@@ -11,7 +11,12 @@ as one matrix product against the seed's four nested loops.
   viewer pays too. small_cnn on 500x375 and 224x224 images, A-grouping, resnet50 (random
   weights); the three timings of a row are interleaved so that load from other processes hits
   all alike, on one torch thread (on a shared machine, multi-threaded kernels stall on busy
-  cores).
+  cores). On a GPU each row also times the preparation with the pair's forward pass and
+  decomposition replayed from a CUDA graph (:mod:`dmlviewer.core.explain.cuda_graph`, off by
+  default until checked on a GPU): ``prepare_graph_ms`` and ``ratio_graph`` (over the bare
+  forward), ``pair_graph`` (recorded and replayed, or why not), and the stricter baseline
+  ``bare_forward_graph_ms``, the bare forward replayed from a graph too (the GPU's own time,
+  no launches), with ``ratio_graph_to_graphed_bare``.
 - the doors (issue 22 item 5): a torchvision resnet50 (``fc`` a 512-d embedding layer) and a
   timm ViT-S/16 (``vit_small_patch16_224``, a 512-d Linear head, class token; linearized with
   frozen attention, LayerNorm and GELU gates), random weights, each opened through every door:
@@ -66,6 +71,64 @@ def _interleaved(fns: dict[str, Callable[[], Any]], repeat: int, warmup: int = 2
             fn()
             times[name].append((time.perf_counter() - t0) * 1e3)
     return times
+
+
+def _graphed(network: torch.nn.Module, batch: torch.Tensor) -> Callable[[], None] | None:
+    """On a GPU, the bare forward replayed from a CUDA graph: the GPU's own time for the two
+    images, without the host's launches (the strictest baseline); ``None`` off CUDA or when
+    the network cannot be recorded."""
+    if batch.device.type != "cuda":
+        return None
+    try:
+        static = batch.clone()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.no_grad():
+            for _ in range(3):
+                network(static)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            network(static)
+    except Exception:  # noqa: BLE001 - no graphed baseline for this network
+        return None
+
+    def replay() -> None:
+        graph.replay()
+        torch.cuda.synchronize()
+    return replay
+
+
+def _on_gpu(fns: dict[str, Callable[[], None]], network: torch.nn.Module, batch: torch.Tensor,
+            prepares: dict[str, Callable[[], None]]) -> None:
+    """On a GPU, add to ``fns`` the bare forward replayed from a graph (``graphed``) and each
+    preparation with the pair's graph replayed (``NAME graph``; :mod:`~dmlviewer.core.explain.cuda_graph`)."""
+    from dmlviewer.core.explain import cuda_graph
+
+    graphed = _graphed(network, batch)
+    if graphed is None:
+        return
+    fns["graphed"] = graphed
+    for name, fn in prepares.items():
+        def replayed(fn=fn) -> None:
+            with cuda_graph.replaying(True):
+                fn()
+        fns[f"{name} graph"] = replayed
+
+
+def _graph_fields(med: dict[str, float], key: str, model) -> dict:
+    """A row's GPU fields: the bare forward replayed from a graph, the preparation with the
+    pair's graph replayed, their ratios, and whether the pair's graph was recorded."""
+    from dmlviewer.core.explain import cuda_graph
+
+    if "graphed" not in med:
+        return {}
+    replayed = med[f"{key} graph"]
+    return {"bare_forward_graph_ms": round(med["graphed"], 3),
+            "prepare_graph_ms": round(replayed, 3),
+            "ratio_graph": round(replayed / med["bare"], 3),
+            "ratio_graph_to_graphed_bare": round(replayed / med["graphed"], 3),
+            "pair_graph": "; ".join(sorted(set(cuda_graph.state(model).values()))) or "none"}
 
 
 #: the networks measured through every door: (label, builder entry for the code door, its arguments)
@@ -142,7 +205,9 @@ def measure_doors(label: str, module: torch.nn.Module, models: dict, image_shape
             sync()
         return run
 
-    fns = {"bare": bare, "pre": with_preprocessing, **{door: prepare(m) for door, m in models.items()}}
+    prepares = {door: prepare(m) for door, m in models.items()}
+    fns = {"bare": bare, "pre": with_preprocessing, **prepares}
+    _on_gpu(fns, module, batch, prepares)
     times = _interleaved(fns, repeat, rotate=True)
     med = {k: float(np.median(v)) for k, v in times.items()}
     low = {k: min(v) for k, v in times.items()}
@@ -165,6 +230,7 @@ def measure_doors(label: str, module: torch.nn.Module, models: dict, image_shape
             "ratio_with_preprocessing_of_minimums": round(low[door] / low["pre"], 3),
             "ratio_to_checkpoint": round(med[door] / med["checkpoint"], 3),
             "ratio_to_checkpoint_of_minimums": round(low[door] / low["checkpoint"], 3),
+            **_graph_fields(med, door, model),
         })
     return rows
 
@@ -210,8 +276,11 @@ def measure_prepare(spec: dict | tuple[str, Callable[[], torch.nn.Module]], imag
         sync()
 
     # interleaved, so that load from other processes hits all three alike
-    times = _interleaved({"bare": bare, "pre": with_preprocessing, "prep": prepare}, repeat)
-    bare_ms, pre_ms, prep_ms = (float(np.median(times[k])) for k in ("bare", "pre", "prep"))
+    fns = {"bare": bare, "pre": with_preprocessing, "prep": prepare}
+    _on_gpu(fns, network, batch, {"prep": prepare})
+    times = _interleaved(fns, repeat)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    bare_ms, pre_ms, prep_ms = med["bare"], med["pre"], med["prep"]
     pair = explain_pair(model, images[0], images[1], device, size=size)
     grid = pair.grid_query
     return {
@@ -227,6 +296,7 @@ def measure_prepare(spec: dict | tuple[str, Callable[[], torch.nn.Module]], imag
         "ratio_with_preprocessing": round(prep_ms / pre_ms, 3),
         "ratio_of_minimums": round(min(times["prep"]) / min(times["bare"]), 3),
         "ratio_with_preprocessing_of_minimums": round(min(times["prep"]) / min(times["pre"]), 3),
+        **_graph_fields(med, "prep", model),
     }
 
 

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from dmlviewer.core.explain.attention import attention_maps
-from dmlviewer.core.explain.decomposition import forward_decomposed, head_function
+from dmlviewer.core.explain import cuda_graph
+from dmlviewer.core.explain.decomposition import head_function
 from dmlviewer.core.explain.grad_transfer import GradWeightBank
 from dmlviewer.core.explain.gradcam import gradcam_maps, transferred_map
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
@@ -329,11 +330,11 @@ def explain_pair(
             check_input_size(model, tuple(x.shape[-2:]), "size")
     with eval_mode(model):
         if x_q.shape == x_r.shape:
-            out, lin = forward_decomposed(model, torch.stack([x_q, x_r]))
+            out, lin = cuda_graph.forward_decomposed(model, torch.stack([x_q, x_r]))
             outs, indices = (out, out), (0, 1)
             lins = ((lin, 0), (lin, 1))
         else:
-            (out_q, lin_q), (out_r, lin_r) = forward_decomposed(model, x_q[None]), forward_decomposed(model, x_r[None])
+            (out_q, lin_q), (out_r, lin_r) = (cuda_graph.forward_decomposed(model, x[None]) for x in (x_q, x_r))
             outs, indices = (out_q, out_r), (0, 0)
             lins = ((lin_q, 0), (lin_r, 0))
     sides = []
@@ -362,7 +363,7 @@ def _explain_two_branch(model: TwoBranchModel, rgb_q: np.ndarray, rgb_r: np.ndar
         for side, rgb, s in zip(SIDES, (rgb_q, rgb_r), sizes):
             branch = model.branch(side)
             x = model.preprocess_of(side)(rgb, s, device=dev)
-            out, lin = forward_decomposed(branch, x[None])
+            out, lin = cuda_graph.forward_decomposed(branch, x[None])
             sides.append(_Side(image_shape=rgb.shape[:2], grid=tuple(lin.grid),
                                contributions=lin.contributions[0].detach().float(),
                                bias=lin.bias[0].detach().float(), out=out, index=0, linearization=lin,
