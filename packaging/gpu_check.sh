@@ -37,7 +37,7 @@ fi
 
 step "bench explain / extract / train-step on cuda"
 : >"$OUT/bench.json"
-for spec in "150 explain" "80 extract" "60 train-step"; do
+for spec in "150 explain" "120 extract" "60 train-step"; do
   set -- $spec
   timeout "$1" $PY -m dmlviewer bench "${@:2}" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
     || echo "bench $2 failed: $?" | tee -a "$OUT/bench.err"
