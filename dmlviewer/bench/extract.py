@@ -9,8 +9,14 @@ Default: resnet18 at 224 px over 800 images of 128 px (on a GPU, where 800 image
 tenth of a second and the workers' start would be most of it, the listing names each of them
 five times: 4,000 images decoded; :func:`repeated`); ``--quick``: small_cnn at
 128 px over 200 images. ``loader_images_per_s``: the data loader alone (decoding, resizing,
-handing over, with the same workers), so that when the ratio falls short the slower side is
-named by its rate.
+handing over, with the same workers; with JPEGs decoded on the device, also that decoding and
+resizing, so it is the input the model gets), so that when the ratio falls short the slower side
+is named by its rate.
+
+``--decode`` (``auto``, ``cpu``, ``device``): where JPEGs are decoded
+(:func:`~dmlviewer.core.evaluate.extract.decodes_on_device`; ``image_decoder`` names the
+result). On CUDA, when that is the device, the same run also times the workers' OpenCV decoding
+(``ours_cpu_decode_images_per_s``, ``loader_cpu_decode_images_per_s``), so one run compares both.
 """
 
 from __future__ import annotations
@@ -41,7 +47,9 @@ def repeated(dataset, times: int):
 
 def run(args) -> dict:
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
-    from dmlviewer.core.evaluate.extract import default_workers, extract_features
+    from dmlviewer.core.data.device_input import device_levels
+    from dmlviewer.core.evaluate.extract import (decodes_on_device, default_workers, extract_features, image_decoder,
+                                                 make_loader)
     from dmlviewer.core.models import build_model, default_config, resolve_device
     from dmlviewer.core.progress import run_to_end
 
@@ -51,6 +59,8 @@ def run(args) -> dict:
     torch.manual_seed(0)
     model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
     workers = default_workers(device)
+    decode = getattr(args, "decode", None) or "auto"
+    on_device_decode = decodes_on_device(device, decode)
     times = 5 if device.type == "cuda" and not quick else 1
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,34 +84,46 @@ def run(args) -> dict:
             sync()
             return time.perf_counter() - start
 
-        def ours() -> float:
+        def ours(how: str) -> float:
             start = time.perf_counter()
-            run_to_end(extract_features(model, dataset, Path(tmp) / "features.h5", batch, device, workers))
+            run_to_end(extract_features(model, dataset, Path(tmp) / "features.h5", batch, device, workers,
+                                        decode=how))
             sync()
             return time.perf_counter() - start
 
-        def loader_only() -> float:
-            from dmlviewer.core.evaluate.extract import make_loader
-
+        def loader_only(how: str) -> float:
             start = time.perf_counter()
-            for _ in make_loader(dataset, model.preprocess, batch, device, workers):
-                pass
+            loader = make_loader(dataset, model.preprocess, batch, device, workers, decode=how)
+            with torch.inference_mode():
+                for images, _, index in loader:
+                    if decodes_on_device(device, how):
+                        device_levels(images, index, loader.dataset, device)
+            sync()
             return time.perf_counter() - start
 
+        # the workers' OpenCV decoding beside the device's, in the same run (CUDA only)
+        compare = device.type == "cuda" and on_device_decode
         bare()  # warm-up (allocator, kernels)
-        bare_s, ours_s = [], []
+        bare_s, ours_s, ours_cpu_s = [], [], []
         for _ in range(2):  # alternate, so that load from other processes hits both alike
-            ours_s.append(ours())
+            ours_s.append(ours(decode))
+            if compare:
+                ours_cpu_s.append(ours("cpu"))
             bare_s.append(bare())
-        loader_s = loader_only()
+        loader_s = loader_only(decode)
+        loader_cpu_s = loader_only("cpu") if compare else None
     ours_ips, bare_ips = n / min(ours_s), n / min(bare_s)
-    return {
+    result = {
         "benchmark": "extract",
         "model": f"{backbone}@{size}", "images": n, "batch_size": batch, "num_workers": workers,
-        "device": str(device),
+        "device": str(device), "decode": decode, "image_decoder": image_decoder(device, decode),
         "ours_images_per_s": round(ours_ips, 2),
         "bare_images_per_s": round(bare_ips, 2),
         "loader_images_per_s": round(n / loader_s, 2),
         "ratio": round(ours_ips / bare_ips, 3),
         "machine": describe(),
     }
+    if compare:
+        result["ours_cpu_decode_images_per_s"] = round(n / min(ours_cpu_s), 2)
+        result["loader_cpu_decode_images_per_s"] = round(n / loader_cpu_s, 2)
+    return result

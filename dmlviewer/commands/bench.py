@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=None, metavar="N",
                    help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
+    p.add_argument("--decode", choices=("auto", "cpu", "device"), default="auto",
+                   help="bench extract: where JPEGs are decoded (auto: on a CUDA device when torchvision can, "
+                        "else by OpenCV in the loader workers; on CUDA a device run also times the workers' decoding)")
     p.set_defaults(func=run)
 
 

@@ -57,7 +57,8 @@ def _model(device: str, backbone: str = "small_cnn", **kw):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_evaluation_on_cuda_matches_the_cpu(data, tmp_path, workers):
     """Features extracted on the GPU (uint8 images handed over, normalized there, results copied
-    back one batch late) are the CPU's rows, within cuDNN's TF32 convolutions."""
+    back one batch late) are the CPU's rows, within cuDNN's TF32 convolutions. (The workers'
+    OpenCV decoding: nvJPEG's is the next test.)"""
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.evaluate import read_features
     from dmlviewer.core.evaluate.extract import extract_features
@@ -68,11 +69,50 @@ def test_evaluation_on_cuda_matches_the_cpu(data, tmp_path, workers):
     for device in ("cpu", "cuda"):
         files[device] = tmp_path / f"{device}.h5"
         run_to_end(extract_features(_model(device), dataset, files[device], batch_size=10, device=device,
-                                    num_workers=workers if device == "cuda" else 0))
+                                    num_workers=workers if device == "cuda" else 0, decode="cpu"))
     cpu, gpu = read_features(files["cpu"]), read_features(files["cuda"])
     assert list(gpu.paths) == list(cpu.paths) and np.array_equal(gpu.labels, cpu.labels)
     np.testing.assert_allclose(gpu.embeddings, cpu.embeddings, atol=2e-3)
     np.testing.assert_allclose(gpu.embeddings_raw, cpu.embeddings_raw, rtol=2e-3, atol=2e-3)
+    assert gpu.attrs["image_decoder"] == cpu.attrs["image_decoder"] == "opencv"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("size", [64, 48])
+def test_nvjpeg_features_are_the_opencv_ones_within_1e_2(data, tmp_path, workers, size):
+    """JPEGs decoded by batched nvJPEG and resized on the GPU (the default on CUDA) give the
+    workers' OpenCV features within 1e-2 (nvJPEG's IDCT: a grey level on some pixels; resizing
+    at 48 px: to_tensor_on's arithmetic); a PNG goes through the workers, a truncated JPEG is
+    left out, and two runs agree exactly (the decoder's outputs are not overwritten by the
+    previous batch's queued work: device_input._decoder_stream)."""
+    import shutil
+
+    import cv2
+
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.evaluate import read_features
+    from dmlviewer.core.evaluate.extract import extract_features, image_decoder
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.core.progress import run_to_end
+
+    copy = shutil.copytree(data, tmp_path / "data")
+    dataset = open_dataset(copy).select_split("all")
+    cv2.imwrite(str(copy / "as.png"), cv2.imread(str(dataset.abspath(1))))
+    (copy / "truncated.jpg").write_bytes(dataset.abspath(4).read_bytes()[:-100])
+    dataset.paths[1], dataset.paths[4] = "as.png", "truncated.jpg"
+    torch.manual_seed(0)
+    model = build_model(default_config(backbone="small_cnn", image_size=size, dim=32), "cuda").eval()
+    cpu, nv, again = (read_features(run_to_end(extract_features(
+        model, dataset, tmp_path / f"{k}.h5", batch_size=16, device="cuda", num_workers=workers,
+        decode=decode))["path"]) for k, decode in enumerate(("cpu", "device", "device")))
+    assert nv.paths == cpu.paths == again.paths and "truncated.jpg" not in nv.paths and "as.png" in nv.paths
+    assert len(nv.paths) == len(dataset) - 1
+    np.testing.assert_allclose(nv.embeddings, cpu.embeddings, atol=1e-2)
+    np.testing.assert_allclose(nv.embeddings_raw, cpu.embeddings_raw, rtol=1e-2, atol=1e-2)
+    assert np.isfinite(nv.embeddings).all()
+    np.testing.assert_allclose(nv.embeddings, again.embeddings, atol=1e-5)
+    assert nv.attrs["image_decoder"] == again.attrs["image_decoder"] == "nvjpeg"
+    assert cpu.attrs["image_decoder"] == "opencv" and image_decoder("cuda") == "nvjpeg"  # the default
 
 
 def test_evaluate_command_on_cuda(data, tmp_path, capsys):

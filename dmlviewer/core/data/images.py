@@ -103,8 +103,9 @@ def _le(data: bytes, start: int, size: int) -> int:
     return int.from_bytes(data[start : start + size], "little")
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """Width and height from the first start-of-frame marker."""
+def _jpeg_frame(data: bytes) -> tuple[int, int, int, int, int] | None:
+    """``(marker, precision, width, height, components)`` of the first start-of-frame segment
+    (``marker``: 0xC0 baseline, 0xC2 progressive, ...); ``None`` when the header holds none."""
     n, pos = len(data), 2
     while pos + 4 <= n:
         if data[pos] != 0xFF:
@@ -120,9 +121,27 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
         if marker in (0xD9, 0xDA):
             return None
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            return (_be(data, pos + 5, 2), _be(data, pos + 3, 2)) if pos + 7 <= n else None
+            if pos + 8 > n:
+                return None
+            return marker, data[pos + 2], _be(data, pos + 5, 2), _be(data, pos + 3, 2), data[pos + 7]
         pos += _be(data, pos, 2)
     return None
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """Width and height from the first start-of-frame marker."""
+    frame = _jpeg_frame(data)
+    return None if frame is None else (frame[2], frame[3])
+
+
+def device_decodable_jpeg(data: bytes) -> bool:
+    """Whether ``data`` is a JPEG that GPU decoders (nvJPEG) take: 8-bit baseline or progressive
+    Huffman coding with 1 or 3 components. Anything else (CMYK/YCCK with 4 components,
+    12-bit, lossless or arithmetic coding, not a JPEG) is for :func:`decode_image`."""
+    if not data.startswith(_JPEG):
+        return False
+    frame = _jpeg_frame(data)
+    return frame is not None and frame[0] in (0xC0, 0xC2) and frame[1] == 8 and frame[4] in (1, 3)
 
 
 def _tiff_size(data: bytes) -> tuple[int, int] | None:
@@ -254,7 +273,10 @@ def _to_rgb(image: np.ndarray, path: Path) -> np.ndarray:
     raise ImageError(path, f"unsupported number of channels ({channels})")
 
 
-def _decode(data: bytes, path: Path) -> np.ndarray:
+def decode_image(data: bytes, path: str | Path) -> np.ndarray:
+    """The encoded image ``data`` (read from ``path``, named in errors) decoded by OpenCV as uint8
+    H x W x 3 RGB; :class:`ImageError` (path, reason) when it cannot be."""
+    path = Path(path)
     try:
         image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:  # OpenCV's own size limit, a corrupt stream
@@ -285,15 +307,21 @@ def load_image(path: str | Path) -> np.ndarray:
     """The image at ``path`` as uint8 H x W x 3 RGB; :class:`ImageError` (path, reason) for a
     missing, empty, truncated or undecodable file."""
     path = Path(path)
-    return _decode(_read_checked(path), path)
+    return decode_image(_read_checked(path), path)
 
 
 def load_dataset_image(dataset: Dataset, index: int) -> np.ndarray:
     """Image ``index`` of ``dataset`` (:func:`load_image`), refused with :class:`ImageError`
     when a link leads it outside the dataset folder (policy in :mod:`.paths`)."""
+    return decode_image(dataset_image_bytes(dataset, index), dataset.abspath(int(index)))
+
+
+def dataset_image_bytes(dataset: Dataset, index: int) -> bytes:
+    """The checked encoded bytes of image ``index`` of ``dataset`` (:func:`read_image_bytes`),
+    under the link policy of :func:`load_dataset_image`; :class:`ImageError` otherwise."""
     path = dataset.abspath(int(index))
     check_inside(dataset.root, path)
-    return load_image(path)
+    return read_image_bytes(path)
 
 
 def report_skipped(problem: ImageProblem) -> None:
@@ -332,7 +360,7 @@ def probe_image(path: str | Path) -> None:
     path = Path(path)
     data = _read_checked(path)
     if not (data.startswith((_JPEG, _PNG, b"BM")) or data[8:12] == b"WEBP"):
-        _decode(data, path)
+        decode_image(data, path)
 
 
 def check_images(

@@ -55,6 +55,10 @@ class ImageFolderDataset(TorchDataset):
     def _tensor(self, image: np.ndarray) -> torch.Tensor:
         return self._transform(image)
 
+    def _item(self, i: int) -> torch.Tensor:
+        """What image ``i`` is handed over as; :class:`ImageError` for a bad image."""
+        return self._tensor(load_dataset_image(self.dataset, i))
+
     def _report(self, index: int, exc: ImageError) -> None:
         if index not in self._bad:
             self._bad.add(index)
@@ -68,13 +72,13 @@ class ImageFolderDataset(TorchDataset):
             if i in self._bad:
                 continue
             try:
-                image = load_dataset_image(self.dataset, i)
+                item = self._item(i)
             except ImageError as exc:
                 if not self.skip_bad:
                     raise
                 self._report(i, exc)
                 continue
-            return self._tensor(image), int(self.dataset.labels[i]), i
+            return item, int(self.dataset.labels[i]), i
         raise ImageError(self.dataset.root, f"none of the {n} listed images can be read")
 
 

@@ -30,9 +30,10 @@ def _target(image: np.ndarray, size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, (int, np.integer)) else (int(size[0]), int(size[1]))
 
 
-def _shrinks(image: np.ndarray, th: int, tw: int) -> bool:
-    """Whether both axes shrink (area averaging); otherwise bilinear."""
-    return th < image.shape[0] and tw < image.shape[1]
+def _shrinks(shape: tuple[int, ...], th: int, tw: int) -> bool:
+    """Whether both axes of an image of ``shape`` (height, width, ...) shrink (area averaging);
+    otherwise bilinear."""
+    return th < shape[0] and tw < shape[1]
 
 
 def _integer_factors(image: np.ndarray, th: int, tw: int) -> bool:
@@ -48,9 +49,9 @@ def resize(image: np.ndarray, size: int | tuple[int, int]) -> np.ndarray:
     th, tw = _target(image, size)
     if image.shape[:2] == (th, tw):
         return image
-    if _shrinks(image, th, tw) and not _integer_factors(image, th, tw):
+    if _shrinks(image.shape, th, tw) and not _integer_factors(image, th, tw):
         return _area_float(image, th, tw).astype(np.uint8)
-    interpolation = cv2.INTER_AREA if _shrinks(image, th, tw) else cv2.INTER_LINEAR
+    interpolation = cv2.INTER_AREA if _shrinks(image.shape, th, tw) else cv2.INTER_LINEAR
     return cv2.resize(image, (tw, th), interpolation=interpolation)
 
 
@@ -114,7 +115,7 @@ def to_tensor(image: np.ndarray, size: int | tuple[int, int] | None, mean: tuple
         return to_tensor_on(image, size, torch.device(device), mean, std)
     if size is not None:
         th, tw = _target(image, size)
-        if _shrinks(image, th, tw) and not _integer_factors(image, th, tw):
+        if _shrinks(image.shape, th, tw) and not _integer_factors(image, th, tw):
             return _normalize_levels(_area_float(image, th, tw), mean, std)
         image = resize(image, (th, tw))
     return normalize(image, mean, std)
@@ -132,25 +133,40 @@ def _area_matrix(n_in: int, n_out: int, device: torch.device) -> torch.Tensor:
     return (covered / scale).to(device)
 
 
-def to_tensor_on(image: np.ndarray, size: int | tuple[int, int] | None, device: torch.device,
-                 mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD) -> torch.Tensor:
-    """:func:`to_tensor` computed on ``device``: the uint8 image is the only transfer; area
+def levels_on(image: np.ndarray | torch.Tensor, size: int | tuple[int, int] | None,
+              device: torch.device | str | None = None) -> torch.Tensor:
+    """``image`` (uint8 (N x) H x W x 3: a host array, or a tensor on any device) resized to
+    ``size x size`` or a ``(height, width)`` pair (``None``: kept) as uint8 levels on ``device``
+    (default: where a tensor is; a host array goes there as it is, the only transfer). Area
     shrinking is two float64 matrix products with :func:`_area_matrix` (no TF32 rounding), then
     rounded to whole grey levels as the host's uint8 resize is; growing is bilinear
     (``align_corners=False``, OpenCV's alignment, within one grey level of OpenCV's fixed-point
-    result). Normalization is the host's float32 arithmetic."""
-    x = torch.from_numpy(np.ascontiguousarray(image)).to(device, non_blocking=True)  # H x W x 3 uint8
-    h, w = image.shape[:2]
+    result). One function for a host image (:func:`to_tensor_on`) and for images decoded on the
+    device (a batch of one shape at a time)."""
+    x = image if isinstance(image, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(image))
+    if device is not None:
+        x = x.to(device, non_blocking=True)
+    lead, (h, w) = x.shape[:-3], x.shape[-3:-1]
     th, tw = (h, w) if size is None else _target(image, size)
-    if (th, tw) != (h, w):
-        if _shrinks(image, th, tw):
-            rows = _area_matrix(h, th, device) @ x.double().reshape(h, w * 3)  # th x (w*3)
-            x = torch.matmul(_area_matrix(w, tw, device), rows.reshape(th, w, 3))  # th x tw x 3
-        else:
-            x = torch.nn.functional.interpolate(x.permute(2, 0, 1)[None].double(), size=(th, tw),
-                                                mode="bilinear", align_corners=False)[0].permute(1, 2, 0)
-        x = x.round_()  # area and bilinear weights are convex: already within 0..255
-    return normalize_on(x, mean, std).contiguous()
+    if (th, tw) == (h, w):
+        return x
+    if _shrinks((h, w), th, tw):
+        x = x.to(torch.float64, memory_format=torch.contiguous_format)
+        rows = _area_matrix(h, th, x.device) @ x.reshape(*lead, h, w * 3)  # (N x) th x (w*3)
+        # (N x) th x 3 x w times w x tw: one matrix product for the whole batch (not N * th small ones)
+        x = (rows.reshape(*lead, th, w, 3).transpose(-1, -2) @ _area_matrix(w, tw, x.device).T).transpose(-1, -2)
+    else:
+        x = torch.nn.functional.interpolate(x.reshape(-1, h, w, 3).permute(0, 3, 1, 2).double(), size=(th, tw),
+                                            mode="bilinear", align_corners=False)
+        x = x.permute(0, 2, 3, 1).reshape(*lead, th, tw, 3)
+    return x.round_().to(torch.uint8)  # area and bilinear weights are convex: already within 0..255
+
+
+def to_tensor_on(image: np.ndarray, size: int | tuple[int, int] | None, device: torch.device,
+                 mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD) -> torch.Tensor:
+    """:func:`to_tensor` computed on ``device``: the uint8 image is the only transfer, resized
+    there (:func:`levels_on`) and normalized with the host's float32 arithmetic."""
+    return normalize_on(levels_on(image, size, device), mean, std).contiguous()
 
 
 @lru_cache(maxsize=16)

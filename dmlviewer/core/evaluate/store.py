@@ -8,7 +8,9 @@ NaN-filled when not given), optional ``groups`` (N x P x Dg). Root attributes:
 text), ``dataset_root``, ``dataset_format``, ``created`` (ISO 8601, UTC), ``class_names`` (JSON
 list, index = label; written by extraction, absent in older files), ``dataset_fingerprint``
 (the listing's sha256 that binds the file to its dataset, ``core.data.identity``; empty or
-absent in older files) and, after evaluation, the metrics (:func:`update_attrs`). Attributes
+absent in older files), ``image_decoder`` (``nvjpeg`` or ``opencv``: what decoded the JPEGs,
+``core.evaluate.extract.image_decoder``; absent in older files, which OpenCV decoded) and,
+after evaluation, the metrics (:func:`update_attrs`). Attributes
 the caller does not give are written empty (``""``, ``model_config`` ``"{}"``), meaning
 unknown. Further per-row numeric datasets (e.g.
 ``grad_weights`` for grad-weight transfer, seed 002) may be stored beside the schema's; they

@@ -81,6 +81,17 @@ def test_each_image_is_embedded_by_its_own_branch_at_its_own_shape(model, featur
         assert not np.allclose(feats.embeddings[i], branch_embedding(model, other, image), atol=1e-3)
 
 
+def test_two_branch_models_decode_in_the_workers_whatever_decode_says(model, features, tmp_path):
+    from dmlviewer.core.evaluate import extract_features, read_features
+
+    dataset, feats = features
+    out = tmp_path / "device.h5"
+    run_to_end(extract_features(model, dataset, out, batch_size=3, num_workers=0, decode="device"))
+    again = read_features(out)
+    assert again.paths == feats.paths and np.array_equal(again.embeddings, feats.embeddings)
+    assert again.attrs["image_decoder"] == feats.attrs["image_decoder"] == "opencv"
+
+
 def test_one_branch_models_write_no_branch_column(root, tmp_path):
     from dmlviewer.core.evaluate import extract_features, read_features
     from dmlviewer.core.models import build_model
