@@ -13,10 +13,12 @@ handing over, with the same workers; with JPEGs decoded on the device, also that
 resizing, so it is the input the model gets), so that when the ratio falls short the slower side
 is named by its rate.
 
-``--decode`` (``auto``, ``cpu``, ``device``): where JPEGs are decoded
+``--decode`` (``cpu``, the default, ``device`` or ``auto``): where JPEGs are decoded
 (:func:`~dmlviewer.core.evaluate.extract.decodes_on_device`; ``image_decoder`` names the
-result). On CUDA, when that is the device, the same run also times the workers' OpenCV decoding
-(``ours_cpu_decode_images_per_s``, ``loader_cpu_decode_images_per_s``), so one run compares both.
+result). On CUDA, where torchvision can decode on the device, the same run also times the other
+decoder (``ours_device_decode_images_per_s`` and ``loader_device_decode_images_per_s`` beside the
+workers' OpenCV decoding, or ``..._cpu_decode_...`` beside the device's), so one run compares
+both.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ def repeated(dataset, times: int):
 
 def run(args) -> dict:
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
-    from dmlviewer.core.data.device_input import device_levels
-    from dmlviewer.core.evaluate.extract import (decodes_on_device, default_workers, extract_features, image_decoder,
-                                                 make_loader)
+    from dmlviewer.core.data.device_input import device_decoding_available, device_levels
+    from dmlviewer.core.evaluate.extract import (DEFAULT_DECODE, decodes_on_device, default_workers, extract_features,
+                                                 image_decoder, make_loader)
     from dmlviewer.core.models import build_model, default_config, resolve_device
     from dmlviewer.core.progress import run_to_end
 
@@ -59,7 +61,7 @@ def run(args) -> dict:
     torch.manual_seed(0)
     model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
     workers = default_workers(device)
-    decode = getattr(args, "decode", None) or "auto"
+    decode = getattr(args, "decode", None) or DEFAULT_DECODE
     on_device_decode = decodes_on_device(device, decode)
     times = 5 if device.type == "cuda" and not quick else 1
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -101,17 +103,18 @@ def run(args) -> dict:
             sync()
             return time.perf_counter() - start
 
-        # the workers' OpenCV decoding beside the device's, in the same run (CUDA only)
-        compare = device.type == "cuda" and on_device_decode
+        # the other decoder in the same run (CUDA, where torchvision decodes on the device)
+        other = "cpu" if on_device_decode else "device"
+        compare = device.type == "cuda" and device_decoding_available()
         bare()  # warm-up (allocator, kernels)
-        bare_s, ours_s, ours_cpu_s = [], [], []
-        for _ in range(2):  # alternate, so that load from other processes hits both alike
+        bare_s, ours_s, ours_other_s = [], [], []
+        for _ in range(2):  # alternate, so that load from other processes hits all alike
             ours_s.append(ours(decode))
             if compare:
-                ours_cpu_s.append(ours("cpu"))
+                ours_other_s.append(ours(other))
             bare_s.append(bare())
         loader_s = loader_only(decode)
-        loader_cpu_s = loader_only("cpu") if compare else None
+        loader_other_s = loader_only(other) if compare else None
     ours_ips, bare_ips = n / min(ours_s), n / min(bare_s)
     result = {
         "benchmark": "extract",
@@ -124,6 +127,7 @@ def run(args) -> dict:
         "machine": describe(),
     }
     if compare:
-        result["ours_cpu_decode_images_per_s"] = round(n / min(ours_cpu_s), 2)
-        result["loader_cpu_decode_images_per_s"] = round(n / loader_cpu_s, 2)
+        result[f"ours_{other}_decode_images_per_s"] = round(n / min(ours_other_s), 2)
+        result[f"ratio_{other}_decode"] = round(n / min(ours_other_s) / bare_ips, 3)
+        result[f"loader_{other}_decode_images_per_s"] = round(n / loader_other_s, 2)
     return result

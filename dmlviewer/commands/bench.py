@@ -43,9 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=None, metavar="N",
                    help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
-    p.add_argument("--decode", choices=("auto", "cpu", "device"), default="auto",
-                   help="bench extract: where JPEGs are decoded (auto: on a CUDA device when torchvision can, "
-                        "else by OpenCV in the loader workers; on CUDA a device run also times the workers' decoding)")
+    p.add_argument("--decode", choices=("cpu", "device", "auto"), default="cpu",
+                   help="bench extract: where JPEGs are decoded (cpu: by OpenCV in the loader workers, the default; "
+                        "device: on the model's device; auto: on a CUDA device when torchvision can); on CUDA one "
+                        "run times both")
     p.set_defaults(func=run)
 
 

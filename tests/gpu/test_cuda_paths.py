@@ -80,7 +80,7 @@ def test_evaluation_on_cuda_matches_the_cpu(data, tmp_path, workers):
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("size", [64, 48])
 def test_nvjpeg_features_are_the_opencv_ones_within_1e_2(data, tmp_path, workers, size):
-    """JPEGs decoded by batched nvJPEG and resized on the GPU (the default on CUDA) give the
+    """JPEGs decoded by batched nvJPEG and resized on the GPU (``decode="device"``) give the
     workers' OpenCV features within 1e-2 (nvJPEG's IDCT: a grey level on some pixels; resizing
     at 48 px: to_tensor_on's arithmetic); a PNG goes through the workers, a truncated JPEG is
     left out, and two runs agree exactly (the decoder's outputs are not overwritten by the
@@ -112,7 +112,7 @@ def test_nvjpeg_features_are_the_opencv_ones_within_1e_2(data, tmp_path, workers
     assert np.isfinite(nv.embeddings).all()
     np.testing.assert_allclose(nv.embeddings, again.embeddings, atol=1e-5)
     assert nv.attrs["image_decoder"] == again.attrs["image_decoder"] == "nvjpeg"
-    assert cpu.attrs["image_decoder"] == "opencv" and image_decoder("cuda") == "nvjpeg"  # the default
+    assert cpu.attrs["image_decoder"] == "opencv" and image_decoder("cuda", "auto") == "nvjpeg"
 
 
 def test_evaluate_command_on_cuda(data, tmp_path, capsys):

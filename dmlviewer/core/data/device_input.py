@@ -19,7 +19,8 @@ with the host's arithmetic (:func:`~.transforms.levels_on`, one shape at a time)
 batch as N x H x W x 3 uint8.
 
 On CUDA the decoder is nvJPEG, whose IDCT can differ from libjpeg's (OpenCV) by a grey level on
-some pixels: features differ slightly (around 1e-3). On the CPU ``decode_jpeg`` is
+some pixels, so features can differ slightly (by how much is not yet measured: this path has
+not run on a GPU yet, and extraction decodes with OpenCV by default). On the CPU ``decode_jpeg`` is
 libjpeg-turbo, as OpenCV's (the same pixels on the demo data, 2026-11-27).
 """
 

@@ -13,11 +13,12 @@ row belongs to the image named in ``paths``.
 main process decodes per batch with ``torchvision.io.decode_jpeg`` on the model's device (nvJPEG
 on CUDA, libjpeg-turbo on the CPU) and resizes there with the host's arithmetic; other images
 (PNG, CMYK JPEG, ...) are still decoded in the workers
-(:mod:`dmlviewer.core.data.device_input`). ``"auto"`` (default) is ``"device"`` on CUDA when
-torchvision can decode there and ``"cpu"`` otherwise; two-branch models always decode in the
-workers. On an H100 with 16 cores the workers' OpenCV decoding gave about 7,000 images/s and
-batched nvJPEG decoding 17,868 images/s (2026-11-27). The feature file records the decoder
-(``image_decoder``, :func:`image_decoder`).
+(:mod:`dmlviewer.core.data.device_input`). ``"auto"`` is ``"device"`` on CUDA when torchvision
+can decode there and ``"cpu"`` otherwise; two-branch models always decode in the workers. The
+default is ``"cpu"`` (:data:`DEFAULT_DECODE`) until the device path has run on a GPU. On an H100
+with 16 cores the workers' OpenCV decoding gave about 7,000 images/s and batched nvJPEG decoding
+alone 17,868 images/s (2026-11-27). The feature file records the decoder (``image_decoder``,
+:func:`image_decoder`).
 
 Batches are always consecutive runs of the listing: batch ``b`` holds positions
 ``b*B .. (b+1)*B - 1``. Under ``torch.distributed`` (``dist``: a
@@ -83,9 +84,14 @@ def default_workers(device: str | torch.device | None = None) -> int:
 
 #: where images are decoded (module docstring)
 DECODES = ("auto", "cpu", "device")
+#: the default: the workers' OpenCV decoding, measured on a GPU (issue 32). Decoding on the device
+#: was written in a session without a GPU (2026-11-27): it becomes the default (``"auto"``) once
+#: ``tests/gpu`` and ``bench extract --device cuda`` (which times both) have shown it correct and
+#: faster there (pytorch/vision#9606 reports nvJPEG corrupting memory on an H100).
+DEFAULT_DECODE = "cpu"
 
 
-def decodes_on_device(device: str | torch.device, decode: str = "auto") -> bool:
+def decodes_on_device(device: str | torch.device, decode: str = DEFAULT_DECODE) -> bool:
     """Whether ``decode`` (:data:`DECODES`) means decoding JPEGs on ``device`` in the main
     process: ``"auto"`` on CUDA when torchvision decodes there (:func:`device_decoding_available`)."""
     if decode not in DECODES:
@@ -97,13 +103,13 @@ def decodes_on_device(device: str | torch.device, decode: str = "auto") -> bool:
     return decode == "device"
 
 
-def image_decoder(device: str | torch.device, decode: str = "auto", branches: np.ndarray | None = None) -> str:
+def image_decoder(device: str | torch.device, decode: str = DEFAULT_DECODE, branches: np.ndarray | None = None) -> str:
     """The feature file's ``image_decoder`` attribute for an extraction on ``device`` with
     ``decode`` (``branches``: :func:`image_branches`, whose images the workers decode):
     ``"nvjpeg"`` when the JPEGs are decoded on a CUDA device (nvJPEG, whose IDCT can differ from
-    libjpeg's by a grey level on some pixels, so the features differ slightly from
-    OpenCV-decoded ones, around 1e-3), otherwise ``"opencv"`` (also for ``decode_jpeg`` on the
-    CPU: libjpeg-turbo, the same pixels as OpenCV's). Images that are not such JPEGs (PNG,
+    libjpeg's by a grey level on some pixels, so the features can differ slightly from
+    OpenCV-decoded ones: not yet measured on a GPU), otherwise ``"opencv"`` (also for
+    ``decode_jpeg`` on the CPU: libjpeg-turbo, the same pixels as OpenCV's). Images that are not such JPEGs (PNG,
     CMYK, ...) are OpenCV's either way."""
     dev = torch.device(device)
     return "nvjpeg" if dev.type == "cuda" and branches is None and decodes_on_device(dev, decode) else "opencv"
@@ -199,7 +205,7 @@ def _collate_mixed(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None, rank: int = 0,
                 world_size: int = 1, branches: np.ndarray | None = None,
-                decode: str = "auto") -> torch.utils.data.DataLoader:
+                decode: str = DEFAULT_DECODE) -> torch.utils.data.DataLoader:
     """An evaluation loader over ``dataset`` (a ``core.data.Dataset``) in listing order;
     ``preprocess``: the model's :class:`~dmlviewer.core.data.transforms.Preprocess` (or a size);
     ``rank``/``world_size``: only this rank's batches (:class:`ListingBatches`). With
@@ -233,7 +239,7 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
 def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
                   cancel: CancelToken | None = None,
-                  dist=None, decode: str = "auto") -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+                  dist=None, decode: str = DEFAULT_DECODE) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Yield ``(rows, arrays)`` per batch: the dataset positions embedded and their
     ``embeddings``, ``embeddings_raw`` and (for grouping heads) ``groups`` as float32 arrays.
     The model is put in eval mode; its training mode is restored afterwards. ``dist``: a
@@ -401,7 +407,7 @@ def _gather_in_order(local: Iterator[tuple[np.ndarray, dict[str, np.ndarray]]], 
 
 def embed_dataset(model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
-                  cancel: CancelToken | None = None, dist=None, decode: str = "auto") -> Iterator[Progress]:
+                  cancel: CancelToken | None = None, dist=None, decode: str = DEFAULT_DECODE) -> Iterator[Progress]:
     """Generator: embed every image of ``dataset`` in memory. Result: ``{"rows",
     "embeddings", "embeddings_raw", ["groups"]}`` (numpy arrays, rows = dataset positions).
     ``dist``, ``decode``: see :func:`embed_batches`; ranks other than 0 get only ``{"rows"}`` (empty)."""
@@ -438,7 +444,7 @@ def feature_attrs(model: torch.nn.Module, dataset, checkpoint_sha256: str | None
 def write_batches(writer, model: torch.nn.Module, dataset, batch_size: int = 64,
                   device: str | torch.device = "cpu", num_workers: int | None = None,
                   cancel: CancelToken | None = None, collect: bool = False, dist=None,
-                  decode: str = "auto") -> Iterator[Progress]:
+                  decode: str = DEFAULT_DECODE) -> Iterator[Progress]:
     """Generator: embed ``dataset`` and append every batch to an open ``FeatureWriter``, whose
     ``image_decoder`` attribute it sets (:func:`image_decoder`). Result: ``{"rows",
     "num_images", "skipped"}`` and, with ``collect``, the ``embeddings``. ``dist``, ``decode``:
@@ -493,12 +499,12 @@ def write_batches(writer, model: torch.nn.Module, dataset, batch_size: int = 64,
 def extract_features(model: torch.nn.Module, dataset, out_path: str | os.PathLike,
                      batch_size: int = 64, device: str | torch.device = "cpu",
                      num_workers: int | None = None, cancel: CancelToken | None = None,
-                     checkpoint_sha256: str | None = None, decode: str = "auto") -> Iterator[Progress]:
+                     checkpoint_sha256: str | None = None, decode: str = DEFAULT_DECODE) -> Iterator[Progress]:
     """Generator: embed ``dataset`` (a ``core.data.Dataset``) and write the HDF5 feature file
     ``out_path`` (DESIGN.md schema) batch by batch through the store's ``FeatureWriter``; the
-    file appears only when complete. ``decode``: where JPEGs are decoded, ``"auto"`` (on a CUDA
-    device when torchvision can), ``"cpu"`` or ``"device"`` (module docstring; recorded as the
-    file's ``image_decoder``). Result: ``{"path", "num_images", "skipped"}``."""
+    file appears only when complete. ``decode``: where JPEGs are decoded, ``"cpu"`` (default),
+    ``"device"`` or ``"auto"`` (on a CUDA device when torchvision can; module docstring;
+    recorded as the file's ``image_decoder``). Result: ``{"path", "num_images", "skipped"}``."""
     from .store import FeatureWriter
 
     result: dict = {}

@@ -201,12 +201,14 @@ def test_decode_choice_and_the_recorded_decoder():
     from dmlviewer.core.evaluate.extract import decodes_on_device, image_decoder
 
     assert not decodes_on_device("cpu") and not decodes_on_device("cpu", "cpu") and decodes_on_device("cpu", "device")
-    assert decodes_on_device("cuda") is device_decoding_available() and not decodes_on_device("cuda", "cpu")
+    assert not decodes_on_device("cuda") and not decodes_on_device("cuda", "cpu")  # the default: the workers
+    assert decodes_on_device("cuda", "auto") is device_decoding_available()
     with pytest.raises(ValueError, match="decode must be one of"):
         decodes_on_device("cpu", "gpu")
     assert image_decoder("cpu", "device") == image_decoder("cuda", "cpu") == "opencv"
     if device_decoding_available():
-        assert image_decoder("cuda") == image_decoder("cuda", "device") == "nvjpeg"
+        assert image_decoder("cuda", "auto") == image_decoder("cuda", "device") == "nvjpeg"
+        assert image_decoder("cuda") == "opencv"
         assert image_decoder("cuda", "device", np.array(["query", "reference"], dtype=object)) == "opencv"
 
 
