@@ -96,8 +96,11 @@ class PairExplanation:
         self.bias_reference = terms.bias_reference
         self.bias_both = terms.bias_both
         self.point_to_point = _frozen(on_host[1])
-        transposed = self.point_to_point.T if on_host[2] is None else on_host[2]
-        self._rows = {"query": self.point_to_point, "reference": _frozen(transposed)}
+        # the reference side's hover rows: brought over with the tensor from an accelerator, made
+        # on first hover on the host (a copy of the transpose that a pair never hovered skips)
+        self._rows = {"query": self.point_to_point}
+        if on_host[2] is not None:
+            self._rows["reference"] = _frozen(on_host[2])
         self.grid_query, self.grid_reference = query.grid, reference.grid
         lins = (query.linearization, reference.linearization)
         worst = next((lin for lin in lins if lin.rule == FIRST_ORDER), lins[0])
@@ -121,6 +124,13 @@ class PairExplanation:
     @staticmethod
     def _other(side: str) -> str:
         return "reference" if side == "query" else "query"
+
+    def _rows_of(self, side: str) -> np.ndarray:
+        """``side``'s hover rows: the point-to-point tensor (query) or its transpose (reference),
+        float32 C-contiguous, read-only."""
+        if side not in self._rows:
+            self._rows[side] = _frozen(self.point_to_point.T)
+        return self._rows[side]
 
     def _model_of(self, side: str) -> torch.nn.Module:
         """The model (a two-branch model's branch) that embedded ``side``."""
@@ -185,7 +195,7 @@ class PairExplanation:
         point-to-point rows (``side == "query"``) or columns of the 4 cells around the point."""
         s = self._side(side)
         idx, wts = bilinear_weights(x, y, s.image_shape, s.grid)
-        rows = self._rows[side]
+        rows = self._rows_of(side)
         out = np.zeros(rows.shape[1], dtype=np.float32)
         for i, w in zip(idx, wts):
             if w:
@@ -209,7 +219,7 @@ class PairExplanation:
         """An allocation-free renderer of ``side``'s partial maps as RGBA images of the other
         image (``shape``: default the other image's size); see :class:`.HoverRenderer`."""
         s, o = self._side(side), self._sides[self._other(side)]
-        return HoverRenderer(self._rows[side], s.image_shape, s.grid,
+        return HoverRenderer(self._rows_of(side), s.image_shape, s.grid,
                              o.image_shape if shape is None else shape, o.grid, lut=lut,
                              signed=signed, scale=scale)
 

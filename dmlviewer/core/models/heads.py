@@ -264,13 +264,16 @@ class AttentionGroupingHead(Head):
         a = out.feature_map
         attn = out.attention["a_grouping"].flatten(2)  # B x P x n
         weight = self.value.weight.flatten(1)
-        projected = torch.einsum("dc,bcn->bnd", weight, a.flatten(2))
+        projected = torch.matmul(a.flatten(2).transpose(1, 2), weight.T)  # B x n x Dg
+        if self.tails is None:  # all groups at once (B x n x P x Dg, group-major in D): no loop, one cat less
+            parts = attn.transpose(1, 2)[..., None] * projected[:, :, None]
+            bias = attn.sum(-1)[..., None] * self.value.bias  # B x P x Dg
+            return self._result(parts.flatten(2), bias.flatten(1), out)
         parts, biases = [], []
         for p in range(self.num_groups):
             part = attn[:, p, :, None] * projected
             bias = attn[:, p].sum(-1, keepdim=True) * self.value.bias
-            if self.tails is not None:
-                part, bias = self.tails[p].linearize(part, bias, out.frozen.get(f"relu.{p}"))
+            part, bias = self.tails[p].linearize(part, bias, out.frozen.get(f"relu.{p}"))
             parts.append(part)
             biases.append(bias)
         return self._result(torch.cat(parts, -1), torch.cat(biases, -1), out)

@@ -217,13 +217,42 @@ def _fixed_input(module: nn.Module) -> tuple[tuple[int, int], str] | None:
     """``((height, width), owner)``: the one input a module takes and the type of the network
     that asserts it, or ``None``. A timm patch embedding built with a strict ``img_size`` (a ViT
     or DINOv2 without ``dynamic_img_size=True``) takes one size."""
-    subs = dict(module.named_modules())
-    for name, sub in subs.items():
+    if not _any_may_have(module, "strict_img_size"):  # the common case, told without naming modules
+        return None
+    for name, sub in module.named_modules():
+        if not _may_have(sub, "strict_img_size"):
+            continue
         img_size = getattr(sub, "img_size", None)
         if getattr(sub, "strict_img_size", False) and isinstance(img_size, (tuple, list)) and len(img_size) == 2:
-            owner = subs.get(name.rpartition(".")[0], module) if name else module
+            owner = module.get_submodule(name.rpartition(".")[0]) if name else module
             return (int(img_size[0]), int(img_size[1])), type(owner).__name__
     return None
+
+
+def _any_may_have(module: nn.Module, attribute: str) -> bool:
+    """Whether :func:`_may_have` holds for ``module`` or any module under it."""
+    stack, seen = [module], set()
+    while stack:
+        sub = stack.pop()
+        if sub is None or id(sub) in seen:
+            continue
+        seen.add(id(sub))
+        if _may_have(sub, attribute):
+            return True
+        stack.extend(sub._modules.values())
+    return False
+
+
+def _may_have(sub: nn.Module, attribute: str) -> bool:
+    """Whether ``getattr(sub, attribute)`` can find anything (the instance, its class, or
+    ``nn.Module.__getattr__``'s parameters, buffers and submodules), told without the
+    AttributeError a miss raises: what made :func:`_fixed_input`'s walk cost a tenth of a
+    millisecond per pair on a small network."""
+    if type(sub).__getattr__ is not nn.Module.__getattr__:  # a module of its own rules: ask it
+        return hasattr(sub, attribute)
+    own = sub.__dict__
+    return (attribute in own or hasattr(type(sub), attribute) or attribute in own.get("_parameters", ())
+            or attribute in own.get("_buffers", ()) or attribute in own.get("_modules", ()))
 
 
 def check_input_size(module: nn.Module, shape: tuple[int, int], field: str = "size") -> None:

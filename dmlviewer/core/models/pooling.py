@@ -101,7 +101,9 @@ class Pooling(nn.Module):
         if self.kind != "flatten":
             if scale is not None:
                 weight = weight * scale
-            return torch.einsum("bcn,oc->bno", self.position_parts(x, frozen), weight)
+            # B x n x C times C x out: one batched product (the einsum's permutations cost a
+            # fifth more at one thread)
+            return torch.matmul(self.position_parts(x, frozen).transpose(1, 2), weight.T)
         flat = x.flatten(2)
         if scale is not None:
             flat = flat * scale.view(self.channels, -1)
