@@ -7,10 +7,10 @@ Deletion: the query's cells are replaced by the baseline in the order a map rank
 cosine similarity to the reference is recorded (a faithful map makes it fall fast: low area);
 insertion puts them back into the all-baseline query (rises fast: high area). ``random`` is the
 floor (grey, dashed) and ``oracle`` the greedy ceiling (white, dashed). Plot styling is the tool
-windows' one (``widgets.style_plot``): each method has its own colour *and* line style
-(``widgets.series_pen``) and is named in a legend on each plot and in the AUC table by its
-display name (the pair view's, "Decomposition+Bias"); selecting a table row draws that method's
-curves bold.
+windows' one (``widgets.style_plot``): each method has its own colour, the same in every view
+(``widgets.METHOD_COLORS``), *and* line style (``widgets.series_pen``), and is named in a legend
+on each plot and in the AUC table by its display name (the pair view's, "Decomposition+Bias");
+selecting a table row draws that method's curves bold.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_STEPS
 from dmlviewer.core.progress import CancelToken, Progress
-from dmlviewer.gui.widgets import PLOT_BACKGROUND, LegendStrip, format_eta, series_color, series_pen, style_plot
+from dmlviewer.gui.widgets import (DASHES, METHOD_COLORS, PALETTE, PLOT_BACKGROUND, LegendStrip, format_eta, series_pen,
+                                   style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 REFERENCE_STYLE = {"random": ("#9e9e9e", Qt.DashLine), "oracle": ("#ffffff", Qt.DashLine)}
 #: display names of the reference orders (the methods' names come from the method registry)
 EXTRA_LABELS = {"random": "Random order (floor)", "oracle": "Greedy oracle (ceiling)"}
+#: line styles of the methods' curves: all but the reference orders' dash
+METHOD_DASHES = [style for style in DASHES if style not in {dash for _, dash in REFERENCE_STYLE.values()}]
 
 
 def method_label(method: str) -> str:
@@ -53,19 +56,27 @@ def method_label(method: str) -> str:
 
 def method_pens(methods: Sequence[str], width: float = 2.0) -> dict[str, QPen]:
     """One pen per method: the reference orders their fixed grey/white dashes, every other
-    method the next colour and line style of the plot style (``series_pen``; the reference
-    orders' colours are left out, so no method looks like the floor or the ceiling)."""
-    reserved = {color.lower() for color, _ in REFERENCE_STYLE.values()}
-    pens, k = {}, 0
+    method its colour of every view (``widgets.METHOD_COLORS``, as in the sanity check) and the
+    next line style but the references' dash, so no method looks like the floor or the ceiling
+    (occlusion is white like the oracle, but never dashed). Maps without a colour of their own
+    (point-to-point, groups) take the palette colours that no other curve here has."""
+    taken = {color.lower() for color, _ in REFERENCE_STYLE.values()}
+    taken |= {METHOD_COLORS[m].lower() for m in methods if m in METHOD_COLORS}
+    spare = [color for color in PALETTE if color.lower() not in taken] or PALETTE
+    pens, i, k = {}, 0, 0
     for method in methods:
         if method in REFERENCE_STYLE:
             color, style = REFERENCE_STYLE[method]
             pens[method] = series_pen(0, width, color=color, style=style)
             continue
-        while series_color(k).lower() in reserved:
+        color = METHOD_COLORS.get(method)
+        style = METHOD_DASHES[i % len(METHOD_DASHES)]
+        if color is None:  # the spare colours first, then the next line style
+            color = spare[k % len(spare)]
+            style = METHOD_DASHES[k // len(spare) % len(METHOD_DASHES)]
             k += 1
-        pens[method] = series_pen(k, width)
-        k += 1
+        pens[method] = series_pen(i, width, color=color, style=style)
+        i += 1
     return pens
 
 

@@ -32,8 +32,8 @@ from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAI
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
 from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
-from dmlviewer.gui.widgets import (add_legend, fit_to_screen, format_eta, keep_in_front, scrolling, series_color,
-                                   series_pen, style_plot)
+from dmlviewer.gui.widgets import (add_legend, fit_to_screen, format_eta, keep_in_front, method_color, scrolling,
+                                   series_color, series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -499,11 +499,11 @@ class LocalizationView(QWidget):
         self.best_table.setRowCount(len(results))
         top = 0.0
         for i, row in enumerate(results):
-            color = series_color(i)
+            color = method_color(row["method"], i)  # the method's colour in every view
             name = method_label(row["method"])
             # The best point of each curve is a star; its numbers are in the legend and the
             # table (labels on the plot ran into each other where the curves peak together).
-            self.plot.plot(row["thresholds"], row["accuracy"], pen=series_pen(i), symbol="o",
+            self.plot.plot(row["thresholds"], row["accuracy"], pen=series_pen(i, color=color), symbol="o",
                            symbolSize=5, symbolBrush=color, symbolPen=None,
                            name=f"{name} {row['best_accuracy']:.2f} @ {row['best_threshold']:g}")
             best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,

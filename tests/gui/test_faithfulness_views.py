@@ -150,9 +150,12 @@ def test_faithfulness_plots_name_every_curve_in_a_legend_with_its_own_pen(qtbot)
     pens = [plots.curves[m][0].opts["pen"] for m in methods]
     looks = [(pen.color().name(), pen.style()) for pen in pens]
     assert len(set(looks)) == len(methods)  # no two curves alike
+    # no method looks like the floor or the ceiling: never dashed as they are (occlusion is white, as the
+    # oracle), and a map without a colour of its own is never grey or white
+    assert not {s for _, s in looks[:-2]} & {s for _, s in REFERENCE_STYLE.values()}
     reserved = {color.lower() for color, _ in REFERENCE_STYLE.values()}
-    assert not {c for c, _ in looks[:-2]} & reserved  # no method looks like the floor or the ceiling
-    assert len({s for _, s in looks[:5]}) == 5  # neighbours differ in line style as well
+    assert not {c for c, _ in looks[6:-2]} & reserved
+    assert len({s for _, s in looks[:4]}) == 4  # neighbours differ in line style as well
     # the table names the methods as the legend does, in full, and selects them by key
     metrics = table.fontMetrics()
     for i, label in enumerate(labels):
@@ -161,3 +164,44 @@ def test_faithfulness_plots_name_every_curve_in_a_legend_with_its_own_pen(qtbot)
     plots.highlight("gradcam")
     assert plots.curves["gradcam"][0].opts["pen"].widthF() == 4.0
     assert plots.curves["decomposition"][0].opts["pen"].widthF() == 2.0
+
+
+def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
+    """A method has the same colour in every view: the faithfulness curves, the AUC table's icons
+    and the localization curves take ``METHOD_COLORS``, as the sanity check does, whatever
+    methods come before."""
+    from PySide6.QtGui import QColor
+
+    from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
+    from dmlviewer.gui.localization_view import LocalizationView
+    from dmlviewer.gui.widgets import METHOD_COLORS
+
+    fractions = np.linspace(0, 1, 5)
+    for methods in (["gradcam", "occlusion", "random"], ["rgradcam", "decomposition", "gradcam", "oracle"]):
+        rows = [{"method": m, "fractions": fractions, "deletion": 1 - fractions, "insertion": fractions,
+                 "deletion_auc": 0.5, "insertion_auc": 0.5, "num_pairs": 1} for m in methods]
+        plots, table = FaithfulnessPlots(), AucTable()
+        for w in (plots, table):
+            qtbot.addWidget(w)
+        plots.show_curves(rows)
+        table.show_rows(rows)
+        for i, method in enumerate(methods):
+            if method not in METHOD_COLORS:
+                continue
+            expected = QColor(METHOD_COLORS[method]).name()
+            for kind, plot in plots.plots.items():  # read back from the plot's items, in the rows' order
+                item = plot.getPlotItem().listDataItems()[i]
+                assert item.name() == method_label(method)
+                assert item.opts["pen"].color().name() == expected, (kind, method)
+            icon = table.item(i, 0).icon().pixmap(34, 12).toImage()
+            line = {icon.pixelColor(x, 6).name() for x in range(2, 32)}  # the icon's line sample (dashed or not)
+            assert expected in line, method
+
+    view = LocalizationView(runner)
+    qtbot.addWidget(view)
+    view.show_localization([{"method": m, "pairing": "same", "thresholds": [0.1, 0.5], "accuracy": [0.2, 0.4],
+                             "best_threshold": 0.5, "best_accuracy": 0.4, "num_images": 3}
+                            for m in ("rgradcam", "decomposition")])
+    curves = [c for c in view.plot.getPlotItem().listDataItems() if c.name()]  # not the best points' stars
+    assert [c.opts["pen"].color().name() for c in curves] == [
+        QColor(METHOD_COLORS[m]).name() for m in ("rgradcam", "decomposition")]
