@@ -1,10 +1,11 @@
 """Monkey test: every menu action, every dialog, hostile text in every field, every safe button.
 
-The main window is opened on the small demo fixtures; then every action reachable from the
-menu bar (and every other ``QAction`` of the window) is triggered, every window or dialog
-that opens gets hostile strings typed into each of its text fields and spin boxes with real
-key events, and each of its safe buttons is clicked. Modal calls (file dialogs, message
-boxes, ``QDialog.exec``) answer at once, so nothing ever blocks.
+The main window is opened on the small demo fixtures (model A and, compared with it, model B);
+then every action reachable from the menu bar (and every other ``QAction`` of the window) is
+triggered, every window or dialog that opens gets hostile strings typed into each of its text
+fields and spin boxes with real key events, and each of its safe buttons is clicked. Modal
+calls (file dialogs, message boxes, input dialogs, ``QDialog.exec``) answer at once, so nothing
+ever blocks.
 
 The test fails on any exception escaping a slot or a Qt virtual method (pytest-qt captures
 them) and on any error dialog (``errors.show_error`` is recorded by the ``dialogs`` fixture):
@@ -36,6 +37,8 @@ HOSTILE = ["/", "..", "~", "x" * 300, "é中😀", "-1", "1e309", "nan"]
 #: Buttons and actions never pressed (by their text, "&" and "…"/"..." ignored): quitting, and
 #: buttons that start long jobs (training, evaluation, extraction, dataset-wide runs).
 DENY = re.compile(r"^(quit|start|evaluate|run( .*)?|extract.*|compute.*|faithfulness of this pair)$", re.I)
+#: Actions triggered after all others: they close what the others act on (model B's Label Model B).
+LAST = re.compile(r"^stop comparing$", re.I)
 
 
 def _plain(text: str) -> str:
@@ -46,19 +49,47 @@ def _denied(text: str) -> bool:
     return bool(DENY.match(_plain(text)))
 
 
+class ModalCalls(list):
+    """``(title, fields, buttons)`` per dialog run with ``exec()``, and the file dialogs asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+
 @pytest.fixture
 def no_modal_calls(monkeypatch):
-    """File dialogs, message boxes and input dialogs answer "cancelled" at once; a dialog run
-    with ``exec()`` is fuzzed like any window and then rejected. Returns, per such dialog, its
-    title and the numbers of fields typed into and buttons clicked."""
-    seen: list[tuple[str, int, int]] = []
+    """File dialogs and message boxes answer "cancelled" at once; a dialog run with ``exec()`` is
+    fuzzed like any window and then rejected; a text input dialog is a real one, fuzzed so, and
+    accepted with the text typed last. Returns, per dialog run with ``exec()``, its title and
+    the numbers of fields typed into and buttons clicked; ``.asked`` lists the file dialogs'
+    titles (which show how far an action got before the user would choose a path)."""
+    seen = ModalCalls()
+
+    def file_dialog(answer):
+        def ask(parent=None, caption: str = "", *args, **kwargs):
+            seen.asked.append(caption)
+            return answer
+
+        return staticmethod(ask)
+
     for name in ("getOpenFileName", "getSaveFileName", "getOpenFileNames"):
-        monkeypatch.setattr(QFileDialog, name, staticmethod(lambda *a, **k: ("", "")))
-    monkeypatch.setattr(QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: ""))
+        monkeypatch.setattr(QFileDialog, name, file_dialog(("", "")))
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", file_dialog(""))
     for name in ("about", "information", "warning", "critical"):
         monkeypatch.setattr(QMessageBox, name, staticmethod(lambda *a, **k: QMessageBox.Ok))
-    for name in ("getText", "getItem", "getInt", "getDouble"):
+    for name in ("getItem", "getInt", "getDouble"):
         monkeypatch.setattr(QInputDialog, name, staticmethod(lambda *a, **k: (None, False)))
+
+    def get_text(parent, title: str, label: str, echo=QLineEdit.Normal, text: str = "", *args, **kwargs):
+        dialog = QInputDialog(parent)
+        dialog.setWindowTitle(title)
+        dialog.setLabelText(label)
+        dialog.setTextValue(text)
+        dialog.exec()  # fuzzed (below)
+        answer = dialog.textValue()
+        dialog.deleteLater()
+        return answer, True
 
     def exec_(dialog) -> int:
         dialog.show()
@@ -66,6 +97,7 @@ def no_modal_calls(monkeypatch):
         dialog.hide()
         return QDialog.Rejected
 
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(get_text))
     monkeypatch.setattr(QDialog, "exec", exec_)
     return seen
 
@@ -156,16 +188,19 @@ def _from_pyqtgraph(obj: QObject | None) -> bool:
 
 
 def _all_actions(window) -> list[QAction]:
+    """The menu bar's actions, then the window's others; those of :data:`LAST` at the end."""
     actions = _menu_actions(window)
     for action in window.findChildren(QAction):
         if (action not in actions and not action.isSeparator() and action.menu() is None and action.text()
                 and not _from_pyqtgraph(action)):
             actions.append(action)
-    return actions
+    return sorted(actions, key=lambda action: bool(LAST.match(_plain(action.text()))))
 
 
 def test_monkey(window, qtbot, demo_root, small_ckpt, wait_ready, no_modal_calls):
     assert window.open_dataset(demo_root) and window.open_checkpoint(small_ckpt)
+    window.open_compare(small_ckpt)  # model B too: its actions (Label Model B) are enabled
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
     wait_ready(window.pair_view)
     before = {id(w) for w in QApplication.topLevelWidgets() if w.isVisible()}
     triggered = []
@@ -193,8 +228,9 @@ def test_monkey(window, qtbot, demo_root, small_ckpt, wait_ready, no_modal_calls
     print("\n".join(f"{title}: {fields} fields, {buttons} buttons" for title, fields, buttons in fuzzed))
     titles = " ".join(title for title, _, _ in fuzzed)
     for expected in ("Train", "Evaluation", "Localization", "Embedding", "Import", "Pretrained", "Model from Code",
-                     "Compare Models", "Compare With"):
+                     "Compare Models", "Compare With", "Label model A", "Label model B", "Export View"):
         assert expected.lower() in titles.lower(), (expected, fuzzed)
+    assert "Write Report" in no_modal_calls.asked  # Tools > Report got as far as asking where to write
     assert sum(fields for _, fields, _ in fuzzed) >= 40 and sum(b for _, _, b in fuzzed) >= 10, fuzzed
     assert window.isVisible()
     assert window.dialogs == [], window.dialogs
