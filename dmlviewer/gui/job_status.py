@@ -6,7 +6,11 @@ once asked to stop, and the last job's end ("cancelled: …", "failed: …", the
 that eliding the name never hides it) for :attr:`JobStatus.ENDED_SHOWN_S` seconds when nothing
 runs (then the bar is clear: the Jobs view keeps the record, issue 31 item 3); a
 "Jobs" button opens and closes the Jobs dock, so the dock can stay hidden and the pair view
-keeps the height. :class:`MessageStatusBar` draws temporary messages (hover read-outs,
+keeps the height. It is compact, so that the hover or pinned-point message beside it reads whole
+in a 1366-px window while a job runs: a short bar, the job's name elided before its state
+("Extract fe…: 42 %, ETA 01:10", the whole line in the tooltip), and the labels handed to
+:meth:`JobStatus.give_way` (the dataset's and the model's) narrower while a job runs.
+:class:`MessageStatusBar` draws temporary messages (hover read-outs,
 notices) in a label that elides long text in the middle, with the whole text as its tooltip,
 instead of cutting it ("[pinne"); :class:`FittedLabel` does the same for the permanent labels.
 """
@@ -24,6 +28,12 @@ from dmlviewer.gui.worker import Job, JobRunner, JobState
 
 #: Width the status bar's message keeps on a narrow window (the permanent labels elide first).
 MESSAGE_MIN_WIDTH = 240
+#: Widest the running job's line and its bar get (the job's state, e.g. "42 %, ETA 01:10", is
+#: 90-110 px of it): with them the pinned-point message reads whole at 1366 px.
+JOB_LABEL_WIDTH = 160
+JOB_BAR_WIDTH = 56
+#: Widest a label handed to :meth:`JobStatus.give_way` gets while a job runs.
+GIVE_WAY_WIDTH = 160
 
 
 class FittedLabel(ElidedLabel):
@@ -36,7 +46,20 @@ class FittedLabel(ElidedLabel):
         super().__init__(text, mode, parent)
         self.max_width = max_width
         self.whole = whole
+        #: the end of the text drawn whole where room allows (a job's state): the rest gives way
+        self.tail = ""
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)
+
+    def elided(self, width: int) -> str:
+        """The text as drawn in ``width`` pixels: the part before :attr:`tail` elided first."""
+        text, tail = self.text(), self.tail
+        metrics = self.fontMetrics()
+        if not tail or not text.endswith(tail) or metrics.horizontalAdvance(text) <= width:
+            return super().elided(width)
+        room = width - metrics.horizontalAdvance(tail)
+        if room < metrics.horizontalAdvance("Ab…"):  # the tail alone, its start first (": " dropped)
+            return metrics.elidedText(tail.lstrip(": "), Qt.ElideRight, width)
+        return metrics.elidedText(text[:-len(tail)], self.mode, room) + tail
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt API
         super().setText(text)
@@ -83,12 +106,12 @@ class JobStatus(QWidget):
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
-        self.label = FittedLabel("", max_width=240, mode=Qt.ElideRight)  # the whole name in the tooltip
+        self.label = FittedLabel("", max_width=JOB_LABEL_WIDTH, mode=Qt.ElideRight)  # the whole line in the tooltip
         self.label.setObjectName("jobStatusLabel")
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setTextVisible(False)
-        self.bar.setFixedSize(110, 14)
+        self.bar.setFixedSize(JOB_BAR_WIDTH, 14)
         self.button = QToolButton()
         self.button.setText("Jobs")
         self.button.setAutoRaise(True)
@@ -101,6 +124,7 @@ class JobStatus(QWidget):
         row.addWidget(self.bar)
         row.addWidget(self.button)
         self._last_ended: Job | None = None
+        self._giving_way: list[tuple[FittedLabel, int, int]] = []  # (label, its width, while a job runs)
         self._dirty = True
         self._timer = QTimer(self)
         self._timer.setInterval(self.REFRESH_MS)
@@ -125,25 +149,46 @@ class JobStatus(QWidget):
         # cleared once it has been said long enough (the refresh then finds it expired)
         QTimer.singleShot(int(self.ENDED_SHOWN_S * 1000) + 50, self.refresh)
 
+    def give_way(self, label: FittedLabel, width: int = GIVE_WAY_WIDTH) -> None:
+        """While a job runs, ``label`` is at most ``width`` px wide (elided first), so that the
+        job's line and the message beside it keep their room; its own width when none runs."""
+        self._giving_way.append((label, label.max_width, width))
+        self.refresh()
+
     def text(self) -> str:
-        """What the label says (also its tooltip)."""
+        """What the label says (also its tooltip); while a job runs it ends in :meth:`state_text`."""
         job = self.runner.current
-        queued = len(self.runner.jobs) - (1 if job is not None else 0)
-        more = f" (+{queued} queued)" if queued else ""
         if job is not None:
-            return f"{job.name}: {job.status_text()}{more}"
+            return f"{job.name}{self.state_text()}"
         last = self._last_ended
         if (last is not None and last.state in (JobState.CANCELLED, JobState.FAILED)
                 and time.time() - (last.ended_at or 0.0) < self.ENDED_SHOWN_S):
             return f"{last.state}: {last.name}"
         return ""
 
+    def state_text(self) -> str:
+        """The running job's part of :meth:`text` that is never elided (": 42 %, ETA 01:10
+        (+2 queued)"); "" when none runs."""
+        job = self.runner.current
+        if job is None:
+            return ""
+        queued = len(self.runner.jobs) - 1
+        return f": {job.status_text()}" + (f" (+{queued} queued)" if queued else "")
+
     def refresh(self) -> None:
         self._dirty = False
         job = self.runner.current
-        self.label.setText(self.text())
-        self.label.setToolTip(self.text())
+        text = self.text()
+        self.label.tail = self.state_text()
+        self.label.setText(text)
+        self.label.setToolTip(text)
+        self.setToolTip(text)
         self.bar.setVisible(job is not None)
+        for label, own, narrow in self._giving_way:
+            width = own if job is None else narrow
+            if label.max_width != width:
+                label.max_width = width
+                label.updateGeometry()
         if job is not None:
             self.bar.setValue(int(round(1000 * job.fraction)))
             self.bar.setToolTip(f"{job.percent} % of '{job.name}'")

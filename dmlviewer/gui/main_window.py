@@ -207,6 +207,8 @@ class MainWindow(QMainWindow):
         self.dataset_label = FittedLabel("no dataset", max_width=320)
         self.similarity_label = FittedLabel("", max_width=200, whole=True)  # "A +0.1234 · B +0.1234", never elided
         self.similarity_label.setObjectName("similarityLabel")
+        for label in (self.dataset_label, self.model_label):  # elided first while a job runs: the message stays whole
+            self.job_status.give_way(label)
         for label in (self.similarity_label, self.dataset_label, self.model_label, self.compare_label,
                       self.device_label):
             label.setContentsMargins(6, 0, 6, 0)

@@ -259,11 +259,14 @@ class ElidedLabel(QLabel):
         super().setText(text)
         self.setToolTip(text)
 
+    def elided(self, width: int) -> str:
+        """The text as drawn in ``width`` pixels (the whole text when it fits)."""
+        return self.fontMetrics().elidedText(self.text(), self.mode, width)
+
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
         painter = QPainter(self)
         rect = self.contentsRect()
-        painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine,
-                         self.fontMetrics().elidedText(self.text(), self.mode, rect.width()))
+        painter.drawText(rect, int(self.alignment()) | Qt.TextSingleLine, self.elided(rect.width()))
         painter.end()
 
 

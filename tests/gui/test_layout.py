@@ -124,6 +124,48 @@ def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_wi
     assert label.text() == ""
 
 
+def test_the_pinned_point_message_reads_whole_at_1366_px_while_a_job_runs(sized_window, qtbot):
+    """The job's line is compact (a short bar, its name elided before its state) and the dataset
+    and model labels give way while it runs, so that the hover or pinned-point message is not
+    elided; they are whole again once it ends."""
+    from dmlviewer.gui.job_status import JOB_BAR_WIDTH
+
+    win = sized_window(1366, 768)
+    for widget, words in ((win.similarity_label, "similarity +0.7821"),
+                          (win.dataset_label, "demo-data (cub): 800 images, 20 classes"),
+                          (win.model_label, "small_cnn · gmp + c-grouping ×4 · 128-d"), (win.device_label, "device: cpu")):
+        widget.setText(words)  # the demo's
+    gate = threading.Event()
+
+    def job(cancel):
+        yield Progress("step", 3, 10, "working", eta_s=30.0)
+        gate.wait(10)
+
+    name = "Extract features of demo-data with resources/demo_checkpoint.pt · small_cnn"
+    running = win.runner.submit(name, job)
+    qtbot.waitUntil(lambda: running.progress is not None, timeout=5000)
+    status, bar = win.job_status, win.statusBar()
+    status.refresh()
+    # the longest usual line: the reference side, three-digit positions, a negative share, pinned
+    text = "reference (120, 145): -12.34% of the similarity  [pinned, Esc to release]"
+    bar.showMessage(text)
+    QApplication.processEvents()
+    label = bar.message_label
+    assert win.width() == 1366 and label.isVisible()
+    assert label.elided(label.contentsRect().width()) == text  # whole, not "reference (120, 1…release]"
+    line = status.label
+    assert line.toolTip() == f"{name}: 30 %, ETA 00:30" and status.bar.width() <= JOB_BAR_WIDTH
+    shown = line.elided(line.contentsRect().width())
+    assert shown.startswith("Ext") and shown.endswith("…: 30 %, ETA 00:30")  # the name gives way, not the state
+    assert win.similarity_label.width() >= win.similarity_label.sizeHint().width()
+    gate.set()
+    qtbot.waitUntil(lambda: not win.runner.busy, timeout=5000)
+    status.refresh()
+    QApplication.processEvents()
+    for widget in (win.dataset_label, win.model_label):  # no job: whole again
+        assert widget.elided(widget.contentsRect().width()) == widget.text()
+
+
 def test_the_panes_do_not_jump_while_a_map_computes_or_a_pair_prepares(sized_window, qtbot):
     """Computing a map (here grad-weight transfer's Grad-CAM weights) shows a note on the panes
     and hides the overlay, and preparing a pair changes the read-out line: neither moves or
