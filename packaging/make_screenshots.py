@@ -542,8 +542,8 @@ def code_dialog_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
     """File > Open Model from Code, filled in for :data:`EXAMPLE_MODULE` (not accepted)."""
     module = work / "my_models.py"
     module.write_text(EXAMPLE_MODULE)
-    window.open_code_action.trigger()
-    dialog = window.code_dialog
+    window.model_menus.open_code_action.trigger()
+    dialog = window.model_menus.code_dialog
     here = os.getcwd()
     os.chdir(work)  # the dialog shows the file name as a person would type it
     try:

@@ -336,7 +336,7 @@ class _Screenshot:
             return False
         if w.model is not None and w.pair_view.images is not None and w.pair_view.state == "preparing":
             return False
-        if w.loader.busy or w._extract_job is not None or w.retrieval.searching:  # thumbnails, neighbours
+        if w.loader.busy or w.jobs.extract_job is not None or w.retrieval.searching:  # thumbnails, neighbours
             return False
         if w.tabs.currentWidget() is w.group_tabs and w.group_tabs.active \
                 and w.pair_view.state == "ready" and w.group_tabs._data is None:

@@ -320,7 +320,7 @@ class CompareWindow(QWidget):
         """Say which models are open (and whether a comparison or a check can run)."""
         session = self.window_.session
         a, b = session.slot("primary"), session.slot("compare")
-        names = [self.window_._display_name(s) if slot is not None else "none"
+        names = [self.window_.labels.display_name(s) if slot is not None else "none"
                  for s, slot in (("primary", a), ("compare", b))]
         self.models_label.setText(f"<b>A</b>: {html.escape(names[0])}&emsp;|&emsp;<b>B</b>: {html.escape(names[1])}"
                                   f"&emsp;|&emsp;dataset: "
@@ -361,7 +361,7 @@ class CompareWindow(QWidget):
         def factory(cancel):
             return locked_steps(compare_models(model_a, model_b, dataset, split, pairs, device, cancel=cancel), lock)
 
-        name = (f"Compare {window._model_name('primary')} and {window._model_name('compare')} on {pairs} "
+        name = (f"Compare {window.labels.job_name('primary')} and {window.labels.job_name('compare')} on {pairs} "
                 f"{split} pairs of {Path(session.dataset_path).name}")
         self._stamps = (session.stamp("primary"), session.stamp("compare"))
         self._idle = False
@@ -408,7 +408,7 @@ class CompareWindow(QWidget):
         self._check_stamps = tuple(session.stamp(name) for name in slot_names)
         self._check_letters = tuple(letter for letter, _ in models)
         self._check_model = " and ".join(self._check_letters)
-        who = " and ".join(window._model_name(name) for name in slot_names)
+        who = " and ".join(window.labels.job_name(name) for name in slot_names)
         self.check_job = window.runner.submit(f"Randomization check of {who} on {pairs} {split} pairs", factory)
         self.check_status.setText("Checking… (see View ▸ Jobs)")
         self.check_cancel_button.setEnabled(True)
@@ -504,7 +504,7 @@ class CompareWindow(QWidget):
         table.setRowCount(len(rows))
         for r, (name, values) in enumerate(rows):
             slot = ("primary", "compare")[r] if r < 2 else None
-            table.setItem(r, 0, QTableWidgetItem(f"{name}: {self.window_._display_name(slot)}" if slot else name))
+            table.setItem(r, 0, QTableWidgetItem(f"{name}: {self.window_.labels.display_name(slot)}" if slot else name))
             for c, (title, _, _) in enumerate(DIAGNOSIS_COLUMNS, start=1):
                 item = QTableWidgetItem(_cell(values[title], "{:.3f}"))
                 item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
@@ -606,7 +606,7 @@ class CompareWindow(QWidget):
 
     # -- saving (issue 31 item 10)
     def _names(self) -> dict[str, str]:
-        return {"A": self.window_._display_name("primary"), "B": self.window_._display_name("compare")}
+        return {"A": self.window_.labels.display_name("primary"), "B": self.window_.labels.display_name("compare")}
 
     def save_comparison(self, path: str | Path) -> list[Path]:
         """Write the comparison shown: ``.csv``: the pairs table at ``path``, the diagnosis and the

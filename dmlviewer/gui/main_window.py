@@ -17,20 +17,19 @@ to it (the retrieval panel and the status bar follow its events; the pair view i
 options), the last session is written from it, and a job's result is shown only when
 ``session.accepts`` its stamp (results of a dataset or model closed meanwhile are dropped).
 
-Comparing two models (issue 24): File > Compare With Model opens a second model, through any
-door, into the session's ``"compare"`` slot (model B, shown by the pair view as a second row);
-File > Stop Comparing empties it; Tools > Compare Models opens ``gui/compare_window.py``.
+Parts of the window live in their own modules, each held by an attribute: the File menu's doors
+to a model and Recent Models (``model_menus``, gui/model_menus.py), model B of a comparison
+(``compare``, gui/compare_model.py, issue 24), the models' names and labels (``labels``,
+gui/model_labels.py), the extraction and Grad-CAM weight jobs (``jobs``, gui/window_jobs.py), and
+reading and choosing the pair's images (``pairs``, gui/pair_choice.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from pathlib import Path
 from typing import Callable
-
-import numpy as np
 
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
@@ -40,13 +39,18 @@ from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog
 from dmlviewer.core.session import Session
 from dmlviewer.gui import errors, settings
 from dmlviewer.gui.browser import DatasetBrowser
+from dmlviewer.gui.compare_model import CompareModel
 from dmlviewer.gui.group_tabs import GroupTabs
-from dmlviewer.gui.pair_view import PairImages, PairView
+from dmlviewer.gui.model_labels import ModelLabels, model_summary
+from dmlviewer.gui.model_menus import ModelMenus
+from dmlviewer.gui.pair_choice import PairChoice
+from dmlviewer.gui.pair_view import PairView
 from dmlviewer.gui.problems import ProblemsList
 from dmlviewer.gui.retrieval_panel import RetrievalPanel
 from dmlviewer.gui.search_index import IndexKeeper
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.widgets import clamp_to_screen, fit_to_screen
+from dmlviewer.gui.window_jobs import WindowJobs
 from dmlviewer.gui.worker import JobRunner, confirm_close
 
 log = logging.getLogger(__name__)
@@ -68,11 +72,12 @@ def _icon(name: str) -> QIcon:
 class MainWindow(QMainWindow):
     """See the module docstring. Public API (docs/internals.md, "gui"): ``open_dataset``,
     ``open_checkpoint``, ``open_model_source``, ``use_model``, ``open_features``, ``set_pair``,
-    ``open_in_background``, ``add_tool_action``; attributes ``session`` and ``runner``, and the
-    read-only views of the session ``dataset``, ``model``, ``features`` and the others below."""
+    ``open_in_background``, ``add_tool_action``, ``open_compare``, ``stop_comparing``,
+    ``label_model``; attributes ``session`` and ``runner``, the read-only views of the session
+    ``dataset``, ``model``, ``features`` and the others below, and the parts in their own modules
+    (``model_menus``, ``compare``, ``labels``, ``jobs``, ``pairs``)."""
 
     _loaded = Signal(object)  # open_in_background: what the loading thread read
-    _compare_loaded = Signal(object)  # open_compare: (request, source, (model, info) or the exception)
     _loading_step = Signal(str)
     _devices_found = Signal(object)
 
@@ -87,11 +92,7 @@ class MainWindow(QMainWindow):
         self.loading = False  # files being read by open_in_background
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
         self._session_links: list[tuple] = []  # (session event, callback) connected by this window
-        self._live_models: list[tuple] = []  # (model, info, source) of live modules shown in this process
-        self._pair_images: tuple | None = None  # ((query, reference), PairImages) read by set_pair
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
-        self._grad_job_key: tuple | None = None
-        self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
 
         self.loader = ThumbnailLoader(parent=self)
         self.pair_view = PairView(model_lock=self.model_lock, display=self.session.display)
@@ -114,13 +115,17 @@ class MainWindow(QMainWindow):
         self.problems_dock = self._dock("Problems", "problemsDock", self.problems, Qt.BottomDockWidgetArea)
         self.problems_dock.hide()
         self._layout_pending = True
+        self.pairs = PairChoice(self)
+        self.jobs = WindowJobs(self)
+        self.labels = ModelLabels(self)
+        self.model_menus = ModelMenus(self, _icon("checkpoint"))
+        self.compare = CompareModel(self)
 
         self._build_status_bar()
         self._build_actions()
         self._connect()
         self.tools = self._install_tools()
-        self.compare_window = None  # Tools > Compare Models, created on first use
-        self._install_compare_tool()
+        self.compare.install_tool()
         self._restore_options()
         fit_to_screen(self, 1500, 920)  # never larger than the screen (1366 x 768 laptops)
         self._restore_layout()
@@ -226,15 +231,6 @@ class MainWindow(QMainWindow):
             action = self.open_as_menu.addAction(fmt)
             action.triggered.connect(lambda _=False, f=fmt: self._ask_dataset(f))
         self.recent_datasets_menu = QMenu("Recent Datasets", self)
-        self.open_checkpoint_action = QAction(_icon("checkpoint"), "Open &Checkpoint…", self)
-        self.open_checkpoint_action.setShortcut(QKeySequence("Ctrl+K"))
-        self.open_checkpoint_action.triggered.connect(self._ask_checkpoint)
-        self.recent_models_menu = QMenu("Recent &Models", self)
-        self.recent_models_menu.setToolTipsVisible(True)  # each entry's whole path
-        self.open_code_action = QAction("Open Model from &Code…", self)
-        self.open_code_action.setToolTip("Build the architecture with your own Python (file.py:NAME or "
-                                         "package.module:NAME) and load its weights file")
-        self.open_code_action.triggered.connect(self._ask_code_model)
         self.open_features_action = QAction(_icon("features"), "Open &Features…", self)
         self.open_features_action.setToolTip("Open an HDF5 feature file for retrieval")
         self.open_features_action.triggered.connect(self._ask_features)
@@ -251,17 +247,11 @@ class MainWindow(QMainWindow):
         file_menu.addMenu(self.open_as_menu)
         file_menu.addMenu(self.recent_datasets_menu)
         file_menu.addSeparator()
-        file_menu.addAction(self.open_checkpoint_action)
-        file_menu.addMenu(self.recent_models_menu)
-        from dmlviewer.gui.import_dialog import import_action
-
-        file_menu.addAction(import_action(self))
-        from dmlviewer.gui.pretrained_dialog import pretrained_action
-
-        self.open_pretrained_action = pretrained_action(self)
-        file_menu.addAction(self.open_pretrained_action)
-        file_menu.addAction(self.open_code_action)
-        self._build_compare_menu(file_menu)
+        self.model_menus.add_to(file_menu)
+        file_menu.addMenu(self.compare.menu)  # File > Compare With Model, Stop Comparing (issue 24)
+        file_menu.addAction(self.compare.stop_action)
+        for action in self.labels.actions.values():  # a name of the user's for model A and B (issue 31 item 1)
+            file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)
@@ -272,8 +262,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(export.install(self))
         file_menu.addAction(save_shot)
         file_menu.addAction(quit_action)
-        for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_models_menu, "models"),
-                           (self.recent_features_menu, "features")):
+        for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_features_menu, "features")):
             menu_.aboutToShow.connect(lambda m=menu_, k=key: self._fill_recent(m, k))
 
         self.view_menu = view_menu = menu.addMenu("&View")
@@ -298,7 +287,7 @@ class MainWindow(QMainWindow):
         bar.setIconSize(QSize(20, 20))
         bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
         bar.addAction(self.open_dataset_action)
-        bar.addAction(self.open_checkpoint_action)
+        bar.addAction(self.model_menus.open_checkpoint_action)
         bar.addAction(self.open_features_action)
         bar.addSeparator()
         bar.addWidget(QLabel(" Device "))
@@ -315,39 +304,11 @@ class MainWindow(QMainWindow):
         self.addToolBar(bar)
         self.toolbar = bar
 
-    def _build_compare_menu(self, file_menu: QMenu) -> None:
-        """File > Compare With Model (a second model beside the open one, any door) and File >
-        Stop Comparing (issue 24)."""
-        self.compare_menu = QMenu("Compare &With Model", self)
-        self.compare_menu.setToolTip("Open a second model (B) beside the open one (A): both models' maps of "
-                                     "the same pair, and their difference")
-        doors = (("Checkpoint…", self._ask_compare_checkpoint),
-                 ("Pretrained Backbone…", self._ask_compare_pretrained),
-                 ("Model from Code…", self._ask_compare_code))
-        for text, slot in doors:
-            self.compare_menu.addAction(text).triggered.connect(slot)
-        self.compare_recent_menu = self.compare_menu.addMenu("Recent Models")
-        self.compare_recent_menu.setToolTipsVisible(True)
-        self.compare_recent_menu.aboutToShow.connect(self._fill_compare_recent)
-        self.stop_comparing_action = QAction("Stop Comparing", self)
-        self.stop_comparing_action.setEnabled(False)
-        self.stop_comparing_action.triggered.connect(self.stop_comparing)
-        file_menu.addMenu(self.compare_menu)
-        file_menu.addAction(self.stop_comparing_action)
-        # A name of the user's for model A and B (issue 31 item 1), kept by the last session.
-        self.label_actions = {}
-        for slot, text in (("primary", "Label Model A…"), ("compare", "Label Model B…")):
-            action = file_menu.addAction(text)
-            action.setEnabled(False)
-            action.setStatusTip("Give the model a name of your own, shown in the views, tables and exports")
-            action.triggered.connect(lambda _=False, s=slot: self._ask_model_label(s))
-            self.label_actions[slot] = action
-
     def _connect(self) -> None:
         self.browser.query_chosen.connect(lambda i: self.set_pair(i, self.reference_index))
         self.browser.reference_chosen.connect(lambda i: self.set_pair(self.query_index, i))
         self.retrieval.reference_chosen.connect(lambda i: self.set_pair(self.query_index, i))
-        self.retrieval.extract_requested.connect(self.extract_features)
+        self.retrieval.extract_requested.connect(self.jobs.extract_features)
         self.loader.failed.connect(lambda _i, path, reason: self.problems.add_problem(path, reason))
         self.problems.count_changed.connect(self._on_problems)
         self.pair_view.status_message.connect(self._hover_message)
@@ -357,11 +318,11 @@ class MainWindow(QMainWindow):
         self.pair_view.region_query.connect(self._on_region)
         self.retrieval.whole_image_chosen.connect(self.pair_view.clear_region)
         self.pair_view.swap_handler = self._swap_pair
-        self.pair_view.grad_bank_needed.connect(self._compute_grad_bank)
+        self.pair_view.grad_bank_needed.connect(self.jobs.compute_grad_bank)
         self.device_combo.currentIndexChanged.connect(lambda _i: self.set_device(self.device_combo.currentData()))
-        self.runner.job_finished.connect(self._on_job_finished)
-        self.runner.job_failed.connect(self._on_job_failed)
-        self.runner.job_cancelled.connect(self._on_job_cancelled)
+        self.runner.job_finished.connect(self.jobs.on_job_finished)
+        self.runner.job_failed.connect(self.jobs.on_job_failed)
+        self.runner.job_cancelled.connect(self.jobs.on_job_cancelled)
         events = self.session.events
         self._observe(events.dataset, self._on_dataset_changed)
         self._observe(events.model, self._on_model_changed)
@@ -375,7 +336,6 @@ class MainWindow(QMainWindow):
         self._observe(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
-        self._compare_loaded.connect(self._on_compare_loaded)
         self._loading_step.connect(self._on_loading_step)
         self._devices_found.connect(self._on_devices)
 
@@ -438,8 +398,8 @@ class MainWindow(QMainWindow):
             previous = self._last_session()  # read before the session (and so the settings) change
         self.session.set_dataset(dataset, path, fmt)
         settings.add_recent("datasets", path, self.settings)
-        if not self._restore_pair(previous):
-            self._choose_default_pair()
+        if not self.pairs.restore(previous):
+            self.pairs.choose_default()
 
     def open_checkpoint(self, path: str | Path) -> bool:
         """Load a checkpoint (or ``imagenet:BACKBONE``, a pretrained backbone) on the selected
@@ -470,7 +430,7 @@ class MainWindow(QMainWindow):
         if source.kind == "code":  # nothing recorded it: say which preprocessing is assumed (issue 31 item 7)
             from dmlviewer.core.models.naming import describe_preprocessing
 
-            self.statusBar().showMessage(f"{self._display_name()}: preprocessing assumed "
+            self.statusBar().showMessage(f"{self.labels.display_name()}: preprocessing assumed "
                                          f"{describe_preprocessing(getattr(model, 'config', None))} (File ▸ Open "
                                          "Model from Code sets input size, mean and std)", 20000)
 
@@ -488,8 +448,7 @@ class MainWindow(QMainWindow):
             source = (ModelSource.from_text(info["path"]) if kind in ("checkpoint", "pretrained") and info.get("path")
                       else ModelSource("python", label=label or type(model).__name__))
         if not source.persistent:  # a live module: in Recent Models for the lifetime of this process
-            self._live_models = [entry for entry in self._live_models if entry[0] is not model][-4:]
-            self._live_models.append((model, info, source))
+            self.model_menus.remember_live(model, info, source)
         # Not under model_lock: the observers may wait for workers that take it.
         self.session.set_model(model, {**info, "label": label or source.display()}, source)
 
@@ -498,15 +457,16 @@ class MainWindow(QMainWindow):
         compare one is model B of the pair view)."""
         self._show_model_labels()
         if slot == "compare":
-            self._on_compare_changed()
+            self.compare.on_changed()
             return
-        self._drop_stale_jobs()
+        self.jobs.drop_stale()
         model = self.model
         if model is None:
             return
         self.pair_view.set_model(model, self.device)
-        if self._grad_key() in self._grad_banks:
-            self.pair_view.set_grad_bank(self._grad_banks[self._grad_key()])
+        bank = self.jobs.known_grad_bank()
+        if bank is not None:
+            self.pair_view.set_grad_bank(bank)
         self.group_tabs.set_model(model)
         if self.pair_view.images is not None:
             self.group_tabs.set_pair(self.pair_view.images)
@@ -518,9 +478,8 @@ class MainWindow(QMainWindow):
         from dmlviewer.core.models.naming import describe_preprocessing, full_description
 
         comparing = self.session.slot("compare") is not None
-        names = self._model_names()
-        for slot_name, action in getattr(self, "label_actions", {}).items():
-            action.setEnabled(slot_name in names)
+        names = self.labels.names()
+        self.labels.update_actions(names)
         for name, label in (("primary", self.model_label), ("compare", self.compare_label)):
             slot = self.session.slot(name)
             if slot is None:
@@ -543,8 +502,8 @@ class MainWindow(QMainWindow):
                              f"decomposition: {rule}\npreprocessing: {describe_preprocessing(config)}")
         self.compare_label.setVisible(comparing)
         self.device_label.setVisible(not comparing)  # room for B's label; the toolbar names the device
-        if getattr(self, "compare_window", None) is not None:
-            self.compare_window.refresh()
+        if self.compare.tool_window is not None:
+            self.compare.tool_window.refresh()
         title = "dmlviewer" + (f": {Path(self.dataset_path).name}" if self.dataset is not None else "")
         if comparing:
             title += f" — A: {names['primary']} vs B: {names['compare']}"
@@ -552,188 +511,29 @@ class MainWindow(QMainWindow):
             title += f" — {names['primary']}"
         self.setWindowTitle(title)
 
-    def _model_names(self) -> dict[str, str]:
-        """The open models' names by slot, distinct from each other (``core.models.naming``)."""
-        from dmlviewer.core.models.naming import distinct_names
-        from dmlviewer.core.session import SLOTS
-
-        open_ = [(name, self.session.slot(name)) for name in SLOTS if self.session.slot(name) is not None]
-        # side by side, what tells them apart: a backbone both have is said in the tooltips only
-        names = distinct_names([(slot.source, slot.info) for _, slot in open_], shared_traits=False)
-        return {name: text for (name, _), text in zip(open_, names)}
-
+    # -- model B and the labels: kept here for their callers outside (tests, scripts)
     def label_model(self, slot: str, label: str | None) -> None:
-        """Give the model of ``slot`` a label of the user's (None or "": its own name again); the
-        label is part of its source, so the views, tables, exports and the last session keep it."""
-        from dataclasses import replace
+        """Give the model of ``slot`` a label of the user's (see ``ModelLabels.label_model``)."""
+        self.labels.label_model(slot, label)
 
-        entry = self.session.slot(slot)
-        if entry is None or entry.source is None:
-            return
-        label = (label or "").strip()[:80] or None
-        if entry.source.kind == "python":  # a live module's label is its class name when none is given
-            label = label or type(entry.model).__name__
-        entry.source = replace(entry.source, label=label)
-        self._show_model_labels()
-        if slot == "compare":
-            self.pair_view.set_compare_model(entry.model, self.device, self._display_name("compare"))
-        self._remember_session()
-
-    def _ask_model_label(self, slot: str) -> None:
-        """File > Label Model A/B…: a name of the user's for the model (empty: its own name)."""
-        from PySide6.QtWidgets import QInputDialog
-
-        entry = self.session.slot(slot)
-        if entry is None:
-            return
-        current = entry.source.label if entry.source is not None and entry.source.kind != "python" else ""
-        text, ok = QInputDialog.getText(self, f"Label model {'A' if slot == 'primary' else 'B'}",
-                                        "A name for this model in the views, tables and exports "
-                                        "(empty: its file name):", text=current or "")
-        if ok:
-            self.label_model(slot, text)
-
-    # -- the compare model (issue 24): model B of the pair view, in the session's "compare" slot
     def open_compare(self, source) -> None:
-        """Open the model ``source`` (a ``ModelSource``, or a checkpoint path / ``imagenet:NAME``)
-        in the background as model B; failures become dialogs."""
-        from dmlviewer.core.models.source import ModelSource
-
-        if not isinstance(source, ModelSource):
-            source = ModelSource.from_text(str(source))
-        device = self.device
-        self._forget_compare_loads()  # only the newest model B asked for is shown
-        request = object()
-        self.session.add_job(request, "open-compare", f"Loading model B {source.display()}")
-        self.statusBar().showMessage(f"Loading model B {source.display()}…")
-
-        def work() -> None:
-            from dmlviewer.core.session import open_source
-
-            try:
-                result = open_source(source, device)
-            except Exception as exc:  # noqa: BLE001 - reported on the GUI thread
-                result = exc
-            try:
-                self._compare_loaded.emit((request, source, result))
-            except RuntimeError:  # the window is gone
-                pass
-
-        threading.Thread(target=work, name="dmlviewer-open-compare", daemon=True).start()
-
-    def _on_compare_loaded(self, value) -> None:
-        from dmlviewer.core.session import kind_words
-
-        request, source, result = value
-        if self.session.end_job(request) is None:  # forgotten: another model B (or none) was asked for meanwhile
-            log.info("dropped model B %s: another one was asked for meanwhile", source.display())
-            return
-        self.statusBar().clearMessage()
-        if isinstance(result, BaseException):
-            self._report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
-            return
-        model, info = result
-        settings.add_recent_model(source, self.settings, info)
-        self.use_compare_model(model, info, source)
-
-    def use_compare_model(self, model, info: dict, source=None) -> None:
-        """Show ``model`` (``info`` from ``open_model``) as model B beside the open model."""
-        from dmlviewer.core.models.source import ModelSource
-
-        source = source or info.get("model_source") or ModelSource("python", label=type(model).__name__)
-        self.session.set_model(model, {**info, "label": source.display()}, source, slot="compare")
+        """Open ``source`` as model B in the background (see ``CompareModel.open``)."""
+        self.compare.open(source)
 
     def stop_comparing(self) -> None:
-        """File > Stop Comparing: model B goes, the pair view shows one row again (a model B
-        still loading is dropped when it arrives)."""
-        self._forget_compare_loads()
-        self.session.set_model(None, slot="compare")
-
-    def _forget_compare_loads(self) -> None:
-        """Model B loads still running are dropped when they arrive (their jobs are forgotten)."""
-        for request, entry in list(self.session.jobs.items()):
-            if entry.kind == "open-compare":
-                self.session.end_job(request)
-
-    def _install_compare_tool(self) -> None:
-        action = QAction("&Compare Models…", self)
-        action.setToolTip("The pairs where the two open models (File ▸ Compare With Model) disagree most")
-        action.triggered.connect(self.show_compare_window)
-        self.add_tool_action(action)
+        """File > Stop Comparing (see ``CompareModel.stop``)."""
+        self.compare.stop()
 
     def show_compare_window(self):
-        """Tools > Compare Models (gui/compare_window.py), created on first use."""
-        from dmlviewer.gui.compare_window import CompareWindow
-
-        if self.compare_window is None:
-            self.compare_window = CompareWindow(self, self)
-            self.compare_window.setWindowFlag(Qt.Window)
-            self.compare_window.pair_chosen.connect(lambda *_: self.tabs.setCurrentWidget(self.pair_view))
-        self.compare_window.refresh()
-        self.compare_window.show()
-        self.compare_window.raise_()
-        return self.compare_window
-
-    def _on_compare_changed(self) -> None:
-        slot = self.session.slot("compare")
-        self.stop_comparing_action.setEnabled(slot is not None)
-        self.pair_view.set_compare_model(None if slot is None else slot.model, self.device,
-                                         "" if slot is None else self._display_name("compare"))
-        self._on_similarity(self.pair_view.explanation.similarity if self.pair_view.state == "ready" else None)
-
-    def _ask_compare_checkpoint(self) -> None:
-        recent = [s.path for s in settings.recent_models(self.settings) if s.kind == "checkpoint"]
-        start = settings.start_dir(self.checkpoint_path, *recent, settings=self.settings)
-        path, _ = QFileDialog.getOpenFileName(self, "Compare with checkpoint (model B)", start,
-                                              "Checkpoints (*.pt *.pth);;All files (*)")
-        if path:
-            self.open_compare(path)
-
-    def _ask_compare_pretrained(self) -> None:
-        from PySide6.QtWidgets import QDialog
-
-        from dmlviewer.core.models import PRETRAINED_PREFIX
-        from dmlviewer.gui.pretrained_dialog import PretrainedDialog
-
-        dialog = PretrainedDialog(self)
-        dialog.setWindowTitle("Compare With Pretrained Backbone")
-        if dialog.exec() == QDialog.Accepted and dialog.choice:
-            self.open_compare(PRETRAINED_PREFIX + dialog.choice)
-
-    def _ask_compare_code(self) -> None:
-        """Model B from code and weights (gui/code_model_dialog.py), opened in the background."""
-        from dmlviewer.gui.code_model_dialog import CodeModelDialog
-
-        dialog = CodeModelDialog(self)
-        dialog.setWindowTitle("Compare With Model from Code")
-        dialog.source_chosen.connect(self.open_compare)
-        dialog.setAttribute(Qt.WA_DeleteOnClose)
-        dialog.open()
-        self.code_dialog = dialog
-
-    def _fill_compare_recent(self) -> None:
-        menu = self.compare_recent_menu
-        menu.clear()
-        from dmlviewer.core.models.naming import full_description
-
-        sources = settings.recent_models(self.settings)
-        for model, info, source in reversed(self._live_models):
-            action = menu.addAction(f"{source.display()} (Python module, until you quit)")
-            action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_compare_model(m, i, s))
-        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
-            action = menu.addAction(name)
-            action.setToolTip(full_description(source))
-            action.setStatusTip(full_description(source))
-            action.triggered.connect(lambda _=False, s=source: self.open_compare(s))
-        if not sources and not self._live_models:
-            menu.addAction("(none)").setEnabled(False)
+        """Tools > Compare Models (see ``CompareModel.show_tool_window``)."""
+        return self.compare.show_tool_window()
 
     def _on_dataset_changed(self) -> None:
         """Session event: another dataset is open (the pair is cleared; see ``_apply_dataset``)."""
         dataset, path = self.dataset, self.dataset_path
-        self._drop_stale_jobs()
-        self._pair_images = None
-        self.pair_view.set_grad_bank(self._grad_banks.get(self._grad_key()))
+        self.jobs.drop_stale()
+        self.pairs.forget()
+        self.pair_view.set_grad_bank(self.jobs.known_grad_bank())
         self.problems.clear_problems()
         self.browser.set_dataset(dataset)
         if dataset is None:
@@ -888,8 +688,8 @@ class MainWindow(QMainWindow):
             self._apply_features(features, path)
         if "compare" in result and self.model is not None:  # the last session's model B (issue 24)
             (model, info), source = result["compare"]
-            self._forget_compare_loads()  # a File > Compare With Model still loading is older than this
-            self.use_compare_model(model, info, source)
+            self.compare.forget_loads()  # a File > Compare With Model still loading is older than this
+            self.compare.use(model, info, source)
         if self.dataset is None and self.model is None:
             self.pair_view.set_pair(None)
         if self.pair_view.images is not None:  # the pair's own line again, never "Loading the model …"
@@ -912,55 +712,13 @@ class MainWindow(QMainWindow):
         if self.dataset is None or query_index is None:
             return
         if reference_index is None or reference_index == query_index:
-            reference_index = self._default_reference(query_index)
-        if self._read_pair(query_index, reference_index) is None:
+            reference_index = self.pairs.default_reference(query_index)
+        if self.pairs.read(query_index, reference_index) is None:
             return
         if (query_index, reference_index) == (self.query_index, self.reference_index):
             self.session.events.pair.emit()  # the same pair chosen again: shown again
         else:
             self.session.set_pair(query_index, reference_index)
-
-    def _read_pair(self, query_index: int, reference_index: int) -> PairImages | None:
-        """Read the pair's images (kept for the pair event); None, a problem and a dialog when
-        one cannot be read."""
-        from dmlviewer.core.data import load_dataset_image
-
-        ds = self.dataset
-        images = []
-        for index in (query_index, reference_index):
-            try:
-                images.append(load_dataset_image(ds, index))
-            except Exception as exc:  # noqa: BLE001
-                self.problems.add_problem(str(ds.abspath(index)), str(getattr(exc, "reason", exc)))
-                errors.report_exception(self, "Cannot read image", exc)
-                return None
-        pair = PairImages(images[0], images[1], self._caption("Q", query_index, query_index),
-                          self._caption("R", reference_index, query_index),
-                          **self._cross_view_pair(query_index, reference_index))
-        self._pair_images = ((query_index, reference_index), pair)
-        return pair
-
-    def _cross_view_pair(self, query_index: int, reference_index: int) -> dict:
-        """For a ``cvusa`` dataset whose query is a street panorama and whose reference is an
-        aerial image: ``cross_view`` and, for the pair's own aerial, its ``true_heading`` from
-        ``headings.csv`` (issue 25; the pair view then draws the orientation lines)."""
-        from dmlviewer.core.data.cross_view import cross_view_pairs
-
-        ds = self.dataset
-        if ds is None or ds.format != "cvusa" or query_index % 2 or not reference_index % 2:
-            return {}
-        cached = getattr(self, "_cross_view_cache", None)
-        if cached is None or cached[0] is not ds:
-            try:
-                cached = self._cross_view_cache = (ds, cross_view_pairs(ds))
-            except Exception:  # noqa: BLE001 - a bad headings.csv: lines without the truth
-                log.warning("cannot read the true headings of %s", ds.root, exc_info=True)
-                cached = self._cross_view_cache = (ds, None)
-        pairs, k = cached[1], query_index // 2
-        truth = None
-        if pairs is not None and reference_index == int(pairs.aerial[k]) and np.isfinite(pairs.heading[k]):
-            truth = float(pairs.heading[k])
-        return {"cross_view": True, "true_heading": truth}
 
     def _on_pair_changed(self) -> None:
         """Session event: the pair changed (read by ``set_pair``; cleared with the dataset)."""
@@ -970,8 +728,7 @@ class MainWindow(QMainWindow):
             self.group_tabs.set_pair(None)
             self.browser.set_marks(None, None)
             return
-        read = self._pair_images
-        pair = read[1] if read is not None and read[0] == (query, reference) else self._read_pair(query, reference)
+        pair = self.pairs.images(query, reference)
         if pair is None:
             return
         self.pair_view.set_pair(pair)
@@ -1004,16 +761,6 @@ class MainWindow(QMainWindow):
             return
         self.session.set_device(resolved)
 
-    def _cancel_model_jobs(self) -> list[str]:
-        """Cancel the extraction and Grad-CAM weight jobs of the open model; their kinds."""
-        kinds = []
-        for job_id, entry in list(self.session.jobs.items()):
-            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
-                self.session.end_job(job_id)
-                self.runner.cancel(entry.handle)
-                kinds.append(entry.kind)
-        return kinds
-
     def _on_device_changed(self) -> None:
         """Session event (the device combo, or a notebook's ``session.set_device``): the models
         move to the session's device under the model lock. Extraction and Grad-CAM weights run
@@ -1021,7 +768,7 @@ class MainWindow(QMainWindow):
         after. A device that cannot take the models is said in a dialog and the previous one
         comes back."""
         device, previous = self.device, self._models_device
-        restart = self._cancel_model_jobs()
+        restart = self.jobs.cancel_model_jobs()
         try:
             with self.model_lock:
                 for slot in list(self.session.slots.values()):
@@ -1038,9 +785,9 @@ class MainWindow(QMainWindow):
             self.pair_view.set_model(self.model, device)
         compare = self.session.slot("compare")
         if compare is not None:  # model B runs on the same device
-            self.pair_view.set_compare_model(compare.model, device, self._display_name("compare"))
+            self.pair_view.set_compare_model(compare.model, device, self.labels.display_name("compare"))
         if "extract" in restart:
-            self.extract_features()
+            self.jobs.extract_features()
 
     def _show_device(self) -> None:
         """The device combo and the status bar's label show the session's device."""
@@ -1053,131 +800,6 @@ class MainWindow(QMainWindow):
         self.device_combo.blockSignals(True)
         self.device_combo.setCurrentIndex(index)
         self.device_combo.blockSignals(False)
-
-    def extract_features(self) -> None:
-        """Embed the open dataset with the current model in the job queue; open the HDF5 file
-        (a file this window wrote earlier is reopened when it fits the dataset's identity). The
-        job runs the model under ``model_lock``, batch by batch, as every other user of the
-        shared model does (a device change moves it under the lock)."""
-        if self.model is None or self.dataset is None or self._extract_job is not None:
-            return
-        sha = (self.checkpoint_info or {}).get("sha256")
-        out = self._features_path()
-        from dmlviewer.core.evaluate.extract import extract_features, features_fit
-
-        if out.exists() and features_fit(out, self.model, self.dataset):  # else: extracted before per-branch (issue 25)
-            if self._open_extracted(out, quiet=True):
-                return
-
-        model, dataset, device, lock = self.model, self.dataset, self.device, self.model_lock
-
-        def factory(cancel):
-            return _under_lock(extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
-                                                cancel=cancel, checkpoint_sha256=sha), lock)
-
-        self._submit("extract", f"Extract features of {Path(self.dataset_path).name} with {self._model_name()}",
-                     factory)
-
-    # -- jobs of the open dataset and model: held by the session with their stamps
-    def _submit(self, kind: str, name: str, factory):
-        """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now: its result is
-        shown only if the session still accepts the job's stamp when it ends."""
-        job = self.runner.submit(name, factory)
-        self.session.add_job(job.id, kind, name, handle=job)
-        return job
-
-    def _current_job(self, kind: str):
-        """The running job of ``kind`` that works for what is open (None: none)."""
-        for job_id in self.session.running(kind):
-            return self.session.jobs[job_id].handle
-        return None
-
-    @property
-    def _extract_job(self):
-        return self._current_job("extract")
-
-    @property
-    def _grad_job(self):
-        return self._current_job("grad")
-
-    def _drop_stale_jobs(self) -> None:
-        """The dataset or model changed: cancel the jobs working for what is no longer open
-        (a result that still arrives is dropped by the stamp check)."""
-        for job_id in self.session.stale_jobs():
-            entry = self.session.jobs[job_id]
-            if entry.kind in ("extract", "grad") and entry.handle is not None and not entry.handle.ended:
-                log.info("cancelling %s: its dataset or model is no longer open", entry.name)
-                self.runner.cancel(entry.handle)
-
-    def _display_name(self, slot: str = "primary") -> str:
-        """The model of ``slot`` by its name (distinct from the other open model's; the user's
-        label when it has one; "the model" when none is open)."""
-        return self._model_names().get(slot, "the model")
-
-    def _model_name(self, slot: str = "primary") -> str:
-        """The model of ``slot`` in words, for job names; while comparing "A (…)" or "B (…)",
-        so that two models' jobs never read the same."""
-        name = self._display_name(slot)
-        if self.session.slot("compare") is not None:
-            name = f"{'A' if slot == 'primary' else 'B'} ({name})"
-        return name
-
-    # -- internals
-    def _features_path(self) -> Path:
-        """Where the features of the open dataset under the open model are written: the output
-        folder (visible, changeable under File ▸ Output Folder), one file per (model, dataset),
-        named after both, without ``:`` or separators (Windows, SMB shares)."""
-        source = self.model_source
-        sha = (self.checkpoint_info or {}).get("sha256") or hashlib.sha256(str(self.checkpoint_path).encode()).hexdigest()
-        where = hashlib.sha256(str(Path(self.dataset_path).resolve()).encode()).hexdigest()[:8]
-        model = source.stem() if source is not None else "model"
-        folder = settings.output_dir(self.settings) / "features"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{Path(self.dataset_path).name}-{model}-{sha[:12]}-{where}.h5"
-
-    def _open_extracted(self, path: str | Path, quiet: bool = False) -> bool:
-        """Open features this window extracted for what is open now, when they fit the open
-        dataset's identity (``quiet``: a file found from an earlier run that does not fit is
-        replaced without a word). False when not opened."""
-        from dmlviewer.core.evaluate import read_features
-
-        try:
-            features = read_features(path)
-        except Exception as exc:  # noqa: BLE001
-            if not quiet:
-                errors.report_exception(self, "Cannot open features", exc)
-            return False
-        if not self.session.features_fit(features):
-            log.info("not opening %s: computed from another dataset than %s", path, self.dataset_path)
-            return False
-        self.session.set_features(features, str(path))
-        return True
-
-    def _on_job_finished(self, job, result) -> None:
-        entry = self.session.end_job(job.id)
-        if entry is None:
-            return  # not one of this window's jobs (the tools have their own)
-        if not self.session.accepts(entry.stamp):  # the one check: is its dataset and model still open?
-            log.info("dropped the result of %s: its dataset or model is no longer open", job.name)
-            return
-        if entry.kind == "extract":
-            path = (result or {}).get("path") if isinstance(result, dict) else None
-            if path:
-                self._open_extracted(path)
-        elif entry.kind == "grad" and isinstance(result, tuple):
-            self._on_grad_bank(*result)
-
-    def _on_job_failed(self, job, text: str) -> None:
-        entry = self.session.end_job(job.id)
-        first, details = errors.split_failure(text)
-        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
-            self.pair_view.set_grad_bank(None, f"the Grad-CAM weights could not be computed: {first}")
-        errors.show_error(self, f"Job failed: {job.name}", first, details)
-
-    def _on_job_cancelled(self, job) -> None:
-        entry = self.session.end_job(job.id)
-        if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
-            self.pair_view.show_grad_progress("cancelled; choose the map again to restart it.")
 
     def _on_features_changed(self) -> None:
         features = self.features
@@ -1201,114 +823,11 @@ class MainWindow(QMainWindow):
             log.warning("the last session cannot be read: %s", exc)
             return None
 
-    # -- grad-weight transfer
-    def _grad_key(self) -> tuple:
-        """The Grad-CAM weights belong to a model's weights and a dataset (its identity)."""
-        return ((self.checkpoint_info or {}).get("sha256"), self.session.dataset_identity)
-
-    def _compute_grad_bank(self) -> None:
-        """Grad-weight transfer needs Grad-CAM weights of labelled images (seed 002): compute
-        them for the open dataset's training split in the job queue, as ``localize`` does."""
-        key = self._grad_key()
-        if key in self._grad_banks:
-            self.pair_view.set_grad_bank(self._grad_banks[key])
-            return
-        if self.model is None or self.dataset is None:
-            self.pair_view.set_grad_bank(None, "open a dataset with a training split: the method borrows the "
-                                               "Grad-CAM weights of its labelled training images")
-            return
-        train = self.dataset.select_split("train")
-        if len(train) < 2:
-            self.pair_view.set_grad_bank(None, "the open dataset has no training split: the method borrows the "
-                                               "Grad-CAM weights of labelled training images")
-            return
-        running = self._grad_job
-        if running is not None and not running.ended:
-            if self._grad_job_key == key:
-                return
-            self.runner.cancel(running)  # weights of another model or dataset
-        from dmlviewer.core.explain.grad_transfer import compute_grad_weights
-
-        model, device, lock = self.model, self.device, self.model_lock
-
-        def factory(cancel):
-            for event in _under_lock(compute_grad_weights(model, train, device=device, cancel=cancel), lock):
-                if event.kind == "done":
-                    event.data["result"] = (key, event.data["result"])
-                yield event
-
-        self._grad_job_key = key
-        self._submit("grad", f"Grad-CAM weights of {len(train):,} training images of "
-                                              f"{Path(self.dataset_path).name} with {self._model_name()}", factory)
-        self.pair_view.show_grad_progress(f"computing the Grad-CAM weights of {len(train):,} training images "
-                                          "(see View ▸ Jobs)…")
-
-    def _on_grad_bank(self, key, result) -> None:
-        from dmlviewer.core.explain.grad_transfer import GradWeightBank
-
-        if key is None or result is None:
-            return
-        try:
-            bank = GradWeightBank(result["embeddings"], result["weights"])
-        except ValueError as exc:
-            self.pair_view.set_grad_bank(None, str(exc))
-            return
-        self._grad_banks[key] = bank
-        if key == self._grad_key():
-            self.pair_view.set_grad_bank(bank)
-
     def _swap_pair(self) -> None:
         """Swap: the reference becomes the query and the query the reference (roles, captions,
         retrieval and the explanation follow)."""
         if self.query_index is not None and self.reference_index is not None:
             self.set_pair(self.reference_index, self.query_index)
-
-    def _restore_pair(self, previous) -> bool:
-        """Show the last session's pair (``previous``, a ``LastSession``) when the same dataset
-        is opened again."""
-        ds = self.dataset
-        if previous is None or not previous.query or not previous.dataset:
-            return False
-        try:
-            same = Path(previous.dataset).resolve() == Path(self.dataset_path).resolve()
-        except OSError:
-            return False
-        if not same:
-            return False
-        index = {p: i for i, p in enumerate(ds.paths)}
-        query, reference = index.get(previous.query), index.get(previous.reference or "")
-        if query is None:
-            return False
-        self.set_pair(query, reference)
-        self.browser.select_index(query)
-        return True
-
-    def _choose_default_pair(self) -> None:
-        ds = self.dataset
-        if ds is None or len(ds) == 0:
-            return
-        test = ds.indices("test")
-        query = int(test[0]) if len(test) else 0
-        self.set_pair(query, self._default_reference(query))
-        self.browser.select_index(query)
-
-    def _default_reference(self, query: int) -> int:
-        ds = self.dataset
-        same = np.flatnonzero(ds.labels == ds.labels[query])
-        same = same[same != query]
-        return int(same[0]) if len(same) else (query + 1) % len(ds)
-
-    def _caption(self, tag: str, index: int, query: int) -> str:
-        ds = self.dataset
-        name = ds.class_names[int(ds.labels[index])]
-        color = "#2f80ed" if tag == "Q" else "#f2994a"
-        same = ""
-        if tag == "R":
-            same = (" <span style='color:#27ae60'>same class</span>" if ds.labels[index] == ds.labels[query]
-                    else " <span style='color:#eb5757'>different class</span>")
-        file = ds.paths[index].rsplit("/", 1)[-1]
-        return (f"<b style='color:{color}'>{'Query' if tag == 'Q' else 'Reference'}</b> "
-                f"<b>{name}</b>{same} · {file} <span style='color:#888'>#{index}</span>")
 
     def _on_similarity(self, value) -> None:
         if value is not None and self.pair_view.comparing:  # both models' similarities
@@ -1348,13 +867,6 @@ class MainWindow(QMainWindow):
         if path:
             self.open_dataset(path, fmt)
 
-    def _ask_checkpoint(self) -> None:
-        recent = [s.path for s in settings.recent_models(self.settings) if s.kind == "checkpoint"]
-        start = settings.start_dir(self.checkpoint_path, *recent, settings=self.settings)
-        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint", start, "Checkpoints (*.pt *.pth);;All files (*)")
-        if path:
-            self.open_checkpoint(path)
-
     def _ask_features(self) -> None:
         start = settings.start_dir(self.features_path, *settings.recent("features", self.settings),
                                    settings=self.settings)
@@ -1371,9 +883,6 @@ class MainWindow(QMainWindow):
 
     def _fill_recent(self, menu: QMenu, key: str) -> None:
         menu.clear()
-        if key == "models":
-            self._fill_recent_models(menu)
-            return
         items = settings.recent(key, self.settings)
         if not items:
             menu.addAction("(none)").setEnabled(False)
@@ -1384,37 +893,6 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _=False, p=path: opener(p))
         menu.addSeparator()
         menu.addAction("Clear").triggered.connect(lambda: self.settings.setValue(f"recent/{key}", []))
-
-    def _fill_recent_models(self, menu: QMenu) -> None:
-        """Recent Models: every kind of source, reopened as what it is (in the background)."""
-        from dmlviewer.core.models.naming import full_description
-        from dmlviewer.core.session import kind_words
-
-        sources = settings.recent_models(self.settings)
-        for model, info, source in reversed(self._live_models):
-            action = menu.addAction(f"{source.display()} (Python module, until you quit)")
-            action.triggered.connect(lambda _=False, m=model, i=info, s=source: self.use_model(m, i, source=s))
-        if not sources and not self._live_models:
-            menu.addAction("(none)").setEnabled(False)
-            return
-        for source, name in zip(sources, settings.recent_model_names(sources, self.settings)):
-            action = menu.addAction(name)
-            action.setToolTip(full_description(source))
-            action.setStatusTip(f"{kind_words(source.kind)}: {full_description(source)}")
-            action.triggered.connect(lambda _=False, s=source: self.open_in_background(model=s))
-        menu.addSeparator()
-        menu.addAction("Clear").triggered.connect(lambda: settings.clear_recent_models(self.settings))
-
-    def _ask_code_model(self) -> None:
-        """File > Open Model from Code (gui/code_model_dialog.py); opened in the background."""
-        from dmlviewer.gui.code_model_dialog import CodeModelDialog
-
-        dialog = CodeModelDialog(self, source=self.model_source if getattr(self.model_source, "kind", "") == "code"
-                                 else None)
-        dialog.source_chosen.connect(lambda source: self.open_in_background(model=source))
-        dialog.setAttribute(Qt.WA_DeleteOnClose)
-        dialog.open()
-        self.code_dialog = dialog
 
     def _save_screenshot(self) -> None:
         start = Path(settings.start_dir(self.settings.value("paths/screenshots", ""), settings=self.settings))
@@ -1587,42 +1065,6 @@ def _older_display_options(values) -> dict:
     except (TypeError, ValueError):
         pass
     return out
-
-
-def _under_lock(events, lock):
-    """The events of a job generator, each step run while holding ``lock`` (the shared model's
-    ``model_lock``): a device change, which moves the model under the lock, waits for the batch
-    in progress, and the pair view's work interleaves with the job between batches."""
-    try:
-        while True:
-            with lock:
-                try:
-                    event = next(events)
-                except StopIteration:
-                    return
-            yield event
-    finally:
-        with lock:
-            events.close()  # the model's mode is restored under the lock too
-
-
-def model_summary(model) -> str:
-    """One line: backbone, pooling, grouping head and embedding size; a two-branch model's
-    branches as ``query / reference`` where they differ."""
-    from dmlviewer.core.models.two_branch import BRANCHES, TwoBranchModel
-
-    def parts(c: dict) -> tuple[str, str]:
-        grouping = c.get("grouping", "none")
-        head = c.get("pooling", "?") + ("" if grouping == "none" else f" + {grouping}-grouping ×{c.get('groups')}")
-        return c.get("backbone", "?"), head
-
-    if isinstance(model, TwoBranchModel):
-        sides = [parts(model.branch(side).config) for side in BRANCHES]
-        backbone, head = (" / ".join(dict.fromkeys(p[i] for p in sides)) for i in (0, 1))
-        backbone = "two-branch " + backbone
-    else:
-        backbone, head = parts(model.config)
-    return f"{backbone} · {head} · {getattr(model, 'dim', None) or model.config.get('dim', '?')}-d"
 
 
 class _busy:

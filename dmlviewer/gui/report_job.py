@@ -22,15 +22,15 @@ def report_models(window) -> list:
 
     features = None
     try:
-        path = window._features_path()
+        path = window.jobs.features_path()
         features = path if path.exists() else None  # never written here: the app's extraction covers every split
     except (OSError, TypeError, AttributeError):
         log.debug("no feature file for the report", exc_info=True)
     sha = str((window.checkpoint_info or {}).get("sha256") or "")
-    models = [ReportModel("A", window._display_name("primary"), window.model, sha, features)]
+    models = [ReportModel("A", window.labels.display_name("primary"), window.model, sha, features)]
     compare = window.session.slot("compare")
     if compare is not None and getattr(compare, "model", None) is not None:
-        models.append(ReportModel("B", window._display_name("compare"), compare.model))
+        models.append(ReportModel("B", window.labels.display_name("compare"), compare.model))
     return models
 
 

@@ -713,7 +713,7 @@ def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
 
     try:
         problems_before = len(window.problems.problems())
-        action = {"dataset": window.open_dataset_action, "checkpoint": window.open_checkpoint_action,
+        action = {"dataset": window.open_dataset_action, "checkpoint": window.model_menus.open_checkpoint_action,
                   "features": window.open_features_action}[what]
         action.trigger()
         idle = settle(20)

@@ -96,7 +96,7 @@ def test_compare_opens_a_second_row_and_names_both_models(compared, small_ckpt, 
     for pane, side in zip(view.rows[1].panes, ("query", "reference")):
         np.testing.assert_allclose(pane.overlay_image(), view.rows[1].explanation.overall("decomposition", side,
                                                                                           "positive"), atol=1e-6)
-    assert window.stop_comparing_action.isEnabled()
+    assert window.compare.stop_action.isEnabled()
 
 
 def test_hover_on_either_query_drives_both_models_partial_maps(compared):
@@ -180,16 +180,16 @@ def test_a_model_compared_with_itself_gives_a_zero_difference(window, demo_root,
     assert np.all(view.rows[1].link.renderers[QUERY].grid_map(x, y) == 0)
     assert view.rows[1].similarity == pytest.approx(view.explanation.similarity, abs=1e-6)
     # Two slots with the same file: their jobs still read differently.
-    assert window._model_name("primary") != window._model_name("compare")
+    assert window.labels.job_name("primary") != window.labels.job_name("compare")
 
 
 def test_stop_comparing_returns_to_one_row(compared):
     window, view = compared, compared.pair_view
     row_b = view.rows[1]
-    window.stop_comparing_action.trigger()
+    window.compare.stop_action.trigger()
     assert window.session.slot("compare") is None
     assert len(view.rows) == 1 and not row_b.splitter.isVisible() and not view.compare_controls.isVisible()
-    assert not window.compare_label.isVisible() and not window.stop_comparing_action.isEnabled()
+    assert not window.compare_label.isVisible() and not window.compare.stop_action.isEnabled()
     assert "vs B" not in window.windowTitle() and not window.model_label.text().startswith("A:")
     assert window.similarity_label.text().startswith("similarity +") or window.similarity_label.text().startswith(
         "similarity -")
@@ -337,7 +337,7 @@ def test_only_the_latest_model_b_asked_for_is_shown(compared, small_ckpt, other_
     read, never replaces the second; Stop Comparing drops a model B still loading."""
     import logging
 
-    caplog.set_level(logging.INFO, logger="dmlviewer.gui.main_window")
+    caplog.set_level(logging.INFO, logger="dmlviewer.gui.compare_model")
     window = compared
 
     def dropped() -> int:

@@ -197,7 +197,7 @@ def test_a_broken_headings_file_gives_the_estimates_without_the_truth(window, tm
 
 
 def test_the_status_bar_names_both_branches_of_a_two_branch_model():
-    from dmlviewer.gui.main_window import model_summary
+    from dmlviewer.gui.model_labels import model_summary
 
     assert model_summary(tiny_two_branch(PANORAMA, AERIAL)) == "two-branch small_cnn · gap · 16-d"
     mixed = tiny_two_branch(PANORAMA, AERIAL)

@@ -92,4 +92,4 @@ def test_a_two_branch_model_on_data_without_branches_says_why_it_does_not_retrie
     panel = window.retrieval
     assert panel.cross_view_problem() and "cross-view data" in panel.source.text()
     assert not panel.extract_button.isVisible() and panel.results == []
-    assert window._extract_job is None and window.features is None
+    assert window.jobs.extract_job is None and window.features is None

@@ -183,13 +183,13 @@ def test_the_panes_do_not_jump_while_a_map_computes_or_a_pair_prepares(sized_win
     # The job is simulated: the window's real Grad-CAM weight job stays unstarted (the method is
     # a display option now, so blocking the combo's signals no longer keeps it from starting; a
     # real job finishing within the wait below would draw the map and its colour bar).
-    view.grad_bank_needed.disconnect(win._compute_grad_bank)
+    view.grad_bank_needed.disconnect(win.jobs.compute_grad_bank)
     try:
         view.set_method("grad_transfer")
         view.show_grad_progress("12 / 40 images")
         qtbot.wait(50)
     finally:
-        view.grad_bank_needed.connect(win._compute_grad_bank)
+        view.grad_bank_needed.connect(win.jobs.compute_grad_bank)
     assert not q.colorbar_shown and q.message.isVisible()
     assert geometry() == before
     view._set_state("preparing")

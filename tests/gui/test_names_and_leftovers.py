@@ -59,8 +59,8 @@ def test_two_runs_in_different_folders_never_read_the_same(two_open):
     assert "A: ms-64px/checkpoint.pt · MS vs B: triplet-64px/checkpoint.pt · Triplet" in window.windowTitle()
     # the menus show no tooltip: the entries themselves differ (with the backbone each recorded)
     expected = ["triplet-64px/checkpoint.pt · Triplet · small_cnn", "ms-64px/checkpoint.pt · MS · small_cnn"]
-    assert _menu_texts(window.recent_models_menu) == expected
-    assert _menu_texts(window.compare_recent_menu) == expected
+    assert _menu_texts(window.model_menus.recent_models_menu) == expected
+    assert _menu_texts(window.compare.recent_menu) == expected
     tool = window.show_compare_window()
     assert "ms-64px/checkpoint.pt · MS" in tool.models_label.text()
     assert "triplet-64px/checkpoint.pt · Triplet" in tool.models_label.text()
@@ -71,11 +71,11 @@ def test_a_label_names_the_model_everywhere_and_the_last_session_keeps_it(two_op
     from dmlviewer.core.session import LastSession
 
     window = two_open
-    assert window.label_actions["compare"].isEnabled()
+    assert window.labels.actions["compare"].isEnabled()
     window.label_model("compare", "  triplet baseline  ")
     assert window.compare_label.text() == "B: triplet baseline"
     assert window.windowTitle().endswith("vs B: triplet baseline")
-    assert window._model_name("compare") == "B (triplet baseline)"  # job names
+    assert window.labels.job_name("compare") == "B (triplet baseline)"  # job names
     assert window.pair_view.rows[1].name == "triplet baseline"  # the second row's captions
     remembered = LastSession.from_dict(settings.session_values()["last"])
     assert remembered.models["compare"].label == "triplet baseline"

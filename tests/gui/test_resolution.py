@@ -132,7 +132,7 @@ def _choose(monkeypatch, name: str) -> None:
                     reason="needs the efficientnet extra")
 def test_open_pretrained_backbone_opens_efficientnet_lite0(window, monkeypatch):
     _choose(monkeypatch, "efficientnet_lite0")
-    window.open_pretrained_action.trigger()
+    window.model_menus.open_pretrained_action.trigger()
     assert window.dialogs == []
     assert window.model is not None and window.model.config["backbone"] == "efficientnet_lite0"
     assert window.checkpoint_info["source"] == "pretrained"

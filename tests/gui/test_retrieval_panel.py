@@ -203,7 +203,7 @@ def test_during_an_extraction_compute_waits_and_reopening_the_dataset_keeps_comp
         assert window.open_dataset(demo_root)  # the open dataset again, mid-extraction
         qtbot.wait(100)
         assert "Computing" in panel.source.text() and "another model" not in panel.source.text()
-        assert not button.isEnabled() and window._extract_job is not None
+        assert not button.isEnabled() and window.jobs.extract_job is not None
     finally:
         gate.set()
     sha = window.checkpoint_info["sha256"]

@@ -79,7 +79,7 @@ def test_the_last_session_reopens_each_model_source_as_what_it_is(qtbot, dialogs
     assert first.open_dataset(demo_root) and first.open_model_source(source)
     assert first.model_source == source and first.checkpoint_info["sha256"]
     first.set_pair(3, 9)
-    features_file = first._features_path().name
+    features_file = first.jobs.features_path().name
     assert ":" not in features_file and source.stem() in features_file  # Windows and SMB shares
     sha = first.checkpoint_info["sha256"]
     first.close()
@@ -96,10 +96,10 @@ def test_the_last_session_reopens_each_model_source_as_what_it_is(qtbot, dialogs
     assert second.checkpoint_info["sha256"] == sha  # the same weights
     assert second.dataset_path == str(demo_root) and (second.query_index, second.reference_index) == (3, 9)
     wait_ready(second.pair_view, timeout=120000)
-    second.recent_models_menu.aboutToShow.emit()
+    second.model_menus.recent_models_menu.aboutToShow.emit()
     from dmlviewer.core.models.naming import distinct_names
 
-    first_entry = [a.text() for a in second.recent_models_menu.actions()][0]  # its name (issue 31 item 1)
+    first_entry = [a.text() for a in second.model_menus.recent_models_menu.actions()][0]  # its name (issue 31 item 1)
     assert first_entry == distinct_names([(source, second.checkpoint_info)])[0]
     second.shutdown()
 
@@ -174,7 +174,7 @@ def test_a_stale_extraction_is_dropped_after_a_dataset_switch(window, demo_root,
     qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
     assert calls[0].exists()  # the stale job did write its file …
     assert str(calls[0]) not in shown  # … and it never reached the window
-    assert window.features_path == str(window._features_path()) == str(calls[1])
+    assert window.features_path == str(window.jobs.features_path()) == str(calls[1])
     assert sorted(window.features.paths) == sorted(window.dataset.paths)
     panel = window.retrieval
     assert panel.mismatch() is None
@@ -206,8 +206,8 @@ def test_open_model_from_code_checks_on_open_and_opens_in_the_background(window,
     file, weights = code_model
     assert callables_in(file) == ["build_model"]  # read from its syntax tree: nothing ran
     assert window.open_dataset(demo_root)
-    window.open_code_action.trigger()
-    dialog = window.code_dialog
+    window.model_menus.open_code_action.trigger()
+    dialog = window.model_menus.code_dialog
     assert isinstance(dialog, CodeModelDialog) and dialog.isVisible()
     assert any(label.text() == RUNS_CODE for label in dialog.findChildren(type(dialog.error)))
     for hostile in ("/", "..", "~", "x" * 300, "é中😀", "-1", "1e309", "nan"):  # typing never raises
@@ -285,8 +285,8 @@ def test_a_live_module_is_in_recent_models_until_quit_and_never_in_the_last_sess
     assert window.model_source.kind == "python" and window.checkpoint_path is None
     assert "models" not in json.loads(settings.session_values()["last"])  # nothing to reopen it from
     assert window.open_checkpoint(small_ckpt)
-    window.recent_models_menu.aboutToShow.emit()
-    entries = {a.text(): a for a in window.recent_models_menu.actions()}
+    window.model_menus.recent_models_menu.aboutToShow.emit()
+    entries = {a.text(): a for a in window.model_menus.recent_models_menu.actions()}
     assert f"{small_ckpt.parent.name}/{small_ckpt.name} · small_cnn" in entries  # run folder, file, backbone
     entries["build_model() (Python module, until you quit)"].trigger()
     assert window.model is live and window.model_source.kind == "python"

@@ -59,7 +59,7 @@ def test_a_transformer_opens_from_the_file_menu_and_the_last_session_and_hovers(
     window.show()
     assert window.open_dataset(demo_root)
     monkeypatch.setattr(QFileDialog, "getOpenFileName", staticmethod(lambda *a, **k: (str(checkpoint), "")))
-    window.open_checkpoint_action.trigger()  # File > Open Checkpoint
+    window.model_menus.open_checkpoint_action.trigger()  # File > Open Checkpoint
     assert dialogs == [] and window.model is not None
     window.set_pair(0, 1)
     wait_ready(window.pair_view, timeout=120000)
