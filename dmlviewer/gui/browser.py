@@ -13,11 +13,16 @@ search one substring scan over all file names joined into one string (both well 
 Choosing images: a click makes the image the query, Ctrl+click (or "Set as reference" in the
 context menu) makes it the reference. The query is framed blue with a "Q" badge, the
 reference orange with an "R" badge; the hint line above the grid says so.
+
+Given a :class:`~dmlviewer.core.session.Session` (``session=``), the browser follows it: it
+lists the session's dataset and marks the session's pair, whoever changed them (the window, a
+notebook's ``session.set_pair``); without one, ``set_dataset`` and ``set_marks`` drive it.
 """
 
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 from PySide6.QtCore import (QAbstractTableModel, QEvent, QModelIndex, QPoint, QRect, QSize, QStringListModel, Qt,
                             QTimer, Signal)
@@ -26,6 +31,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeade
                                QLineEdit, QMenu, QStyle, QStyledItemDelegate, QStyleOptionViewItem,
                                QTableView, QVBoxLayout, QWidget)
 
+from dmlviewer.core.session import Session
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 
 log = logging.getLogger(__name__)
@@ -288,14 +294,17 @@ class _GridView(QTableView):
 
 
 class DatasetBrowser(QWidget):
-    """Filters, hint line, the thumbnail grid and a count; emits the chosen images."""
+    """Filters, hint line, the thumbnail grid and a count; emits the chosen images. With a
+    ``session``, shows its dataset and pair (see the module docstring)."""
 
     query_chosen = Signal(int)
     reference_chosen = Signal(int)
 
-    def __init__(self, loader: ThumbnailLoader, parent=None) -> None:
+    def __init__(self, loader: ThumbnailLoader, parent=None, session: Session | None = None) -> None:
         super().__init__(parent)
         self.loader = loader
+        self.session = session
+        self._session_links: list[tuple] = []  # (session event, callback) connected here
         self.model = ThumbnailModel(loader, self)
         thumb = loader.size
 
@@ -348,6 +357,33 @@ class DatasetBrowser(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.count)
         self.set_dataset(None)
+        if session is not None:
+            events = session.events
+            self._session_links = [(events.dataset, self._on_dataset), (events.pair, self._on_pair)]
+            for signal, callback in self._session_links:
+                signal.connect(callback)
+            if session.dataset is not None:
+                self._on_dataset()
+                self._on_pair()
+
+    # -- session events
+    def _on_dataset(self) -> None:
+        """The session opened another dataset (its pair is cleared by a pair event after)."""
+        self.set_dataset(self.session.dataset)
+
+    def _on_pair(self) -> None:
+        """The session's pair changed: mark it (only a whole pair is marked, as the pair view
+        shows only a whole pair)."""
+        query, reference = self.session.query_index, self.session.reference_index
+        if query is None or reference is None:
+            query = reference = None
+        self.set_marks(query, reference)
+
+    def shutdown(self) -> None:
+        """Stop following the session (it may outlive the browser)."""
+        for signal, callback in self._session_links:
+            signal.disconnect(callback, missing_ok=True)
+        self._session_links.clear()
 
     # -- content
     def set_dataset(self, dataset) -> None:

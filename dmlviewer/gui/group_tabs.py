@@ -13,6 +13,11 @@ that point restricted to the group's embedding slice (``group_point_to_point(p)`
 over groups to the whole tensor because it uses the global normalization).
 
 A head without groups has nothing to split: the area then says so instead of staying empty.
+
+Given a :class:`~dmlviewer.core.session.Session` (``session=``), the tabs follow its primary
+model, whoever set it. The pair's photographs are not session state (the session holds indices;
+the pair view reads the images): they come from the pair view (``PairView.images_changed`` to
+:meth:`GroupTabs.set_pair`), its explanation from ``PairView.pair_ready``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
+from dmlviewer.core.session import Session
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import STATIC_OVERLAY, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, SIDE_NAMES, HoverLink
@@ -79,9 +85,12 @@ class GroupTabs(QWidget):
 
     status_message = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None,
+                 session: Session | None = None) -> None:
         super().__init__(parent)
         self.model_lock = model_lock or threading.RLock()
+        self.session = session
+        self._session_links: list[tuple] = []  # (session event, callback) connected here
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
         #: The open model's row (the pair view's explanation, its group data's runner, its panes).
@@ -128,6 +137,22 @@ class GroupTabs(QWidget):
         lut = overlay_lut(STATIC_OVERLAY)  # transparent low end, no dark colours (colormaps.LIGHT)
         for pane in self.panes:
             pane.set_lut(lut)
+        if session is not None:
+            self._session_links = [(session.events.model, self._on_model)]
+            for signal, callback in self._session_links:
+                signal.connect(callback)
+            if session.model is not None:
+                self._on_model("primary")
+
+    # -- session events
+    def _on_model(self, slot: str) -> None:
+        """The session's model of ``slot`` changed: the primary one is shown here (with the pair
+        shown, its photographs again, waiting for the new model's explanation)."""
+        if slot != "primary":
+            return
+        self.set_model(self.session.model)
+        if self.images is not None:
+            self.set_pair(self.images)
 
     # -- state
     @property
@@ -322,7 +347,11 @@ class GroupTabs(QWidget):
             pane.show_message(message)
 
     def shutdown(self) -> None:
+        """Stop the group data's runner and following the session (it may outlive the tabs)."""
         self.rows[0].shutdown()
+        for signal, callback in self._session_links:
+            signal.disconnect(callback, missing_ok=True)
+        self._session_links.clear()
 
 
 def _group_data(explanation, slices: list[slice]) -> dict:

@@ -13,9 +13,11 @@ with the traceback as details; the window stays usable.
 The state (dataset and its identity, models, pair, feature file, jobs, device, display options)
 is not kept here: it lives in the headless, evented ``core.session.Session``
 (``window.session``), which this window changes through its ``set_*`` methods. The widgets bind
-to it (the retrieval panel and the status bar follow its events; the pair view its display
-options), the last session is written from it, and a job's result is shown only when
-``session.accepts`` its stamp (results of a dataset or model closed meanwhile are dropped).
+to it (the retrieval panel, the dataset browser, the group tabs and the status bar follow its
+events; the pair view its display options; the group tabs take the pair's photographs and
+explanation from the pair view), the last session is written from it, and a job's result is
+shown only when ``session.accepts`` its stamp (results of a dataset or model closed meanwhile
+are dropped).
 
 Parts of the window live in their own modules, each held by an attribute: the File menu's doors
 to a model and Recent Models (``model_menus``, gui/model_menus.py), model B of a comparison
@@ -96,14 +98,14 @@ class MainWindow(QMainWindow):
 
         self.loader = ThumbnailLoader(parent=self)
         self.pair_view = PairView(model_lock=self.model_lock, display=self.session.display)
-        self.group_tabs = GroupTabs(model_lock=self.model_lock)
+        self.group_tabs = GroupTabs(model_lock=self.model_lock, session=self.session)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.pair_view, "Pair explanation")
         self.tabs.addTab(self.group_tabs, "Group attention")
         self.setCentralWidget(self.tabs)
 
-        self.browser = DatasetBrowser(self.loader)
+        self.browser = DatasetBrowser(self.loader, session=self.session)
         self.browser.setMinimumWidth(2 * self.browser.view.gridSize().width() + 40)  # two columns at least
         self.retrieval = RetrievalPanel(self.loader, model_lock=self.model_lock, session=self.session)
         self.index_keeper = IndexKeeper(self.runner, self)
@@ -314,6 +316,7 @@ class MainWindow(QMainWindow):
         self.pair_view.status_message.connect(self._hover_message)
         self.group_tabs.status_message.connect(self._hover_message)
         self.pair_view.similarity_changed.connect(self._on_similarity)
+        self.pair_view.images_changed.connect(self.group_tabs.set_pair)
         self.pair_view.pair_ready.connect(self.group_tabs.set_explanation)
         self.pair_view.region_query.connect(self._on_region)
         self.retrieval.whole_image_chosen.connect(self.pair_view.clear_region)
@@ -454,7 +457,7 @@ class MainWindow(QMainWindow):
 
     def _on_model_changed(self, slot: str) -> None:
         """Session event: the model of ``slot`` changed (the primary one is on screen; the
-        compare one is model B of the pair view)."""
+        compare one is model B of the pair view; the group tabs follow the session's)."""
         self._show_model_labels()
         if slot == "compare":
             self.compare.on_changed()
@@ -467,9 +470,6 @@ class MainWindow(QMainWindow):
         bank = self.jobs.known_grad_bank()
         if bank is not None:
             self.pair_view.set_grad_bank(bank)
-        self.group_tabs.set_model(model)
-        if self.pair_view.images is not None:
-            self.group_tabs.set_pair(self.pair_view.images)
 
     def _show_model_labels(self) -> None:
         """The status bar's model labels: the open model's architecture, and while comparing "A: …"
@@ -529,13 +529,13 @@ class MainWindow(QMainWindow):
         return self.compare.show_tool_window()
 
     def _on_dataset_changed(self) -> None:
-        """Session event: another dataset is open (the pair is cleared; see ``_apply_dataset``)."""
+        """Session event: another dataset is open (the pair is cleared; see ``_apply_dataset``;
+        the browser follows the session's)."""
         dataset, path = self.dataset, self.dataset_path
         self.jobs.drop_stale()
         self.pairs.forget()
         self.pair_view.set_grad_bank(self.jobs.known_grad_bank())
         self.problems.clear_problems()
-        self.browser.set_dataset(dataset)
         if dataset is None:
             self.dataset_label.setText("no dataset")
             self.dataset_label.setToolTip("")
@@ -721,19 +721,16 @@ class MainWindow(QMainWindow):
             self.session.set_pair(query_index, reference_index)
 
     def _on_pair_changed(self) -> None:
-        """Session event: the pair changed (read by ``set_pair``; cleared with the dataset)."""
+        """Session event: the pair changed (read by ``set_pair``; cleared with the dataset): the
+        pair view shows its images (the group tabs follow it; the browser marks the session's
+        pair itself)."""
         query, reference = self.query_index, self.reference_index
         if query is None or reference is None:
             self.pair_view.set_pair(None)
-            self.group_tabs.set_pair(None)
-            self.browser.set_marks(None, None)
             return
         pair = self.pairs.images(query, reference)
-        if pair is None:
-            return
-        self.pair_view.set_pair(pair)
-        self.group_tabs.set_pair(pair)
-        self.browser.set_marks(query, reference)
+        if pair is not None:
+            self.pair_view.set_pair(pair)
 
     def _on_pinned(self) -> None:
         """Session event: a point pinned (or released) from outside the pair view, e.g. a
@@ -1045,6 +1042,7 @@ class MainWindow(QMainWindow):
         self.pair_view.shutdown()
         self.group_tabs.shutdown()
         self.retrieval.shutdown()
+        self.browser.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
         for signal, callback in self._session_links:  # the session may outlive the window

@@ -82,7 +82,7 @@ class PairChoice:
 
     def restore(self, previous) -> bool:
         """Show the last session's pair (``previous``, a ``LastSession``) when the same dataset
-        is opened again."""
+        is opened again (the browser selects the session's query itself)."""
         window = self.window
         ds = window.dataset
         if previous is None or not previous.query or not previous.dataset:
@@ -98,7 +98,6 @@ class PairChoice:
         if query is None:
             return False
         window.set_pair(query, reference)
-        window.browser.select_index(query)
         return True
 
     def choose_default(self) -> None:
@@ -110,7 +109,6 @@ class PairChoice:
         test = ds.indices("test")
         query = int(test[0]) if len(test) else 0
         window.set_pair(query, self.default_reference(query))
-        window.browser.select_index(query)
 
     def default_reference(self, query: int) -> int:
         """Another image of the query's class (the next image when it has none)."""

@@ -236,6 +236,7 @@ class PairView(QWidget):
     background preparation of the pair by each row's model."""
 
     pair_ready = Signal(object)  # model A's PairExplanation
+    images_changed = Signal(object)  # the pair's PairImages (None: no pair), after set_pair showed them
     status_message = Signal(str)  # hover/pin read-out for the status bar
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
@@ -670,7 +671,12 @@ class PairView(QWidget):
             self._prepare()
 
     def set_pair(self, images: PairImages | None) -> None:
-        """Show two photographs and prepare their explanation in the background."""
+        """Show two photographs and prepare their explanation in the background; then
+        ``images_changed`` hands them on (the group tabs show the same photographs)."""
+        self._show_pair(images)
+        self.images_changed.emit(images)
+
+    def _show_pair(self, images: PairImages | None) -> None:
         was_cross_view = self.images is not None and self.images.cross_view
         if images is not None and images.cross_view != was_cross_view:
             self._share_for_panorama(images.cross_view)
