@@ -15,6 +15,7 @@ name and renamed. Each tool window's plot has the entry in its own right-click m
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
 from dataclasses import dataclass
@@ -243,12 +244,39 @@ def write_figure(figure: Figure, path: str | Path) -> Path:
     return path
 
 
+#: The QMimeData :func:`copy_figure` last put on the clipboard (see :func:`_drop_copy_at_exit`).
+_copied: QMimeData | None = None
+
+
 def copy_figure(figure: Figure) -> None:
     """Put the figure on the clipboard: the image, and the SVG for programs that take it."""
+    global _copied
     data = QMimeData()
     data.setImageData(render_image(figure))
     data.setData("image/svg+xml", QByteArray(figure_svg(figure).encode("utf-8")))
+    if _copied is None:
+        atexit.register(_drop_copy_at_exit)
+    _copied = data
     QApplication.clipboard().setMimeData(data)
+
+
+def _drop_copy_at_exit() -> None:
+    """Take the copied figure off a clipboard that lives only in this process, while Python runs.
+
+    Qt's generic clipboard (the offscreen, minimal, eglfs, linuxfb platforms) keeps the data in
+    a C++ static deleted by the C library's exit handlers, after Python has finalized: deleting
+    a QMimeData made in Python there calls into Python and the process crashes (exit code 139).
+    That clipboard never owns the system clipboard, so nothing outside the process can paste from
+    it and clearing it loses nothing. A real clipboard (X11, Wayland, Windows, macOS) owns what we
+    copied and frees it with the application, so it is left as it is. ``atexit`` runs the last
+    registered first: this one, registered after PySide's, runs while the application exists.
+    """
+    app = QApplication.instance()
+    if app is None or _copied is None:
+        return
+    clipboard = app.clipboard()
+    if clipboard.mimeData() is _copied and not clipboard.ownsClipboard():
+        clipboard.clear()
 
 
 # ---------------------------------------------------------------------------------- dialog

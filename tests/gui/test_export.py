@@ -8,7 +8,10 @@ same figure; the group tab and the plots export too; the menu entry writes the f
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -119,6 +122,25 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+_COPY_AND_EXIT = """
+from PySide6.QtWidgets import QApplication
+from dmlviewer.core.figures import Bars, Figure
+from dmlviewer.gui import export
+app = QApplication([])
+export.copy_figure(Figure("", [[Bars("signed", ["a", "b"], [1.0, -1.0])]]))
+assert not QApplication.clipboard().image().isNull()
+"""
+
+
+def test_a_copied_figure_does_not_crash_the_process_at_exit(tmp_path):
+    """Offscreen, Qt's clipboard deletes its data after Python has finalized: the copied figure
+    (a QMimeData made in Python) used to crash the exit there (exit code 139)."""
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", _COPY_AND_EXIT], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monkeypatch):
