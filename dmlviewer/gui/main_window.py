@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self.runner = JobRunner(self)
         self.model_lock = threading.RLock()
         self.session = Session()
+        self._shown_pair: tuple[int | None, int | None] = (None, None)  # the pair on screen
         self.loading = False  # files being read by open_in_background
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
         self._session_links: list[tuple] = []  # (session event, callback) connected by this window
@@ -726,11 +727,18 @@ class MainWindow(QMainWindow):
         pair itself)."""
         query, reference = self.query_index, self.reference_index
         if query is None or reference is None:
+            self._shown_pair = (None, None)
             self.pair_view.set_pair(None)
             return
         pair = self.pairs.images(query, reference)
         if pair is not None:
+            self._shown_pair = (query, reference)
             self.pair_view.set_pair(pair)
+        elif self._shown_pair != (query, reference):
+            # a pair whose images cannot be read (set on the session from Python; ``set_pair``
+            # reads them first), said in a dialog: the session goes back to the pair on screen,
+            # so that the browser's marks and the pair view agree
+            self.session.set_pair(*self._shown_pair)
 
     def _on_pinned(self) -> None:
         """Session event: a point pinned (or released) from outside the pair view, e.g. a

@@ -138,3 +138,22 @@ def test_the_window_follows_pair_and_model_set_on_its_session(window, demo_root,
     assert window.group_tabs.images is window.pair_view.images
     wait_ready(window.pair_view)
     assert window.group_tabs.explanation is window.pair_view.explanation
+
+
+def test_a_pair_that_cannot_be_read_puts_the_session_back_to_the_pair_on_screen(window, demo_root, small_ckpt,
+                                                                                dialogs, tmp_path):
+    """``session.set_pair`` from Python with an image that cannot be read: one dialog, and the
+    session, the browser's marks and the pair view all stay on the pair shown before."""
+    import shutil
+
+    root = shutil.copytree(demo_root, tmp_path / "data")
+    assert window.open_dataset(root) and window.open_checkpoint(small_ckpt)
+    window.session.set_pair(4, 9)
+    shown = window.pair_view.images
+    dataset = window.dataset
+    dataset.abspath(7).write_bytes(b"not an image")
+    window.session.set_pair(4, 7)
+    assert (window.query_index, window.reference_index) == (4, 9)
+    assert _marks(window.browser) == {4: "query", 9: "reference"}
+    assert window.pair_view.images is shown
+    assert len(dialogs) == 1 and dialogs[0][0] == "Cannot read image"
