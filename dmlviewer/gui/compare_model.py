@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog, QMenu
+from PySide6.QtWidgets import QMenu
 
 from dmlviewer.gui import settings
+from dmlviewer.gui.model_menus import ask_checkpoint
 
 if TYPE_CHECKING:
     from dmlviewer.gui.compare_window import CompareWindow
@@ -146,11 +147,7 @@ class CompareModel(QObject):
         window._on_similarity(window.pair_view.explanation.similarity if window.pair_view.state == "ready" else None)
 
     def _ask_checkpoint(self) -> None:
-        window = self.window
-        recent = [s.path for s in settings.recent_models(window.settings) if s.kind == "checkpoint"]
-        start = settings.start_dir(window.checkpoint_path, *recent, settings=window.settings)
-        path, _ = QFileDialog.getOpenFileName(window, "Compare with checkpoint (model B)", start,
-                                              "Checkpoints (*.pt *.pth);;All files (*)")
+        path = ask_checkpoint(self.window, "Compare with checkpoint (model B)")
         if path:
             self.open(path)
 

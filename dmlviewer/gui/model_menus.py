@@ -58,13 +58,9 @@ class ModelMenus:
         self.live_models.append((model, info, source))
 
     def _ask_checkpoint(self) -> None:
-        window = self.window
-        recent = [s.path for s in settings.recent_models(window.settings) if s.kind == "checkpoint"]
-        start = settings.start_dir(window.checkpoint_path, *recent, settings=window.settings)
-        path, _ = QFileDialog.getOpenFileName(window, "Open checkpoint", start,
-                                              "Checkpoints (*.pt *.pth);;All files (*)")
+        path = ask_checkpoint(self.window, "Open checkpoint")
         if path:
-            window.open_checkpoint(path)
+            self.window.open_checkpoint(path)
 
     def _fill_recent_models(self) -> None:
         """Recent Models: every kind of source, reopened as what it is (in the background)."""
@@ -99,3 +95,12 @@ class ModelMenus:
         dialog.setAttribute(Qt.WA_DeleteOnClose)
         dialog.open()
         self.code_dialog = dialog
+
+
+def ask_checkpoint(window: Any, title: str) -> str:
+    """A checkpoint file chosen in a file dialog titled ``title``, starting where the open or a
+    recent checkpoint lies ("" when cancelled): model A's and model B's File-menu entries."""
+    recent = [s.path for s in settings.recent_models(window.settings) if s.kind == "checkpoint"]
+    start = settings.start_dir(window.checkpoint_path, *recent, settings=window.settings)
+    path, _ = QFileDialog.getOpenFileName(window, title, start, "Checkpoints (*.pt *.pth);;All files (*)")
+    return path
