@@ -57,8 +57,8 @@ def method_label(method: str) -> str:
 def method_pens(methods: Sequence[str], width: float = 2.0) -> dict[str, QPen]:
     """One pen per method: the reference orders their fixed grey/white dashes, every other
     method its colour of every view (``widgets.METHOD_COLORS``, as in the sanity check) and the
-    next line style but the references' dash, so no method looks like the floor or the ceiling
-    (occlusion is white like the oracle, but never dashed). Maps without a colour of their own
+    next line style but the references' dash, so no method looks like the floor or the ceiling.
+    Maps without a colour of their own
     (point-to-point, groups) take the palette colours that no other curve here has."""
     taken = {color.lower() for color, _ in REFERENCE_STYLE.values()}
     taken |= {METHOD_COLORS[m].lower() for m in methods if m in METHOD_COLORS}

@@ -428,7 +428,7 @@ def style_plot(plot, grid: bool = True) -> None:
 
 
 #: One colour per explanation method (issue 31 item 8), the same in every plot that draws a
-#: curve per method: far apart on the dark background and in print (Okabe-Ito, plus white).
+#: curve per method: far apart on the dark background and in print (Okabe-Ito, and lavender).
 METHOD_COLORS = {
     "decomposition": "#0072B2",       # blue
     "decomposition_bias": "#E69F00",  # orange
@@ -436,7 +436,8 @@ METHOD_COLORS = {
     "gradcam_nonorm": "#CC79A7",      # pink
     "rgradcam": "#F0E442",            # yellow
     "grad_transfer": "#D55E00",       # vermillion (never beside the sanity check's orange)
-    "occlusion": "#FFFFFF",           # white
+    "occlusion": "#B39DDB",           # lavender (white is the oracle's line; not a palette colour,
+                                      # which stay spare for point-to-point and groups)
 }
 
 

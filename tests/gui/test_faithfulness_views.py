@@ -150,8 +150,8 @@ def test_faithfulness_plots_name_every_curve_in_a_legend_with_its_own_pen(qtbot)
     pens = [plots.curves[m][0].opts["pen"] for m in methods]
     looks = [(pen.color().name(), pen.style()) for pen in pens]
     assert len(set(looks)) == len(methods)  # no two curves alike
-    # no method looks like the floor or the ceiling: never dashed as they are (occlusion is white, as the
-    # oracle), and a map without a colour of its own is never grey or white
+    # no method looks like the floor or the ceiling: never dashed as they are (the oracle is white,
+    # the floor grey), and a map without a colour of its own is never grey or white
     assert not {s for _, s in looks[:-2]} & {s for _, s in REFERENCE_STYLE.values()}
     reserved = {color.lower() for color, _ in REFERENCE_STYLE.values()}
     assert not {c for c, _ in looks[6:-2]} & reserved
