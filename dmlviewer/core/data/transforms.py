@@ -229,11 +229,16 @@ class Preprocess:
         (default the host; an accelerator resizes there, :func:`to_tensor_on`)."""
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ValueError(f"expected a uint8 H x W x 3 RGB image, got {image.dtype} {tuple(image.shape)}")
+        return to_tensor(image, self.shape_for(size), self.mean, self.std, device)
+
+    def shape_for(self, size: int | tuple[int, int] | None = None) -> tuple[int, int]:
+        """``(height, width)`` of the input made for a per-call ``size`` (see :meth:`__call__`)."""
         if isinstance(size, (tuple, list)):
-            return to_tensor(image, input_shape(size), self.mean, self.std, device)
+            return input_shape(size)
         if not size and self.shape is not None:
-            return to_tensor(image, self.shape, self.mean, self.std, device)
-        return to_tensor(image, int(size or self.size), self.mean, self.std, device)
+            return self.shape
+        side = int(size or self.size)
+        return side, side
 
     def levels(self, image: np.ndarray) -> torch.Tensor:
         """The network input before normalization: ``image`` resized to :attr:`input_shape` as

@@ -7,10 +7,16 @@ none of them imports another for these helpers.
 from __future__ import annotations
 
 import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from dmlviewer.core.data.transforms import Preprocess
 
 ImageLike = np.ndarray | str | Path
 
@@ -57,3 +63,34 @@ def as_device(device: str | torch.device) -> torch.device:
     from dmlviewer.core.models import resolve_device
 
     return device if isinstance(device, torch.device) else resolve_device(str(device))
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dmlviewer-inputs")
+        return _pool
+
+
+def pair_inputs(preprocess: "Preprocess", images: tuple[np.ndarray, np.ndarray], sizes: tuple,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both images of a pair as network inputs (``preprocess(image, size, device=device)``).
+
+    When both are resized on the host, the reference is resized on a side thread while the
+    query is resized here: OpenCV releases the GIL, so on a machine with a free core a pair's
+    preprocessing costs one resize, not two (an area shrink of a 500 x 375 photograph takes
+    about 0.8 ms at one thread). An accelerator resizes there (nothing to overlap), and an image
+    already at its input shape only needs normalizing."""
+    (image_q, image_r), (size_q, size_r) = images, sizes
+    both_resized = device.type == "cpu" and all(
+        image.shape[:2] != preprocess.shape_for(size) for image, size in zip(images, sizes))
+    if not both_resized:
+        return preprocess(image_q, size_q, device=device), preprocess(image_r, size_r, device=device)
+    reference = _side_pool().submit(preprocess, image_r, size_r, device=device)
+    query = preprocess(image_q, size_q, device=device)
+    return query, reference.result()

@@ -35,7 +35,7 @@ from dmlviewer.core.explain.grad_transfer import GradWeightBank
 from dmlviewer.core.explain.gradcam import gradcam_maps, transferred_map
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.hover import HoverRenderer
-from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode
+from dmlviewer.core.explain.inputs import ImageLike, as_device, as_rgb, eval_mode, pair_inputs
 from dmlviewer.core.explain.matches import MATCH_RADIUS, top_matches
 from dmlviewer.core.explain import methods as registry
 from dmlviewer.core.explain.pairwise import group_point_to_point, pair_terms
@@ -331,13 +331,12 @@ def explain_pair(
     size_q, size_r = _input_sizes(model, size)
     dev = as_device(device)
     preprocess = model.preprocess
-    x_q = preprocess(rgb_q, size_q, device=dev)
-    x_r = preprocess(rgb_r, size_r, device=dev)
+    x_q, x_r = pair_inputs(preprocess, (rgb_q, rgb_r), (size_q, size_r), dev)
     if size is not None:  # a module of one input size says which (not timm's bare AssertionError)
         from dmlviewer.core.models.opening import check_input_size
 
-        for x in (x_q, x_r):
-            check_input_size(model, tuple(x.shape[-2:]), "size")
+        for shape in dict.fromkeys(tuple(x.shape[-2:]) for x in (x_q, x_r)):
+            check_input_size(model, shape, "size")
     with eval_mode(model):
         if x_q.shape == x_r.shape:
             out, lin = cuda_graph.forward_decomposed(model, torch.stack([x_q, x_r]))

@@ -316,3 +316,26 @@ def test_one_hover_pass_gives_the_pairs_share_peak_and_overlay_without_allocatin
     tracemalloc.stop()
     grown = sum(d.size_diff for d in after.compare_to(before, "filename") if d.size_diff > 0)
     assert grown < 20_000  # small Python objects only: no array per event (an overlay is 50 kB)
+
+
+def test_pair_inputs_resized_side_by_side_equal_the_sequential_inputs():
+    """The two images resized at once (the reference on a side thread) give the inputs one by
+    one would, for square, cross-view and already-sized images; a bad reference still raises."""
+    from dmlviewer.core.data.transforms import Preprocess
+    from dmlviewer.core.explain.inputs import pair_inputs
+
+    pre = Preprocess(SIZE)
+    cpu = torch.device("cpu")
+    for shapes, sizes in ((((375, 500), (333, 250)), (SIZE, SIZE)), (((375, 500), (120, 90)), (SIZE, (SIZE, 2 * SIZE))),
+                          (((SIZE, SIZE), (375, 500)), (None, None))):
+        a, b = _images(3, shapes=shapes)
+        got = pair_inputs(pre, (a, b), sizes, cpu)
+        want = (pre(a, sizes[0]), pre(b, sizes[1]))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and torch.equal(g, w)
+    a, _ = _images(4, shapes=((375, 500), (10, 10)))
+    with pytest.raises(ValueError, match="uint8 H x W x 3"):
+        pair_inputs(pre, (a, a[..., :2].copy()), (SIZE, SIZE), cpu)
+    assert pre.shape_for(None) == (SIZE, SIZE) and pre.shape_for(32) == (32, 32)
+    assert pre.shape_for((24, 96)) == (24, 96)
+    assert Preprocess(SIZE, shape=(16, 64)).shape_for(None) == (16, 64)
