@@ -138,9 +138,12 @@ class TokenHead(Head):
             z = sum(weight * x[:, r] for r, weight in self.rows)
         else:
             z = vit.norm(tokens)[:, vit.num_prefix_tokens :].mean(1)
-        z = vit.head_drop(vit.fc_norm(z))
-        raw, mask = self.projection(z)
-        frozen = {"relu": mask} if mask is not None else {}
+        # the pooled vector, whose fc_norm scale linearize freezes (not computed again there: for
+        # the token head that would run the last block once more)
+        frozen = {"pooled": z.detach()}
+        raw, mask = self.projection(vit.head_drop(vit.fc_norm(z)))
+        if mask is not None:
+            frozen["relu"] = mask
         return make_output(raw, grid, intermediates={"prefix": features["prefix"]}, frozen=frozen)
 
     def linearize(self, out: ModelOutput) -> Linearization:
@@ -156,7 +159,7 @@ class TokenHead(Head):
                 return self._first_order(out, str(exc))
         else:
             parts, frozen = _mean_readout_parts(vit, tokens), ("LayerNorm scales",)
-        parts = _layer_norm(parts, _pooled_actual(vit, tokens, self.rows, self.pool), vit.fc_norm)
+        parts = _layer_norm(parts, out.frozen["pooled"], vit.fc_norm)
         contributions, bias = self.projection.linearize(parts[:, :-1], parts[:, -1], out.frozen.get("relu"))
         nonspatial = contributions[:, :p].sum(1)
         if self.projection.hidden is not None:
@@ -234,15 +237,6 @@ def _mean_readout_parts(vit: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return parts
 
 
-def _pooled_actual(vit: nn.Module, tokens: torch.Tensor, rows, pool: str) -> torch.Tensor:
-    """The pooled vector ``fc_norm`` sees at this input (B x C), for its frozen scale."""
-    with torch.no_grad():
-        if pool == "token":
-            x = vit.norm(vit.blocks[-1](tokens))
-            return sum(weight * x[:, r] for r, weight in rows)
-        return vit.norm(tokens)[:, vit.num_prefix_tokens :].mean(1)
-
-
 def _activation_gate(act: nn.Module, u: torch.Tensor) -> torch.Tensor:
     """``g`` with ``act(u) = g * u`` elementwise at this input (GELU: ``Phi(u)``; ReLU: the mask)."""
     if act(torch.zeros(1, device=u.device, dtype=u.dtype)).abs().item() > 0:
@@ -269,19 +263,26 @@ def _token_readout_parts(vit: nn.Module, tokens: torch.Tensor, rows) -> tuple[to
     heads, head_dim, width = attn.num_heads, attn.head_dim, attn.attn_dim
     out = tokens.new_zeros(b, t + 1, c)
     frozen = ("attention weights", "LayerNorm scales", "activation gates")
+    readout = [r for r, _ in rows]
     with torch.no_grad():
         h = block.norm1(tokens)
-        qkv = attn.qkv(h).reshape(b, t, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-        q, k = attn.q_norm(qkv[0]), attn.k_norm(qkv[1])
-        weights = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)  # B x heads x T x T
+        # the attention of the readout rows only: their queries and every token's key (the
+        # values come from the tokens' linear parts below; the whole qkv would cost three times
+        # the keys)
+        w_qkv, b_qkv = attn.qkv.weight, attn.qkv.bias
+        q = torch.nn.functional.linear(h[:, readout], w_qkv[:width], None if b_qkv is None else b_qkv[:width])
+        k = torch.nn.functional.linear(h, w_qkv[width : 2 * width], None if b_qkv is None else b_qkv[width : 2 * width])
+        q = attn.q_norm(q.reshape(b, len(readout), heads, head_dim).transpose(1, 2))
+        k = attn.k_norm(k.reshape(b, t, heads, head_dim).transpose(1, 2))
+        weights = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)  # B x heads x rows x T
         # token s's share of h_s (norm1 with its scale frozen per token)
         h_parts = _per_token_layer_norm(tokens, block.norm1)  # B x T x C (linear parts), constant C
         w_v = attn.qkv.weight[2 * width : 3 * width].float()
         b_v = attn.qkv.bias[2 * width : 3 * width].float() if attn.qkv.bias is not None else None
         v_lin = h_parts[0] @ w_v.T  # B x T x A
         v_const = h_parts[1] @ w_v.T + (b_v if b_v is not None else 0.0)  # A
-        for r, readout_weight in rows:
-            att = weights[:, :, r, :]  # B x heads x T
+        for i, (r, readout_weight) in enumerate(rows):
+            att = weights[:, :, i, :]  # B x heads x T
             att_a = att.repeat_interleave(head_dim, dim=1).transpose(1, 2)  # B x T x A
             parts = torch.cat([att_a * v_lin, (att_a.sum(1) * v_const)[:, None]], 1)  # B x (T+1) x A
             o_actual = parts.sum(1)
