@@ -31,7 +31,7 @@ BENCHMARKS = {
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_device
+    from dmlviewer.commands.common import add_decode, add_device
 
     p = sub.add_parser("bench", help="run benchmarks (ratios against a baseline measured in the same run)")
     p.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), help="benchmark to run")
@@ -43,10 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int, default=None, metavar="N",
                    help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
-    p.add_argument("--decode", choices=("cpu", "device", "auto"), default="cpu",
-                   help="bench extract: where JPEGs are decoded (cpu: by OpenCV in the loader workers, the default; "
-                        "device: on the model's device; auto: on a CUDA device when torchvision can); on CUDA one "
-                        "run times both")
+    add_decode(p, what="bench extract: ", both=True)
     p.set_defaults(func=run)
 
 

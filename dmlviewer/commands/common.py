@@ -130,6 +130,18 @@ def add_device(parser: argparse.ArgumentParser, default: str = "auto", what: str
                         help=f"where the model runs{what}: {DEVICE_HELP}")
 
 
+def add_decode(parser: argparse.ArgumentParser, what: str = "", both: bool = False) -> None:
+    """``--decode``: where the JPEGs of a feature extraction are decoded
+    (:mod:`dmlviewer.core.data.decoders`)."""
+    from dmlviewer.core.data.decoders import DECODES, DEFAULT_DECODE
+
+    parser.add_argument("--decode", choices=DECODES, default=DEFAULT_DECODE,
+                        help=f"{what}where JPEGs are decoded (cpu: by OpenCV in the loader workers; device: in one "
+                             "batch on the model's device, recorded in the feature file as image_decoder=nvjpeg on a GPU; "
+                             f"auto: on a CUDA device when torchvision can; default {DEFAULT_DECODE})"
+                             + ("; on CUDA one run times both" if both else ""))
+
+
 def print_json(value: Any) -> None:
     """Write ``value`` to stdout in the one JSON style of the command line (see the module
     docstring)."""

@@ -27,7 +27,7 @@ def _ks(text: str) -> list[int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_device, int_range
+    from dmlviewer.commands.common import add_decode, add_device, int_range
 
     p = sub.add_parser("evaluate", help="extract features to HDF5 and print retrieval/clustering metrics")
     add_model_options(p)
@@ -44,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-workers", type=int_range(0, 256), default=None, metavar="N",
                    help="data loader processes (default: chosen from the CPU count)")
     p.add_argument("--ks", type=_ks, default=[1, 2, 4, 8], metavar="K,K,...", help="Recall@K values")
+    add_decode(p)
     p.set_defaults(func=run)
 
 
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails
     try:
         for event in evaluate(args.checkpoint or source, args.dataset, args.split, args.out, args.batch_size,
-                              args.device, args.format, args.ks, args.num_workers, args.protocol):
+                              args.device, args.format, args.ks, args.num_workers, args.protocol,
+                              decode=args.decode):
             if event.kind == "step":
                 sys.stderr.write(f"\r{event.message} {event.current}/{event.total}")
                 if event.current == event.total:

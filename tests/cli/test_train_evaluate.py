@@ -64,6 +64,24 @@ def test_evaluate_json_has_design_keys_and_matches_stored_features(trained, data
     assert training == pytest.approx(metrics)
 
 
+def test_evaluate_decoding_jpegs_in_the_main_process_gives_the_same_features(trained, data, tmp_path, capsys):
+    """``--decode device`` on the CPU: the batch's JPEGs decoded by torchvision in the main
+    process, libjpeg-turbo as OpenCV's, so the features and metrics are the workers' (64 px
+    images at input size 64: no resize)."""
+    from dmlviewer.core.evaluate import read_features
+
+    files = {}
+    for decode in ("cpu", "device"):
+        files[decode] = tmp_path / f"{decode}.h5"
+        assert main(["evaluate", "--checkpoint", str(trained / "checkpoint.pt"), "--dataset", str(data),
+                     "--out", str(files[decode]), "--json", "--num-workers", "1", "--decode", decode]) == 0
+    cpu, device = (read_features(files[d]) for d in ("cpu", "device"))
+    assert device.paths == cpu.paths
+    np.testing.assert_allclose(device.embeddings, cpu.embeddings, atol=1e-5)
+    assert device.attrs["recall@1"] == pytest.approx(cpu.attrs["recall@1"])
+    assert device.attrs["image_decoder"] == "opencv"  # decode_jpeg on the CPU is libjpeg-turbo
+
+
 def test_retrieve_json(trained, data, tmp_path, capsys):
     out = tmp_path / "features.h5"
     assert main(["evaluate", "--checkpoint", str(trained / "checkpoint.pt"), "--dataset", str(data),
@@ -102,6 +120,8 @@ def test_retrieve_with_region_json(trained, data, tmp_path, capsys):
     (["train", "--branches", "2", "--dataset", ".", "--out", "RUN", "--pretrained", "imagenet"],
      "--pretrained imagenet: no ImageNet weights exist for small_cnn"),
     (["evaluate", "--checkpoint", "/no/ckpt.pt", "--dataset", ".", "--out", "f.h5"], "checkpoint not found: /no/ckpt.pt"),
+    (["evaluate", "--checkpoint", "c.pt", "--dataset", ".", "--out", "f.h5", "--decode", "gpu"],
+     "argument --decode: invalid choice: 'gpu'"),
     (["retrieve", "--features", "/no/f.h5", "--query", "0"], "feature file not found: /no/f.h5"),
     (["retrieve", "--features", "/no/f.h5", "--query", "0", "--region", "5,5,1,1"], "y1 > y0"),
 ])

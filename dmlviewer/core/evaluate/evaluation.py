@@ -31,7 +31,7 @@ import numpy as np
 
 from dmlviewer.core.progress import CancelToken, Progress
 
-from .extract import feature_attrs, image_branches, is_two_branch, write_batches
+from .extract import DEFAULT_DECODE, feature_attrs, image_branches, is_two_branch, write_batches
 from .metrics import compute_metrics, one_match_recall
 
 
@@ -93,12 +93,14 @@ def cross_view_metrics(embeddings: np.ndarray, labels: np.ndarray, branches: np.
 def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, split: str = "test",
              out: str | os.PathLike | None = None, batch_size: int = 64, device: str = "cpu",
              format: str | None = None, ks: Sequence[int] = (1, 2, 4, 8), num_workers: int | None = None,
-             protocol: str = "default", cancel: CancelToken | None = None) -> Iterator[Progress]:
+             protocol: str = "default", cancel: CancelToken | None = None,
+             decode: str = DEFAULT_DECODE) -> Iterator[Progress]:
     """Generator: load ``checkpoint`` (a path, ``imagenet:NAME`` or a ``ModelSource``), embed
     ``split`` of the dataset at ``dataset_root`` into the feature file ``out`` (skipped when
     ``None``), compute the metrics of DESIGN.md and store them
-    as the file's attributes (in the same atomic write). Result: the metrics dict; under
-    ``torchrun`` (module docstring) only on rank 0, ``None`` on the other ranks."""
+    as the file's attributes (in the same atomic write). ``decode``: where JPEGs are decoded
+    (:func:`~.extract.extract_features`). Result: the metrics dict; under ``torchrun`` (module
+    docstring) only on rank 0, ``None`` on the other ranks."""
     import torch
 
     from dmlviewer.core.data import open_dataset
@@ -133,7 +135,7 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
         try:
             result: dict = {}
             for event in write_batches(writer, model, dataset, batch_size, dev, num_workers, cancel,
-                                       collect=main, dist=ctx):
+                                       collect=main, dist=ctx, decode=decode):
                 if event.kind == "done":
                     result = event.data["result"]
                 elif main:

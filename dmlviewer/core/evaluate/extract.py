@@ -52,6 +52,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.data.decoders import DECODES, DEFAULT_DECODE
 from dmlviewer.core.data.device_input import (EncodedImages, ImageLevels, collate_encoded, device_decoding_available,
                                               device_levels)
 from dmlviewer.core.data.torch_dataset import ImageFolderDataset
@@ -82,13 +83,6 @@ def default_workers(device: str | torch.device | None = None) -> int:
     return max(0, min(8, cores))
 
 
-#: where images are decoded (module docstring)
-DECODES = ("auto", "cpu", "device")
-#: the default: the workers' OpenCV decoding, measured on a GPU (issue 32). Decoding on the device
-#: was written in a session without a GPU (2026-11-27): it becomes the default (``"auto"``) once
-#: ``tests/gpu`` and ``bench extract --device cuda`` (which times both) have shown it correct and
-#: faster there (pytorch/vision#9606 reports nvJPEG corrupting memory on an H100).
-DEFAULT_DECODE = "cpu"
 
 
 def decodes_on_device(device: str | torch.device, decode: str = DEFAULT_DECODE) -> bool:
