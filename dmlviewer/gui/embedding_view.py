@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.export import add_plot_entry
+from dmlviewer.gui import errors
 from dmlviewer.gui.widgets import PLOT_BACKGROUND, PathEdit, fit_to_screen, guard_wheel, no_si_prefix
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -283,8 +284,7 @@ class EmbeddingView(QWidget):
 
     def _on_failed(self, job: Job, text: str) -> None:
         if job is self.job:
-            self.status.setText(f"Projection failed: {text.strip().splitlines()[0] if text.strip() else ''}")
-            self.status.setToolTip(text)
+            errors.show_failure(self.status, text, "Projection failed")
 
     def show_projection(self, projection: dict) -> None:
         """Draw a ``projection_job`` result."""

@@ -10,12 +10,14 @@ letting them end the app. Everything is also written to the log.
 
 from __future__ import annotations
 
+import html
 import logging
 import sys
 import traceback
 from types import TracebackType
+from typing import Callable
 
-from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
+from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QWidget
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,22 @@ def split_failure(text: str) -> tuple[str, str]:
     """A worker failure text (``"Type: message\\n\\ntraceback"``) as (first line, whole text)."""
     first = text.strip().splitlines()[0] if text.strip() else "unknown error"
     return first, text
+
+
+#: the colour of a failure on a view's status line
+FAILED_COLOUR = "#eb5757"
+
+
+def show_failure(label: QLabel, text: str, what: str = "Failed", wrap: Callable[[str], str] | None = None) -> None:
+    """A worker's failure (``text``, :func:`split_failure`) on a view's status ``label``: ``what:
+    first line`` in red, escaped (a message may hold ``<`` or ``&``, which rich text would
+    swallow), the whole text as the tooltip. ``wrap``: applied to the escaped line (the training
+    dialog breaks long paths)."""
+    first, details = split_failure(text)
+    line = html.escape(first, quote=False)
+    label.setText(f"<span style='color:{FAILED_COLOUR}'>{html.escape(what, quote=False)}: "
+                  f"{wrap(line) if wrap else line}</span>")
+    label.setToolTip(details)
 
 
 def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

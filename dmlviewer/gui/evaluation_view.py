@@ -27,7 +27,9 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.widgets import PathEdit, fit_to_screen, format_eta, guard_wheel, keep_in_front
+from dmlviewer.gui import errors
+from dmlviewer.gui.job_status import show_progress
+from dmlviewer.gui.widgets import PathEdit, fit_to_screen, guard_wheel, keep_in_front
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -403,12 +405,8 @@ class EvaluationView(QWidget):
             self.runner.cancel(self.job)
 
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if job is not self.job:
-            return
-        if event.total:
-            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
-        text = event.message or f"{event.kind} {event.current}/{event.total}"
-        self.status.setText(f"{text}  (ETA {format_eta(job.eta_s)})" if job.eta_s is not None else text)
+        if job is self.job:
+            show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
         column = self._pending.pop(job.id, None)
@@ -424,9 +422,7 @@ class EvaluationView(QWidget):
     def _on_failed(self, job: Job, text: str) -> None:
         if self._pending.pop(job.id, None) is None:
             return
-        first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.status.setText(f"<span style='color:#eb5757'>Evaluation failed: {first}</span>")
-        self.status.setToolTip(text)
+        errors.show_failure(self.status, text, "Evaluation failed")
         self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:

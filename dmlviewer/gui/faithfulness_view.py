@@ -29,7 +29,9 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_STEPS
 from dmlviewer.core.progress import CancelToken, Progress
-from dmlviewer.gui.widgets import (DASHES, METHOD_COLORS, PALETTE, PLOT_BACKGROUND, LegendStrip, format_eta, series_pen,
+from dmlviewer.gui import errors
+from dmlviewer.gui.job_status import show_progress
+from dmlviewer.gui.widgets import (DASHES, METHOD_COLORS, PALETTE, PLOT_BACKGROUND, LegendStrip, series_pen,
                                    style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -310,9 +312,7 @@ class PairFaithfulnessWindow(QWidget):
 
     def _on_progress(self, job: Job, event: Progress) -> None:
         if self._mine(job) and event.total:
-            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
-            eta = f"  (ETA {format_eta(job.eta_s)})" if job.eta_s is not None else ""  # none once cancelling
-            self.status.setText(f"{event.message} {event.current}/{event.total}{eta}")
+            show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
         if not self._mine(job):
@@ -322,9 +322,7 @@ class PairFaithfulnessWindow(QWidget):
 
     def _on_failed(self, job: Job, text: str) -> None:
         if self._mine(job):
-            first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-            self.status.setText(f"<span style='color:#eb5757'>Failed: {first}</span>")
-            self.status.setToolTip(text)
+            errors.show_failure(self.status, text)
             self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
 
-from dmlviewer.gui.widgets import ElidedLabel
+from dmlviewer.core.progress import Progress
+from dmlviewer.gui.widgets import ElidedLabel, format_eta
 from dmlviewer.gui.worker import Job, JobRunner, JobState
 
 
@@ -192,3 +193,17 @@ class JobStatus(QWidget):
         if job is not None:
             self.bar.setValue(int(round(1000 * job.fraction)))
             self.bar.setToolTip(f"{job.percent} % of '{job.name}'")
+
+
+def show_progress(bar: QProgressBar, label: QLabel, job: Job, event: Progress) -> None:
+    """A view's own progress bar (0-1000) and status line for ``job``'s ``event``: the job's
+    overall fraction (never moving back), the event's message with its count, and the time left
+    while one is known (none once cancelling)."""
+    if event.total:
+        bar.setValue(int(round(1000 * job.fraction)))
+    text = event.message or event.kind
+    if event.total:
+        text += f" {event.current}/{event.total}"
+    if job.eta_s is not None:
+        text += f"  (ETA {format_eta(job.eta_s)})"
+    label.setText(text)

@@ -32,7 +32,9 @@ from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAI
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
 from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
-from dmlviewer.gui.widgets import (add_legend, fit_to_screen, format_eta, keep_in_front, method_color, scrolling,
+from dmlviewer.gui import errors
+from dmlviewer.gui.job_status import show_progress
+from dmlviewer.gui.widgets import (add_legend, fit_to_screen, keep_in_front, method_color, scrolling,
                                    series_color, series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
 
@@ -447,14 +449,8 @@ class LocalizationView(QWidget):
             self.runner.cancel(self.job)
 
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if job.id not in self._job_kind:
-            return
-        if event.total:
-            self.progress.setValue(int(round(1000 * job.fraction)))  # overall, never moving back
-        text = f"{event.message or event.kind} {event.current}/{event.total}" if event.total else event.message
-        if job.eta_s is not None:  # none once cancelling
-            text += f"  (ETA {format_eta(job.eta_s)})"
-        self.status.setText(text)
+        if job.id in self._job_kind:
+            show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
         if job.id not in self._job_kind:
@@ -479,9 +475,7 @@ class LocalizationView(QWidget):
     def _on_failed(self, job: Job, text: str) -> None:
         if self._job_kind.pop(job.id, None) is None:
             return
-        first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.status.setText(f"<span style='color:#eb5757'>Failed: {first}</span>")
-        self.status.setToolTip(text)
+        errors.show_failure(self.status, text)
         self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:

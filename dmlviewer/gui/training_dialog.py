@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from dmlviewer.core.fields import worded
 from dmlviewer.core.progress import Progress
+from dmlviewer.gui import errors
 from dmlviewer.gui.widgets import (LegendStrip, PathEdit, fit_to_screen, format_eta, scrolling, series_color,
                                    series_pen, style_plot)
 from dmlviewer.gui.worker import Job, JobRunner
@@ -1192,8 +1193,7 @@ class TrainingDialog(QDialog):
         if not self._mine(job):
             return
         self.monitor.refresh()
-        first = text.strip().splitlines()[0] if text.strip() else "unknown error"
-        self.monitor.status.setText(f"<span style='color:#eb5757'>Failed: {breakable(_escape(first))}</span>")
+        errors.show_failure(self.monitor.status, text, wrap=breakable)
         self.monitor.append_log(text)
         self._end_run()
 

@@ -342,3 +342,30 @@ def test_the_jobs_list_keeps_the_running_job_in_sight(qtbot, runner):
     item = view.tree.topLevelItem(len(rows) - 1)
     assert view.tree.viewport().rect().intersects(view.tree.visualItemRect(item))
     gate.set()
+
+
+def test_a_failure_and_progress_read_on_a_views_status_line(qtbot, runner):
+    """A failed job's first line shows as written, even with ``<`` and ``&`` (rich text swallowed
+    ``<lambda>``); the whole text is the tooltip; progress shows message, count and the bar."""
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QLabel, QProgressBar
+
+    from dmlviewer.gui.errors import show_failure
+    from dmlviewer.gui.job_status import show_progress
+
+    def broken(cancel):
+        raise ValueError("cannot pickle '<lambda>' & friends")
+
+    label, bar = QLabel(), QProgressBar()
+    bar.setRange(0, 1000)
+    with qtbot.waitSignal(runner.job_failed, timeout=5000) as blocker:
+        job = runner.submit("broken", broken)
+    show_failure(label, blocker.args[1], "Evaluation failed")
+    shown = QTextDocument()
+    shown.setHtml(label.text())
+    assert shown.toPlainText() == "Evaluation failed: ValueError: cannot pickle '<lambda>' & friends"
+    assert label.toolTip() == job.error and "Traceback" in label.toolTip()
+    show_progress(bar, label, job, Progress("step", 3, 12, message="embedding"))
+    assert label.text().startswith("embedding 3/12")
+    show_progress(bar, label, job, Progress("log", message="writing the file"))
+    assert label.text().startswith("writing the file")
