@@ -332,20 +332,24 @@ def explain_pair(
     dev = as_device(device)
     preprocess = model.preprocess
     x_q, x_r = pair_inputs(preprocess, (rgb_q, rgb_r), (size_q, size_r), dev)
-    if size is not None:  # a module of one input size says which (not timm's bare AssertionError)
-        from dmlviewer.core.models.opening import check_input_size
-
-        for shape in dict.fromkeys(tuple(x.shape[-2:]) for x in (x_q, x_r)):
-            check_input_size(model, shape, "size")
     with eval_mode(model):
-        if x_q.shape == x_r.shape:
-            out, lin = cuda_graph.forward_decomposed(model, torch.stack([x_q, x_r]))
-            outs, indices = (out, out), (0, 1)
-            lins = ((lin, 0), (lin, 1))
-        else:
-            (out_q, lin_q), (out_r, lin_r) = (cuda_graph.forward_decomposed(model, x[None]) for x in (x_q, x_r))
-            outs, indices = (out_q, out_r), (0, 0)
-            lins = ((lin_q, 0), (lin_r, 0))
+        try:
+            if x_q.shape == x_r.shape:
+                out, lin = cuda_graph.forward_decomposed(model, torch.stack([x_q, x_r]))
+                outs, indices = (out, out), (0, 1)
+                lins = ((lin, 0), (lin, 1))
+            else:
+                (out_q, lin_q), (out_r, lin_r) = (cuda_graph.forward_decomposed(model, x[None]) for x in (x_q, x_r))
+                outs, indices = (out_q, out_r), (0, 0)
+                lins = ((lin_q, 0), (lin_r, 0))
+        except AssertionError:
+            # a module of one input size says which (not timm's bare AssertionError); asked only
+            # on failure, since walking the module costs every pair a little host time
+            from dmlviewer.core.models.opening import check_input_size
+
+            for shape in dict.fromkeys(tuple(x.shape[-2:]) for x in (x_q, x_r)):
+                check_input_size(model, shape, "size")
+            raise
     sides = []
     for rgb, out, index, (lin, li) in zip((rgb_q, rgb_r), outs, indices, lins):
         sides.append(_Side(
