@@ -399,45 +399,35 @@ class LocalizationView(QWidget):
 
     # -- running
     def run_localization(self) -> Job | None:
-        if self.job is not None and not self.job.ended:
-            return None
-        problems = self.problems(True)
-        if problems:
-            self._refuse(problems)
-            return None
-        checkpoint = self.inputs.checkpoint.text()
-        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
-                self.threshold_values(), self.pairing.currentData(), self._split(),
-                self.inputs.device.currentText(), self.limit.value() or None)
-        return self._submit("localization", checkpoint, (localization_job, args, {}))
+        return self._start("localization", localization_job, lambda checkpoint: (
+            checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
+            self.threshold_values(), self.pairing.currentData(), self._split(), self.inputs.device.currentText(),
+            self.limit.value() or None))
 
     def run_correspondence(self) -> Job | None:
-        if self.job is not None and not self.job.ended:
-            return None
-        problems = self.problems(False)
-        if problems:
-            self._refuse(problems)
-            return None
-        checkpoint = self.inputs.checkpoint.text()
-        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self._split(),
-                self.inputs.device.currentText(), self.max_pairs.value())
-        return self._submit("correspondence", checkpoint, (correspondence_job, args, {}))
+        return self._start("correspondence", correspondence_job, lambda checkpoint: (
+            checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self._split(),
+            self.inputs.device.currentText(), self.max_pairs.value()))
 
     def run_faithfulness(self) -> Job | None:
+        return self._start("faithfulness", faithfulness_job, lambda checkpoint: (
+            checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
+            self.faith_pairs.value(), self.faith_baseline.currentText(), self.faith_oracle.value(), self._split(),
+            self.inputs.device.currentText()))
+
+    def _start(self, kind: str, function, arguments) -> Job | None:
+        """Submit ``function(*arguments(checkpoint))`` as this view's job of ``kind``: nothing
+        while one runs; the fields' problems said on the status line instead (only localization
+        needs boxes)."""
         if self.job is not None and not self.job.ended:
             return None
-        problems = self.problems(False)
+        problems = self.problems(kind == "localization")
         if problems:
             self._refuse(problems)
             return None
         checkpoint = self.inputs.checkpoint.text()
-        args = (checkpoint, self.inputs.dataset.text(), self.inputs.dataset_format, self.checked_methods(),
-                self.faith_pairs.value(), self.faith_baseline.currentText(), self.faith_oracle.value(),
-                self._split(), self.inputs.device.currentText())
-        return self._submit("faithfulness", checkpoint, (faithfulness_job, args, {}))
-
-    def _submit(self, kind: str, checkpoint: str, factory: tuple) -> Job:
-        self.job = self.runner.submit(f"{kind.capitalize()} {Path(checkpoint).name}", factory)
+        self.job = self.runner.submit(f"{kind.capitalize()} {Path(checkpoint).name}",
+                                      (function, arguments(checkpoint), {}))
         self._job_kind[self.job.id] = (kind, checkpoint)
         self.progress.setValue(0)
         self.status.setText("Running...")
