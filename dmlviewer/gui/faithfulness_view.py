@@ -57,29 +57,32 @@ def method_label(method: str) -> str:
 
 
 def method_pens(methods: Sequence[str], width: float = 2.0) -> dict[str, QPen]:
-    """One pen per method: the reference orders their fixed grey/white dashes, every other
-    method its colour of every view (``widgets.METHOD_COLORS``, as in the sanity check) and the
-    next line style but the references' dash, so no method looks like the floor or the ceiling.
-    Maps without a colour of their own
-    (point-to-point, groups) take the palette colours that no other curve here has."""
-    taken = {color.lower() for color, _ in REFERENCE_STYLE.values()}
-    taken |= {METHOD_COLORS[m].lower() for m in methods if m in METHOD_COLORS}
-    spare = [color for color in PALETTE if color.lower() not in taken] or PALETTE
-    pens, i, k = {}, 0, 0
+    """One pen per method, no two alike, each method's the same in every view: the reference
+    orders their fixed grey/white dashes, every other method its colour of every view
+    (``widgets.METHOD_COLORS``, as in the sanity check) and a line style of its own but the
+    references' dash, so no method looks like the floor or the ceiling. The groups, which have
+    no colour of their own, take point-to-point's colour (they are its parts) in the styles no
+    curve here has, then the palette colours no method here has, then any unused pair of colour
+    and style."""
+    pens, used = {}, set()
     for method in methods:
         if method in REFERENCE_STYLE:
             color, style = REFERENCE_STYLE[method]
-            pens[method] = series_pen(0, width, color=color, style=style)
+        elif method in METHOD_COLORS:
+            color, style = METHOD_COLORS[method], METHOD_DASHES[list(METHOD_COLORS).index(method) % len(METHOD_DASHES)]
+        else:
             continue
-        color = METHOD_COLORS.get(method)
-        style = METHOD_DASHES[i % len(METHOD_DASHES)]
-        if color is None:  # the spare colours first, then the next line style
-            color = spare[k % len(spare)]
-            style = METHOD_DASHES[k // len(spare) % len(METHOD_DASHES)]
-            k += 1
-        pens[method] = series_pen(i, width, color=color, style=style)
-        i += 1
-    return pens
+        pens[method] = series_pen(0, width, color=color, style=style)
+        used.add((color.lower(), style))
+    taken = {color for color, _ in used}
+    colors = dict.fromkeys([METHOD_COLORS["point_to_point"].lower()]
+                           + [c.lower() for c in PALETTE if c.lower() not in taken] + [c.lower() for c in PALETTE])
+    free = iter([(c, s) for c in colors for s in METHOD_DASHES if (c, s) not in used])
+    for method in methods:
+        if method not in pens:
+            color, style = next(free, (PALETTE[0], METHOD_DASHES[0]))
+            pens[method] = series_pen(0, width, color=color, style=style)
+    return {method: pens[method] for method in methods}
 
 
 def pen_icon(pen: QPen, width: int = 34, height: int = 12) -> QIcon:

@@ -437,7 +437,8 @@ METHOD_COLORS = {
     "rgradcam": "#F0E442",            # yellow
     "grad_transfer": "#D55E00",       # vermillion (never beside the sanity check's orange)
     "occlusion": "#B39DDB",           # lavender (white is the oracle's line; not a palette colour,
-                                      # which stay spare for point-to-point and groups)
+                                      # which stay spare for the groups)
+    "point_to_point": "#56B4E9",      # sky blue (the one palette colour no other method has)
 }
 
 

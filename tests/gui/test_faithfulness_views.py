@@ -177,7 +177,9 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
     from dmlviewer.gui.widgets import METHOD_COLORS
 
     fractions = np.linspace(0, 1, 5)
-    for methods in (["gradcam", "occlusion", "random"], ["rgradcam", "decomposition", "gradcam", "oracle"]):
+    point_to_point = set()  # its colour in each plot: one, whatever other methods are drawn
+    for methods in (["gradcam", "occlusion", "random", "point_to_point"],
+                    ["point_to_point", "rgradcam", "decomposition", "gradcam", "oracle"]):
         rows = [{"method": m, "fractions": fractions, "deletion": 1 - fractions, "insertion": fractions,
                  "deletion_auc": 0.5, "insertion_auc": 0.5, "num_pairs": 1} for m in methods]
         plots, table = FaithfulnessPlots(), AucTable()
@@ -191,11 +193,14 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
             expected = QColor(METHOD_COLORS[method]).name()
             for kind, plot in plots.plots.items():  # read back from the plot's items, in the rows' order
                 item = plot.getPlotItem().listDataItems()[i]
+                if method == "point_to_point":
+                    point_to_point.add(item.opts["pen"].color().name())
                 assert item.name() == method_label(method)
                 assert item.opts["pen"].color().name() == expected, (kind, method)
             icon = table.item(i, 0).icon().pixmap(34, 12).toImage()
             line = {icon.pixelColor(x, 6).name() for x in range(2, 32)}  # the icon's line sample (dashed or not)
             assert expected in line, method
+    assert len(point_to_point) == 1
 
     view = LocalizationView(runner)
     qtbot.addWidget(view)
@@ -205,3 +210,22 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
     curves = [c for c in view.plot.getPlotItem().listDataItems() if c.name()]  # not the best points' stars
     assert [c.opts["pen"].color().name() for c in curves] == [
         QColor(METHOD_COLORS[m]).name() for m in ("rgradcam", "decomposition")]
+
+
+def test_no_two_faithfulness_curves_look_alike_and_groups_take_point_to_points_colour():
+    """Every method and group of a four-group model with every reference order: no two pens
+    share colour and line style (Group 4 was point-to-point's solid sky blue); the groups are
+    drawn in point-to-point's colour while it has styles to spare."""
+    from dmlviewer.gui.faithfulness_view import method_pens
+    from dmlviewer.gui.widgets import METHOD_COLORS
+
+    methods = [*METHOD_COLORS, "group_0", "group_1", "group_2", "group_3", "random", "oracle"]
+    pens = method_pens(methods)
+    looks = [(pen.color().name(), pen.style()) for pen in pens.values()]
+    assert list(pens) == methods and len(set(looks)) == len(looks)
+    sky = METHOD_COLORS["point_to_point"].lower()
+    assert [pens[f"group_{g}"].color().name() for g in range(3)] == [sky] * 3
+    few = method_pens(["gradcam", "point_to_point", "group_0", "group_1"])
+    assert len({(p.color().name(), p.style()) for p in few.values()}) == 4
+    for method in ("gradcam", "point_to_point"):  # the same look whatever else is drawn
+        assert (few[method].color(), few[method].style()) == (pens[method].color(), pens[method].style())
