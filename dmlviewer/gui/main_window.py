@@ -33,7 +33,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QByteArray, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog, QLabel,
                                QMainWindow, QMenu, QMessageBox, QTabWidget, QToolBar, QWidget)
@@ -42,6 +42,7 @@ from dmlviewer.core.session import Session
 from dmlviewer.gui import errors, settings
 from dmlviewer.gui.browser import DatasetBrowser
 from dmlviewer.gui.compare_model import CompareModel
+from dmlviewer.gui.dock_layout import DockLayout
 from dmlviewer.gui.group_tabs import GroupTabs
 from dmlviewer.gui.model_labels import ModelLabels, model_summary
 from dmlviewer.gui.model_menus import ModelMenus
@@ -51,7 +52,7 @@ from dmlviewer.gui.problems import ProblemsList
 from dmlviewer.gui.retrieval_panel import RetrievalPanel
 from dmlviewer.gui.search_index import IndexKeeper
 from dmlviewer.gui.thumbnails import ThumbnailLoader
-from dmlviewer.gui.widgets import clamp_to_screen, fit_to_screen
+from dmlviewer.gui.widgets import fit_to_screen
 from dmlviewer.gui.window_jobs import WindowJobs
 from dmlviewer.gui.worker import JobRunner, confirm_close
 
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 MODEL_LABEL_WIDTH = 440
 
 from dmlviewer.core.data.format_names import FORMATS as DATASET_FORMATS  # noqa: E402
-#: Bumped when the dock layout changes incompatibly (old saved states are then ignored).
-STATE_VERSION = 1
 
 
 def _icon(name: str) -> QIcon:
@@ -131,7 +130,8 @@ class MainWindow(QMainWindow):
         self.compare.install_tool()
         self._restore_options()
         fit_to_screen(self, 1500, 920)  # never larger than the screen (1366 x 768 laptops)
-        self._restore_layout()
+        self.docks = DockLayout(self)
+        self.docks.restore(self.settings)
 
     # -- the state: read-only views of self.session (change it with open_*, use_model, set_*)
     @property
@@ -273,7 +273,7 @@ class MainWindow(QMainWindow):
             self.add_view_action(dock)
         self._view_separator = view_menu.addSeparator()
         reset = view_menu.addAction("Reset Layout")
-        reset.triggered.connect(self._reset_layout)
+        reset.triggered.connect(lambda: self.docks.reset())
 
         self.tools_menu = menu.addMenu("&Tools")
         self.tools_menu.setObjectName("toolsMenu")
@@ -952,65 +952,8 @@ class MainWindow(QMainWindow):
         """The last session (with its display options) and the window's geometry and docks."""
         self._remember_session()
         s = self.settings
-        s.setValue("window/geometry", self.saveGeometry())
-        s.setValue("window/state", self.saveState(STATE_VERSION))
+        self.docks.save(s)
         s.sync()
-
-    def _restore_layout(self) -> None:
-        geometry = self.settings.value("window/geometry")
-        state = self.settings.value("window/state")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
-            clamp_to_screen(self)  # saved on a larger monitor: shrink and move it onto this one
-        if isinstance(state, QByteArray):
-            self.restoreState(state, STATE_VERSION)
-            if self.width() < self.NARROW_WIDTH:  # restored onto a smaller screen: the pair view first
-                QTimer.singleShot(0, self._default_dock_sizes)
-        from dmlviewer.gui.dock_priority import DockPriority
-
-        self.dock_priority = DockPriority(self)  # a window made narrow later: the docks give way
-
-    def _reset_layout(self) -> None:
-        for dock, area in ((self.browser_dock, Qt.LeftDockWidgetArea), (self.retrieval_dock, Qt.RightDockWidgetArea),
-                           (self.problems_dock, Qt.BottomDockWidgetArea)):
-            dock.setFloating(False)
-            self.addDockWidget(area, dock)
-            dock.show()
-        self.problems_dock.hide()  # shown when there is a problem to list
-        jobs = getattr(getattr(self, "tools", None), "jobs_dock", None)
-        if jobs is not None:  # the status bar shows the running job; the dock opens on demand
-            jobs.setFloating(False)
-            self.addDockWidget(Qt.BottomDockWidgetArea, jobs)
-            jobs.hide()
-        self._default_dock_sizes()
-
-    #: Below this window width the Retrieval dock shares the Dataset dock's column (as a tab),
-    #: so that the pair view keeps at least about half of the width (issue 23 item 7).
-    NARROW_WIDTH = 1100
-
-    def _default_dock_sizes(self) -> None:
-        """The pair view has priority: side docks at the width they need, one side column on a
-        narrow window; bottom docks (problems, jobs) share one short strip."""
-        jobs = getattr(getattr(self, "tools", None), "jobs_dock", None)
-        if jobs is not None and not jobs.isFloating():
-            self.tabifyDockWidget(self.problems_dock, jobs)  # hidden until asked for (status bar, View)
-            if jobs.isVisible():
-                self.resizeDocks([jobs], [min(170, self.height() // 5)], Qt.Vertical)
-        compact = self.width() < 1500  # side docks at what they need, the pair view the rest
-        browser = self.browser.minimumWidth() if compact else 400
-        docked = [d for d in (self.browser_dock, self.retrieval_dock) if not d.isFloating()]
-        guard = getattr(self, "dock_priority", None)
-        if guard is not None:
-            guard.narrow = self.width() < self.NARROW_WIDTH
-        if self.width() < self.NARROW_WIDTH and len(docked) == 2:
-            # One column for both: the Retrieval dock becomes a tab beside the Dataset dock.
-            self.tabifyDockWidget(self.browser_dock, self.retrieval_dock)
-            self.browser_dock.raise_()
-            self.resizeDocks([self.browser_dock], [browser], Qt.Horizontal)
-            return
-        if self.retrieval_dock in self.tabifiedDockWidgets(self.browser_dock):  # wide again: its own side
-            self.addDockWidget(Qt.RightDockWidgetArea, self.retrieval_dock)
-        self.resizeDocks([self.browser_dock, self.retrieval_dock], [browser, 250 if compact else 300], Qt.Horizontal)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
@@ -1018,8 +961,7 @@ class MainWindow(QMainWindow):
             self._layout_pending = False
             # Devices need torch (seconds to import): looked up once the window is on screen.
             QTimer.singleShot(0, self._start_device_discovery)
-            if not isinstance(self.settings.value("window/state"), QByteArray):
-                QTimer.singleShot(0, self._default_dock_sizes)
+            self.docks.first_shown(self.settings)
 
     def _quit(self) -> None:
         """File > Quit: a person's close (asked about running jobs, as the close button is)."""

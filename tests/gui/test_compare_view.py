@@ -267,7 +267,7 @@ def test_two_rows_fit_1366x768(compared, qtbot):
     window, view = compared, compared.pair_view
     window.resize(1366, 768)
     qtbot.waitUntil(lambda: window.width() == 1366, timeout=5000)
-    qtbot.wait(200)  # the docks give way (gui/dock_priority.py), then the splitters settle
+    qtbot.wait(200)  # the docks give way (gui/dock_layout.py), then the splitters settle
     assert window.frameGeometry().height() <= 768 + 40 and window.width() <= 1366
     for pane in view.all_panes:  # each photograph's area stays usable (about 310 x 250 px measured)
         width, height = pane.view.width(), pane.view.height()

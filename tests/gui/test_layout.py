@@ -15,6 +15,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication
 
 from dmlviewer.core.progress import Progress
+from dmlviewer.gui.dock_layout import NARROW_WIDTH
 
 pytestmark = pytest.mark.gui
 
@@ -62,7 +63,7 @@ def test_the_pair_view_keeps_a_usable_size_and_the_docks_give_way(sized_window, 
     # Docks gave way: the Jobs and Problems docks are hidden, the side docks stay at their minimum.
     assert not win.tools.jobs_dock.isVisible() and not win.problems_dock.isVisible()
     assert win.browser_dock.width() <= win.browser.minimumWidth() + 20
-    if width < win.NARROW_WIDTH:
+    if width < NARROW_WIDTH:
         # one column of docks: Retrieval is a tab beside Dataset
         assert win.tabifiedDockWidgets(win.browser_dock) == [win.retrieval_dock]
     else:
@@ -275,3 +276,22 @@ def test_a_pane_caption_too_long_for_its_pane_ends_in_an_ellipsis_and_keeps_its_
     assert "#2f80ed" in QLabel.text(title).lower()  # the role keeps its colour
     title.resize(4000, title.height())
     assert not title.elided() and plain(QLabel.text(title))[0] == text
+
+
+def test_view_reset_layout_brings_moved_and_closed_docks_back(qtbot, sized_window):
+    """View > Reset Layout, chosen from the menu: a floated Retrieval dock and a closed Dataset
+    dock come back to their sides at the default widths, the Problems dock hidden."""
+    win = sized_window(1600, 1000)
+    win.retrieval_dock.setFloating(True)
+    win.browser_dock.close()
+    win.problems_dock.show()
+    qtbot.wait(50)
+    action = next(a for a in win.view_menu.actions() if a.text() == "Reset Layout")
+    action.trigger()
+    qtbot.wait(100)
+    assert win.browser_dock.isVisible() and win.retrieval_dock.isVisible() and not win.problems_dock.isVisible()
+    assert not win.retrieval_dock.isFloating()
+    assert win.dockWidgetArea(win.browser_dock) == Qt.LeftDockWidgetArea
+    assert win.dockWidgetArea(win.retrieval_dock) == Qt.RightDockWidgetArea
+    assert _left_in(win.retrieval_dock, win) > _left_in(win.pair_view, win) + win.pair_view.width() - 5
+    assert win.browser_dock.width() <= 420 and win.retrieval_dock.width() <= 320  # the default widths

@@ -152,7 +152,7 @@ def test_view_menu_brings_problems_and_jobs_to_the_front(window):
     front, not hidden behind the other's tab; an empty problems list says so."""
     from dmlviewer.gui.problems import EMPTY_TEXT
 
-    window._default_dock_sizes()
+    window.docks.default_sizes()
     jobs = window.tools.jobs_dock
     actions = {a.text().replace("&", ""): a for a in window.view_menu.actions()}
     assert {"Dataset", "Retrieval", "Problems", "Jobs"} <= set(actions)
