@@ -35,13 +35,14 @@ from typing import Callable
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
-from PySide6.QtWidgets import (QApplication, QComboBox, QDockWidget, QFileDialog, QLabel,
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel,
                                QMainWindow, QMenu, QMessageBox, QTabWidget, QToolBar, QWidget)
 
 from dmlviewer.core.session import Session
 from dmlviewer.gui import errors, settings
 from dmlviewer.gui.browser import DatasetBrowser
 from dmlviewer.gui.compare_model import CompareModel
+from dmlviewer.gui.device_choice import DeviceChoice
 from dmlviewer.gui.dock_layout import DockLayout
 from dmlviewer.gui.group_tabs import GroupTabs
 from dmlviewer.gui.model_labels import ModelLabels, model_summary
@@ -80,7 +81,6 @@ class MainWindow(QMainWindow):
 
     _loaded = Signal(object)  # open_in_background: what the loading thread read
     _loading_step = Signal(str)
-    _devices_found = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -123,6 +123,7 @@ class MainWindow(QMainWindow):
         self.model_menus = ModelMenus(self, _icon("checkpoint"))
         self.compare = CompareModel(self)
 
+        self.devices = DeviceChoice(self.session, self.settings, self)  # the CPU until the devices are known
         self._build_status_bar()
         self._build_actions()
         self._connect()
@@ -207,7 +208,7 @@ class MainWindow(QMainWindow):
         self.job_status = JobStatus(self.runner)
         self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.toggle())
         bar.addPermanentWidget(self.job_status)
-        self.device_label = FittedLabel("", max_width=120)
+        self.device_label = self.devices.label
         self.model_label = FittedLabel("no model", max_width=MODEL_LABEL_WIDTH)
         self.compare_label = FittedLabel("", max_width=MODEL_LABEL_WIDTH)  # model B while comparing (issue 24)
         self.compare_label.setObjectName("compareModelLabel")
@@ -294,15 +295,7 @@ class MainWindow(QMainWindow):
         bar.addAction(self.open_features_action)
         bar.addSeparator()
         bar.addWidget(QLabel(" Device "))
-        self.device_combo = QComboBox()
-        self.device_combo.setToolTip("Device the model runs on")
-        # The devices are discovered in the background (it needs torch, seconds to import): until
-        # then the combo holds the CPU and the device saved in the settings.
-        self.device_combo.addItem("cpu", "cpu")
-        saved = str(self.settings.value("options/device", "cpu") or "cpu")
-        if saved != "cpu":
-            self.device_combo.addItem(saved, saved)
-        self.devices_known = False
+        self.device_combo = self.devices.combo
         bar.addWidget(self.device_combo)
         self.addToolBar(bar)
         self.toolbar = bar
@@ -323,7 +316,6 @@ class MainWindow(QMainWindow):
         self.retrieval.whole_image_chosen.connect(self.pair_view.clear_region)
         self.pair_view.swap_handler = self._swap_pair
         self.pair_view.grad_bank_needed.connect(self.jobs.compute_grad_bank)
-        self.device_combo.currentIndexChanged.connect(lambda _i: self.set_device(self.device_combo.currentData()))
         self.runner.job_finished.connect(self.jobs.on_job_finished)
         self.runner.job_failed.connect(self.jobs.on_job_failed)
         self.runner.job_cancelled.connect(self.jobs.on_job_cancelled)
@@ -341,7 +333,7 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._loading_step.connect(self._on_loading_step)
-        self._devices_found.connect(self._on_devices)
+        self.devices.notice.connect(self.statusBar().showMessage)
 
     def _observe(self, signal, callback) -> None:
         """Connect ``callback`` to a session event until the window shuts down (the session,
@@ -639,36 +631,6 @@ class MainWindow(QMainWindow):
 
         threading.Thread(target=work, name="dmlviewer-open", daemon=True).start()
 
-    def _start_device_discovery(self) -> None:
-        threading.Thread(target=self._discover_devices, name="dmlviewer-devices", daemon=True).start()
-
-    def _discover_devices(self) -> None:
-        """Thread: the devices torch sees (CPU, each CUDA device, MPS)."""
-        try:
-            from dmlviewer.core.models import available_devices
-
-            devices = available_devices()
-        except Exception:  # noqa: BLE001 - never block the window on device discovery
-            log.exception("device discovery failed")
-            devices = ["cpu"]
-        try:
-            self._devices_found.emit(devices)
-        except RuntimeError:  # the window is gone
-            pass
-
-    def _on_devices(self, devices: list[str]) -> None:
-        wanted = self.device_combo.currentData()
-        self.device_combo.blockSignals(True)
-        self.device_combo.clear()
-        for dev in devices:
-            self.device_combo.addItem(dev, dev)
-        index = self.device_combo.findData(wanted)
-        self.device_combo.setCurrentIndex(max(0, index))
-        self.device_combo.blockSignals(False)
-        self.devices_known = True
-        if index < 0:  # the saved device is not on this machine
-            self.set_device(self.device_combo.currentData())
-
     def _on_loading_step(self, text: str) -> None:
         if self.loading:
             self.statusBar().showMessage(text)
@@ -752,19 +714,9 @@ class MainWindow(QMainWindow):
             link.pin(int(point[0]), float(point[1]), float(point[2]))
 
     def set_device(self, device: str) -> None:
-        """Run the models on ``device``: the session's device changes and the models follow
-        (``_on_device_changed``); a device name that cannot be used is said in a dialog."""
-        if device == self.device or not device:
-            return
-        try:
-            from dmlviewer.core.models import resolve_device
-
-            resolved = str(resolve_device(device))
-        except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot use device", exc)
-            self._show_device()
-            return
-        self.session.set_device(resolved)
+        """Run the models on ``device`` (:meth:`DeviceChoice.choose`: a device name that cannot
+        be used is said in a dialog)."""
+        self.devices.choose(device)
 
     def _on_device_changed(self) -> None:
         """Session event (the device combo, or a notebook's ``session.set_device``): the models
@@ -784,8 +736,7 @@ class MainWindow(QMainWindow):
                 self.session.set_device(previous)  # the models move back (this event again)
             return
         self._models_device = device
-        self.settings.setValue("options/device", device)
-        self._show_device()
+        self.devices.show()
         if self.model is not None:
             self.pair_view.set_model(self.model, device)
         compare = self.session.slot("compare")
@@ -793,18 +744,6 @@ class MainWindow(QMainWindow):
             self.pair_view.set_compare_model(compare.model, device, self.labels.display_name("compare"))
         if "extract" in restart:
             self.jobs.extract_features()
-
-    def _show_device(self) -> None:
-        """The device combo and the status bar's label show the session's device."""
-        device = self.device
-        self.device_label.setText(f"device: {device}")
-        index = self.device_combo.findData(device)
-        if index < 0:
-            self.device_combo.addItem(device, device)
-            index = self.device_combo.findData(device)
-        self.device_combo.blockSignals(True)
-        self.device_combo.setCurrentIndex(index)
-        self.device_combo.blockSignals(False)
 
     def _on_features_changed(self) -> None:
         features = self.features
@@ -931,15 +870,12 @@ class MainWindow(QMainWindow):
 
     # -- persistence
     def _restore_options(self) -> None:
-        """The device from the settings; the display options from the last session (untrusted
+        """The device shown (the CPU until the machine's devices are known, then the saved one:
+        ``gui/device_choice.py``); the display options from the last session (untrusted
         text: a value that cannot be used keeps its default), else from the keys older versions
         wrote. From then on every display change is remembered with the last session."""
         s = self.settings
-        device = str(s.value("options/device", "cpu"))
-        index = self.device_combo.findData(device)
-        self.device_combo.setCurrentIndex(max(0, index))
-        self.session.set_device(self.device_combo.currentData() or "cpu")
-        self._show_device()
+        self.devices.show()
         from dmlviewer.core.session import LastSession
 
         values = LastSession.display_from_settings(settings.session_values(s)) or _older_display_options(s)
@@ -960,7 +896,7 @@ class MainWindow(QMainWindow):
         if self._layout_pending:  # dock sizes only apply once the window has its size
             self._layout_pending = False
             # Devices need torch (seconds to import): looked up once the window is on screen.
-            QTimer.singleShot(0, self._start_device_discovery)
+            QTimer.singleShot(0, self.devices.discover)
             self.docks.first_shown(self.settings)
 
     def _quit(self) -> None:

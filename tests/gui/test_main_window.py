@@ -102,7 +102,7 @@ def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_r
     action = QAction("Train…", window)
     window.add_tool_action(action)
     assert action in window.tools_menu.actions()
-    qtbot.waitUntil(lambda: window.devices_known, timeout=30000)  # discovered in the background
+    qtbot.waitUntil(lambda: window.devices.known, timeout=30000)  # discovered in the background
     assert [window.device_combo.itemData(i) for i in range(window.device_combo.count())] == available_devices()
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     wait_ready(window.pair_view)
@@ -112,6 +112,27 @@ def test_tools_menu_devices_and_status_bar(window, demo_root, small_ckpt, wait_r
     assert "format cub" in window.dataset_label.toolTip()
     assert window.similarity_label.text() == f"similarity {window.pair_view.explanation.similarity:+.4f}"
     assert window.device_label.text() == "device: cpu"
+
+
+def test_a_saved_device_this_machine_lacks_gives_way_to_the_cpu_once_devices_are_known(
+        qtbot, dialogs, demo_root, small_ckpt, wait_ready):
+    """Settings from another machine name ``cuda:7``: the window starts, lists this machine's
+    devices, moves to the CPU and says so in the status bar (no dialog); a pair prepares there."""
+    from dmlviewer.gui.main_window import MainWindow
+
+    settings.app_settings().setValue("options/device", "cuda:7")
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: win.devices.known, timeout=30000)
+    qtbot.waitUntil(lambda: win.session.device == "cpu", timeout=5000)
+    assert win.device_combo.currentData() == "cpu" and win.device_label.text() == "device: cpu"
+    assert "cuda:7 is not on this machine" in win.statusBar().currentMessage()
+    assert settings.app_settings().value("options/device") == "cpu" and dialogs == []
+    assert win.open_checkpoint(small_ckpt) and win.open_dataset(demo_root)
+    wait_ready(win.pair_view)
+    assert str(win.pair_view.explanation.point_to_point.dtype) == "float32"
+    win.shutdown()
 
 
 def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
