@@ -31,11 +31,10 @@ from PySide6.QtWidgets import (
 from dmlviewer.core.explain.perturb_options import BASELINES, DEFAULT_ORACLE_PAIRS
 from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.evaluation_view import EvaluationInputs
-from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
+from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label, method_pens
 from dmlviewer.gui import errors
 from dmlviewer.gui.job_status import show_progress
-from dmlviewer.gui.widgets import (add_legend, fit_to_screen, keep_in_front, method_color, scrolling,
-                                   series_color, series_pen, style_plot)
+from dmlviewer.gui.widgets import add_legend, fit_to_screen, keep_in_front, scrolling, series_color, style_plot
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -482,12 +481,14 @@ class LocalizationView(QWidget):
         self.plot.clear()  # also empties the legend
         self.best_table.setRowCount(len(results))
         top = 0.0
+        pens = method_pens(list(dict.fromkeys(row["method"] for row in results)))  # as in every view
         for i, row in enumerate(results):
-            color = method_color(row["method"], i)  # the method's colour in every view
+            pen = pens[row["method"]]
+            color = pen.color().name()
             name = method_label(row["method"])
             # The best point of each curve is a star; its numbers are in the legend and the
             # table (labels on the plot ran into each other where the curves peak together).
-            self.plot.plot(row["thresholds"], row["accuracy"], pen=series_pen(i, color=color), symbol="o",
+            self.plot.plot(row["thresholds"], row["accuracy"], pen=pen, symbol="o",
                            symbolSize=5, symbolBrush=color, symbolPen=None,
                            name=f"{name} {row['best_accuracy']:.2f} @ {row['best_threshold']:g}")
             best = pg.ScatterPlotItem([row["best_threshold"]], [row["best_accuracy"]], symbol="star", size=18,

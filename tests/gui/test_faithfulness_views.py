@@ -210,6 +210,9 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
     curves = [c for c in view.plot.getPlotItem().listDataItems() if c.name()]  # not the best points' stars
     assert [c.opts["pen"].color().name() for c in curves] == [
         QColor(METHOD_COLORS[m]).name() for m in ("rgradcam", "decomposition")]
+    drawn = [plot.getPlotItem().listDataItems() for plot in plots.plots.values()][0]  # the last rows' plot
+    styles = {item.name(): item.opts["pen"].style() for item in drawn}
+    assert [c.opts["pen"].style() for c in curves] == [styles[method_label(m)] for m in ("rgradcam", "decomposition")]
 
 
 def test_no_two_faithfulness_curves_look_alike_and_groups_take_point_to_points_colour():
