@@ -34,7 +34,7 @@ from dmlviewer.gui.evaluation_view import EvaluationInputs
 from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label, method_pens
 from dmlviewer.gui import errors
 from dmlviewer.gui.job_status import show_progress
-from dmlviewer.gui.widgets import add_legend, fit_to_screen, keep_in_front, scrolling, series_color, style_plot
+from dmlviewer.gui.widgets import METHOD_COLORS, add_legend, fit_to_screen, keep_in_front, scrolling, style_plot
 from dmlviewer.gui.worker import Job, JobRunner
 
 log = logging.getLogger(__name__)
@@ -514,8 +514,11 @@ class LocalizationView(QWidget):
         self.correspondence = dict(result)
         self.bar_plot.clear()
         values = [result["partial_map_accuracy"], result["overall_map_accuracy"]]
+        # the partial map is a row of the point-to-point tensor, the overall map the Decomposition
+        # map: their colours of every view
+        colors = [METHOD_COLORS["point_to_point"], METHOD_COLORS["decomposition"]]
         self.bar_plot.addItem(pg.BarGraphItem(x=[0, 1], height=values, width=0.6,
-                                              brushes=[pg.mkBrush(series_color(0)), pg.mkBrush(series_color(1))]))
+                                              brushes=[pg.mkBrush(c) for c in colors]))
         for x, v in enumerate(values):
             text = pg.TextItem(f"{v:.3f}", color="#e0e0e0", anchor=(0.5, 1.1))
             text.setPos(x, v)

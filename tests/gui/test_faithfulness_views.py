@@ -213,6 +213,14 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
     drawn = [plot.getPlotItem().listDataItems() for plot in plots.plots.values()][0]  # the last rows' plot
     styles = {item.name(): item.opts["pen"].style() for item in drawn}
     assert [c.opts["pen"].style() for c in curves] == [styles[method_label(m)] for m in ("rgradcam", "decomposition")]
+    # part correspondence: the partial map (point-to-point) and the overall (Decomposition) map
+    view.show_correspondence({"partial_map_accuracy": 0.7, "overall_map_accuracy": 0.3, "num_pairs": 2,
+                              "num_parts": 6, "chance_accuracy": 0.02})
+    import pyqtgraph as pg
+
+    bars = next(item for item in view.bar_plot.getPlotItem().items if isinstance(item, pg.BarGraphItem))
+    assert [b.color().name() for b in bars.opts["brushes"]] == [
+        QColor(METHOD_COLORS[m]).name() for m in ("point_to_point", "decomposition")]
 
 
 def test_no_two_faithfulness_curves_look_alike_and_groups_take_point_to_points_colour():
