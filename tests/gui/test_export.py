@@ -8,7 +8,6 @@ same figure; the group tab and the plots export too; the menu entry writes the f
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -17,6 +16,8 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QDialog, QFileDialog
+
+from _isolated import app_env
 
 from dmlviewer.core.figures.pair import PANEL_SIDE
 from dmlviewer.gui import export
@@ -137,7 +138,7 @@ assert not QApplication.clipboard().image().isNull()
 def test_a_copied_figure_does_not_crash_the_process_at_exit(tmp_path):
     """Offscreen, Qt's clipboard deletes its data after Python has finalized: the copied figure
     (a QMimeData made in Python) used to crash the exit there (exit code 139)."""
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env = app_env(tmp_path)
     done = subprocess.run([sys.executable, "-c", _COPY_AND_EXIT], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PySide6.QtGui import QAction, QImage
+
+from _isolated import app_env
 
 from dmlviewer.gui import errors, settings
 
@@ -151,8 +152,9 @@ def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
 @pytest.mark.slow
 def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_root, agroup_ckpt):
     shot = tmp_path / "shot.png"
-    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"),  # QT_QPA_PLATFORM: conftest's desktop screen
-               XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env = app_env(tmp_path)  # QT_QPA_PLATFORM: conftest's desktop screen
+    users = Path.home() / "Documents" / "dmlviewer" / "features"  # where this test once left feature files
+    before = set(users.glob("*.h5"))
     done = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--dataset", str(demo_root),
                            "--checkpoint", str(agroup_ckpt), "--screenshot", str(shot), "--pin",
                            "--tab", "groups"], env=env, capture_output=True, text=True, timeout=240)
@@ -161,6 +163,7 @@ def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_roo
     assert image.width() > 800 and image.height() > 500
     logs = list((tmp_path / "data").rglob("logs/dmlviewer.log"))  # AppDataLocation/logs
     assert logs and "dmlviewer started" in logs[0].read_text()
+    assert set(users.glob("*.h5")) == before  # the feature file went under tmp_path, not the user's folder
 
     missing = subprocess.run([sys.executable, "-m", "dmlviewer", "gui", "--checkpoint", str(tmp_path / "nope.pt")],
                              env=env, capture_output=True, text=True, timeout=60)

@@ -10,7 +10,6 @@ restored on the small one.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
+
+from _isolated import app_env
 
 pytestmark = pytest.mark.gui
 
@@ -81,12 +82,7 @@ def _run(tmp_path: Path, width: int, height: int, mode: str, dataset: Path, chec
     config.write_text(json.dumps({"synchronousWindowSystem": True, "windowFrameMargins": False, "screens": [
         {"name": "screen", "x": 0, "y": 0, "width": width, "height": height, "logicalDpi": 96,
          "logicalBaseDpi": 96, "dpr": 1}]}))
-    home = tmp_path / "home"
-    env = dict(os.environ, QT_QPA_PLATFORM=f"offscreen:configfile={config}",
-               XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"),
-               XDG_CACHE_HOME=str(home / "cache"))
-    (home / "config").mkdir(parents=True, exist_ok=True)
-    (home / "config" / "user-dirs.dirs").write_text(f'XDG_DOCUMENTS_DIR="{home / "documents"}"\n')
+    env = app_env(tmp_path / "home", QT_QPA_PLATFORM=f"offscreen:configfile={config}")
     done = subprocess.run([sys.executable, "-c", _PROBE, mode, str(dataset), str(checkpoint)], env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
