@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeade
                                QTableView, QVBoxLayout, QWidget)
 
 from dmlviewer.core.session import Session
+from dmlviewer.gui.session_links import SessionLinks
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 
 log = logging.getLogger(__name__)
@@ -304,7 +305,7 @@ class DatasetBrowser(QWidget):
         super().__init__(parent)
         self.loader = loader
         self.session = session
-        self._session_links: list[tuple] = []  # (session event, callback) connected here
+        self._links = SessionLinks()
         self.model = ThumbnailModel(loader, self)
         thumb = loader.size
 
@@ -358,10 +359,8 @@ class DatasetBrowser(QWidget):
         layout.addWidget(self.count)
         self.set_dataset(None)
         if session is not None:
-            events = session.events
-            self._session_links = [(events.dataset, self._on_dataset), (events.pair, self._on_pair)]
-            for signal, callback in self._session_links:
-                signal.connect(callback)
+            self._links.connect(session.events.dataset, self._on_dataset)
+            self._links.connect(session.events.pair, self._on_pair)
             if session.dataset is not None:
                 self._on_dataset()
                 self._on_pair()
@@ -381,9 +380,7 @@ class DatasetBrowser(QWidget):
 
     def shutdown(self) -> None:
         """Stop following the session (it may outlive the browser)."""
-        for signal, callback in self._session_links:
-            signal.disconnect(callback, missing_ok=True)
-        self._session_links.clear()
+        self._links.close()
 
     # -- content
     def set_dataset(self, dataset) -> None:

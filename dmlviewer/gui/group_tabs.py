@@ -33,6 +33,7 @@ from dmlviewer.core.session import Session
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import STATIC_OVERLAY, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, SIDE_NAMES, HoverLink
+from dmlviewer.gui.session_links import SessionLinks
 from dmlviewer.gui.image_pane import ImagePane
 from dmlviewer.gui.pair_row import PairRow
 from dmlviewer.gui.pair_view import PairImages
@@ -90,7 +91,7 @@ class GroupTabs(QWidget):
         super().__init__(parent)
         self.model_lock = model_lock or threading.RLock()
         self.session = session
-        self._session_links: list[tuple] = []  # (session event, callback) connected here
+        self._links = SessionLinks()
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
         #: The open model's row (the pair view's explanation, its group data's runner, its panes).
@@ -138,9 +139,7 @@ class GroupTabs(QWidget):
         for pane in self.panes:
             pane.set_lut(lut)
         if session is not None:
-            self._session_links = [(session.events.model, self._on_model)]
-            for signal, callback in self._session_links:
-                signal.connect(callback)
+            self._links.connect(session.events.model, self._on_model)
             if session.model is not None:
                 self._on_model("primary")
 
@@ -349,9 +348,7 @@ class GroupTabs(QWidget):
     def shutdown(self) -> None:
         """Stop the group data's runner and following the session (it may outlive the tabs)."""
         self.rows[0].shutdown()
-        for signal, callback in self._session_links:
-            signal.disconnect(callback, missing_ok=True)
-        self._session_links.clear()
+        self._links.close()
 
 
 def _group_data(explanation, slices: list[slice]) -> dict:

@@ -52,6 +52,7 @@ from dmlviewer.gui.pair_view import PairView
 from dmlviewer.gui.problems import ProblemsList
 from dmlviewer.gui.retrieval_panel import RetrievalPanel
 from dmlviewer.gui.search_index import IndexKeeper
+from dmlviewer.gui.session_links import SessionLinks
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.widgets import fit_to_screen
 from dmlviewer.gui.window_jobs import WindowJobs
@@ -93,7 +94,7 @@ class MainWindow(QMainWindow):
         self._shown_pair: tuple[int | None, int | None] = (None, None)  # the pair on screen
         self.loading = False  # files being read by open_in_background
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
-        self._session_links: list[tuple] = []  # (session event, callback) connected by this window
+        self._links = SessionLinks()  # the session events this window follows
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
 
         self.loader = ThumbnailLoader(parent=self)
@@ -320,26 +321,20 @@ class MainWindow(QMainWindow):
         self.runner.job_failed.connect(self.jobs.on_job_failed)
         self.runner.job_cancelled.connect(self.jobs.on_job_cancelled)
         events = self.session.events
-        self._observe(events.dataset, self._on_dataset_changed)
-        self._observe(events.model, self._on_model_changed)
-        self._observe(events.pair, self._on_pair_changed)
-        self._observe(events.features, self._on_features_changed)
-        self._observe(events.device, self._on_device_changed)
+        self._links.connect(events.dataset, self._on_dataset_changed)
+        self._links.connect(events.model, self._on_model_changed)
+        self._links.connect(events.pair, self._on_pair_changed)
+        self._links.connect(events.features, self._on_features_changed)
+        self._links.connect(events.device, self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
-            self._observe(event, self._remember_session)  # after the panels: the last session on disk
+            self._links.connect(event, self._remember_session)  # after the panels: the last session on disk
         link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
         link.pinned_changed.connect(lambda: self.session.set_pinned(link.pinned))
-        self._observe(events.pinned, self._on_pinned)
+        self._links.connect(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._loading_step.connect(self._on_loading_step)
         self.devices.notice.connect(self.statusBar().showMessage)
-
-    def _observe(self, signal, callback) -> None:
-        """Connect ``callback`` to a session event until the window shuts down (the session,
-        e.g. ``dmlviewer.view``'s, may outlive the window)."""
-        signal.connect(callback)
-        self._session_links.append((signal, callback))
 
     def _install_tools(self):
         """Training, evaluation, localization, embedding and jobs (gui/tools.py) in the Tools
@@ -882,7 +877,7 @@ class MainWindow(QMainWindow):
         skipped = self.session.display.update(values)
         if skipped:
             log.info("display options of the last session not restored (bad values): %s", ", ".join(skipped))
-        self._observe(self.session.display.events.all, self._remember_session)
+        self._links.connect(self.session.display.events.all, self._remember_session)
 
     def _save_options(self) -> None:
         """The last session (with its display options) and the window's geometry and docks."""
@@ -931,9 +926,7 @@ class MainWindow(QMainWindow):
         self.browser.shutdown()
         self.loader.set_visible("browser", [])
         self.loader.wait_idle(5000)
-        for signal, callback in self._session_links:  # the session may outlive the window
-            signal.disconnect(callback, missing_ok=True)
-        self._session_links.clear()
+        self._links.close()  # the session may outlive the window
 
 
 def _older_display_options(values) -> dict:

@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem
 from dmlviewer.core.data.lookup import PathIndex
 from dmlviewer.core.session import Session
 from dmlviewer.gui import errors
+from dmlviewer.gui.session_links import SessionLinks
 from dmlviewer.gui.thumbnails import ThumbnailLoader
 from dmlviewer.gui.widgets import ElidedLabel
 from dmlviewer.gui.worker import LatestRunner
@@ -169,12 +170,12 @@ class RetrievalPanel(QWidget):
         layout.addWidget(self.list, 1)
 
         events = self.session.events
-        self._session_links = [(events.dataset, self._on_dataset), (events.model, self._on_model),
-                               (events.features, self._on_features), (events.pair, self._on_pair),
-                               (events.jobs, self._update_source),
-                               (self.session.display.events.neighbours, self._on_neighbours)]
-        for signal, callback in self._session_links:
-            signal.connect(callback)
+        self._links = SessionLinks()
+        for signal, callback in ((events.dataset, self._on_dataset), (events.model, self._on_model),
+                                 (events.features, self._on_features), (events.pair, self._on_pair),
+                                 (events.jobs, self._update_source),
+                                 (self.session.display.events.neighbours, self._on_neighbours)):
+            self._links.connect(signal, callback)
         if self.session.dataset is not None:
             self._on_dataset()
         if self.session.features is not None:
@@ -471,5 +472,4 @@ class RetrievalPanel(QWidget):
 
     def shutdown(self) -> None:
         self.runner.stop(1.0)
-        for signal, callback in self._session_links:  # the session may outlive the panel
-            signal.disconnect(callback, missing_ok=True)
+        self._links.close()  # the session may outlive the panel
