@@ -26,6 +26,7 @@ type falls back to the first-order Jacobian decomposition, and says so.
 from __future__ import annotations
 
 import logging
+import weakref
 
 import torch
 from torch import nn
@@ -239,11 +240,26 @@ def _mean_readout_parts(vit: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 def _activation_gate(act: nn.Module, u: torch.Tensor) -> torch.Tensor:
     """``g`` with ``act(u) = g * u`` elementwise at this input (GELU: ``Phi(u)``; ReLU: the mask)."""
-    if act(torch.zeros(1, device=u.device, dtype=u.dtype)).abs().item() > 0:
+    if not _zero_at_zero(act):
         raise _Unsupported(f"activation {type(act).__name__} is not zero at zero")
     value = act(u)
     safe = torch.where(u == 0, torch.ones_like(u), u)
     return torch.where(u == 0, torch.zeros_like(u), value / safe)
+
+
+def _zero_at_zero(act: nn.Module) -> bool:
+    """Whether ``act(0) == 0``, asked once per activation module and on the host: reading a
+    value back from the GPU on every pass would synchronise (and stop a CUDA graph's recording)."""
+    known = _ZERO_AT_ZERO.get(act)
+    if known is None:
+        param = next(act.parameters(), None)
+        zero = torch.zeros(1) if param is None else param.new_zeros(1)
+        with torch.no_grad():
+            known = _ZERO_AT_ZERO[act] = bool(act(zero).abs().item() == 0)
+    return known
+
+
+_ZERO_AT_ZERO: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
 def _token_readout_parts(vit: nn.Module, tokens: torch.Tensor, rows) -> tuple[torch.Tensor, tuple[str, ...]]:
@@ -266,11 +282,14 @@ def _token_readout_parts(vit: nn.Module, tokens: torch.Tensor, rows) -> tuple[to
     readout = [r for r, _ in rows]
     with torch.no_grad():
         h = block.norm1(tokens)
+        # the readout rows by slicing: an index list would be copied from the host on every pass
+        # (which a CUDA graph cannot record)
+        h_readout = torch.cat([h[:, r : r + 1] for r in readout], 1)
         # the attention of the readout rows only: their queries and every token's key (the
         # values come from the tokens' linear parts below; the whole qkv would cost three times
         # the keys)
         w_qkv, b_qkv = attn.qkv.weight, attn.qkv.bias
-        q = torch.nn.functional.linear(h[:, readout], w_qkv[:width], None if b_qkv is None else b_qkv[:width])
+        q = torch.nn.functional.linear(h_readout, w_qkv[:width], None if b_qkv is None else b_qkv[:width])
         k = torch.nn.functional.linear(h, w_qkv[width : 2 * width], None if b_qkv is None else b_qkv[width : 2 * width])
         q = attn.q_norm(q.reshape(b, len(readout), heads, head_dim).transpose(1, 2))
         k = attn.k_norm(k.reshape(b, t, heads, head_dim).transpose(1, 2))
