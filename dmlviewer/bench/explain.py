@@ -12,8 +12,8 @@ as one matrix product against the seed's four nested loops.
   weights); the three timings of a row are interleaved so that load from other processes hits
   all alike, on one torch thread (on a shared machine, multi-threaded kernels stall on busy
   cores). On a GPU each row also times the preparation with the pair's forward pass and
-  decomposition replayed from a CUDA graph (:mod:`dmlviewer.core.explain.cuda_graph`, off by
-  default until checked on a GPU): ``prepare_graph_ms`` and ``ratio_graph`` (over the bare
+  decomposition replayed from a CUDA graph (:mod:`dmlviewer.core.explain.cuda_graph`, the
+  default on a GPU; ``prepare_ms`` is then the eager pass): ``prepare_graph_ms`` and ``ratio_graph`` (over the bare
   forward), ``pair_graph`` (recorded and replayed, or why not), and the stricter baseline
   ``bare_forward_graph_ms``, the bare forward replayed from a graph too (the GPU's own time,
   no launches), with ``ratio_graph_to_graphed_bare``.
@@ -33,6 +33,7 @@ as one matrix product against the seed's four nested loops.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -102,7 +103,8 @@ def _graphed(network: torch.nn.Module, batch: torch.Tensor) -> Callable[[], None
 def _on_gpu(fns: dict[str, Callable[[], None]], network: torch.nn.Module, batch: torch.Tensor,
             prepares: dict[str, Callable[[], None]]) -> None:
     """On a GPU, add to ``fns`` the bare forward replayed from a graph (``graphed``) and each
-    preparation with the pair's graph replayed (``NAME graph``; :mod:`~dmlviewer.core.explain.cuda_graph`)."""
+    preparation with the pair's graph replayed (``NAME graph``; :mod:`~dmlviewer.core.explain.cuda_graph`),
+    the plain ``NAME`` being the eager pass."""
     from dmlviewer.core.explain import cuda_graph
 
     graphed = _graphed(network, batch)
@@ -110,9 +112,10 @@ def _on_gpu(fns: dict[str, Callable[[], None]], network: torch.nn.Module, batch:
         return
     fns["graphed"] = graphed
     for name, fn in prepares.items():
-        def replayed(fn=fn) -> None:
-            with cuda_graph.replaying(True):
+        def replayed(fn=fn, on=True) -> None:
+            with cuda_graph.replaying(on):
                 fn()
+        fns[name] = functools.partial(replayed, on=False)
         fns[f"{name} graph"] = replayed
 
 
