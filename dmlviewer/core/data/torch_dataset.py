@@ -82,6 +82,25 @@ class ImageFolderDataset(TorchDataset):
         raise ImageError(self.dataset.root, f"none of the {n} listed images can be read")
 
 
+def start_workers(loader: torch.utils.data.DataLoader) -> Iterator:
+    """``iter(loader)``, its worker processes forked while this process's OpenCV is set to one
+    thread, so that each worker's resizing runs on its own core instead of starting a pool as
+    large as the machine (eight workers on 16 cores would run 128 OpenCV threads). The workers
+    cannot set it themselves: ``cv2.setNumThreads`` in a child forked while the parent's pool
+    exists hangs (``tests/core/evaluate/test_eval_extract.py``). This process's own setting is
+    restored as soon as the workers have started."""
+    if not loader.num_workers:
+        return iter(loader)
+    import cv2
+
+    threads = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        return iter(loader)
+    finally:
+        cv2.setNumThreads(threads)
+
+
 #: errors of a DataLoader worker that are re-raised as themselves (bad input, system errors)
 _UNWRAPPED = {"ImageError": lambda m: ImageError("", m), "DatasetError": DatasetError, "MemoryError": MemoryError,
               "FileNotFoundError": FileNotFoundError, "PermissionError": PermissionError, "OSError": OSError}

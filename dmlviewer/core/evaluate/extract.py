@@ -223,9 +223,8 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
         generator=torch.Generator().manual_seed(0),
-        # one pass per loader: persistent workers would outlive it for nothing. (No OpenCV
-        # thread setting in the workers: cv2.setNumThreads in a child forked while the parent's
-        # OpenCV pool exists hangs it.)
+        # one pass per loader: persistent workers would outlive it for nothing (their OpenCV
+        # threads: torch_dataset.start_workers)
         persistent_workers=False,
     )
 
@@ -284,7 +283,7 @@ def _embed_local(model: torch.nn.Module, loader, dev: torch.device, cancel: Canc
                  branches: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """``(rows, arrays)`` for each batch of ``loader`` (a :class:`ListingBatches` loader);
     ``branches``: each image's branch of a two-branch model (:func:`_forward_by_branch`)."""
-    from dmlviewer.core.data.torch_dataset import worker_errors
+    from dmlviewer.core.data.torch_dataset import start_workers, worker_errors
 
     batches: ListingBatches = loader.batch_sampler
     channels_last = dev.type == "cuda"
@@ -296,7 +295,7 @@ def _embed_local(model: torch.nn.Module, loader, dev: torch.device, cancel: Canc
     pending = None
     try:
         with torch.inference_mode(), worker_errors():
-            for b, (images, _, index) in zip(batches.batch_ids(), loader):
+            for b, (images, _, index) in zip(batches.batch_ids(), start_workers(loader)):
                 if cancel is not None:
                     cancel.raise_if_cancelled()
                 expected = batches.rows(b)

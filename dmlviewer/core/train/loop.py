@@ -514,9 +514,9 @@ class Trainer:
         """The loader's batches until the epoch ends or cancel is set; the flag is checked before
         each batch is drawn, so a cancelled run has not consumed random numbers for a batch it
         will not train on."""
-        from dmlviewer.core.data.torch_dataset import worker_errors
+        from dmlviewer.core.data.torch_dataset import start_workers, worker_errors
 
-        iterator = iter(self.loader)
+        iterator = start_workers(self.loader)
         while not (self.cancel is not None and self.cancel.cancelled):
             try:
                 with worker_errors():
