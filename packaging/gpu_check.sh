@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One run of every GPU check of issue 32 on a CUDA machine (its steps' time-outs add up to 9
-# minutes, to fit one 10-minute device call),
+# One run of every GPU check of issue 32 on a CUDA machine, most telling first (its steps' time-outs
+# add up to 9 minutes with PROFILE=1, to fit one 10-minute device call),
 # everything written under $OUT:
 #   gpu.txt          the GPU's name, driver, torch, date
 #   tests.txt        pytest tests/gpu: CUDA paths, pair graphs replayed (core.explain.cuda_graph),
@@ -34,22 +34,31 @@ cat "$OUT/gpu.txt"
 
 step() { echo "== $1 ($(date +%T))"; }
 
-step "GPU tests"
-timeout 200 $PY -m pytest -q -p no:cacheprovider -rfE tests/gpu -o addopts="" 2>&1 | tail -40 | tee "$OUT/tests.txt"
-
-step "bench explain / extract / train-step on cuda"
+step "bench explain on cuda"
 : >"$OUT/bench.json"
-for spec in "170 explain" "90 extract" "40 train-step"; do
-  set -- $spec
-  timeout "$1" $PY -m dmlviewer bench "${@:2}" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
-    || echo "bench $2 failed: $?" | tee -a "$OUT/bench.err"
-done
+bench() {  # seconds, then the bench arguments
+  local limit=$1; shift
+  timeout "$limit" $PY -m dmlviewer bench "$@" --json --device cuda >>"$OUT/bench.json" 2>>"$OUT/bench.err" \
+    || echo "bench $1 failed: $?" | tee -a "$OUT/bench.err"
+}
+bench 140 explain
 $PY packaging/bench_summary.py "$OUT/bench.json"
 grep -i "cuda graph\|eagerly" "$OUT/bench.err" | sort | uniq -c | head
 
+step "GPU tests"
+timeout 170 $PY -m pytest -q -p no:cacheprovider -rfE tests/gpu -o addopts="" --timeout 90 2>&1 | tee "$OUT/tests.txt" | tail -40
+
 if [ -n "${PROFILE:-}" ]; then
-  step "profiles"
-  timeout 120 $PY packaging/gpu_profile.py 2>&1 | tee "$OUT/profile.txt" | tail -70
+  step "profile of a pair"
+  timeout 70 $PY packaging/gpu_profile.py pairs cprofile >"$OUT/profile.txt" 2>&1; tail -60 "$OUT/profile.txt"
+fi
+step "bench extract / train-step on cuda"
+bench 80 extract
+bench 30 train-step
+$PY packaging/bench_summary.py "$OUT/bench.json" | grep -v "^explain"
+if [ -n "${PROFILE:-}" ]; then
+  step "profile of extraction"
+  timeout 70 $PY packaging/gpu_profile.py extract >>"$OUT/profile.txt" 2>&1; tail -25 "$OUT/profile.txt"
 fi
 if [ -n "${BEFORE:-}" ]; then
   step "before: bench explain / extract on cuda ($BEFORE)"

@@ -96,7 +96,7 @@ def pair_cprofile() -> None:
 
 def extraction_profile() -> None:
     from dmlviewer.bench.extract import repeated
-    from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
+    from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor, torch_dataset
     from dmlviewer.core.evaluate.extract import extract_features, make_loader
     from dmlviewer.core.models import build_model, default_config
     from dmlviewer.core.progress import run_to_end
@@ -133,15 +133,17 @@ def extraction_profile() -> None:
             torch.cuda.synchronize()
             return time.perf_counter() - start
 
-        def loader(workers: int) -> float:
+        def loader(workers: int, start_workers=iter) -> float:
             start = time.perf_counter()
-            for _ in make_loader(dataset, model.preprocess, 128, dev, workers):
+            for _ in start_workers(make_loader(dataset, model.preprocess, 128, dev, workers)):
                 pass
             return time.perf_counter() - start
 
         ours(8)  # warm-up
         for workers in (4, 6, 8, 15):
-            print(f"  workers {workers:2d}: ours {n / ours(workers):.0f} images/s, loader alone {n / loader(workers):.0f} images/s")
+            print(f"  workers {workers:2d}: ours {n / ours(workers):.0f} images/s, loader alone "
+                  f"{n / loader(workers, torch_dataset.start_workers):.0f} images/s (workers' OpenCV on one "
+                  f"thread), {n / loader(workers):.0f} images/s (on the machine's threads)")
         prof = cProfile.Profile()
         prof.enable()
         ours(15)
