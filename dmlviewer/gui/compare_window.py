@@ -292,11 +292,6 @@ class CompareWindow(QWidget):
         layout.addWidget(self.diagnosis_table)
         layout.addWidget(self.diagnosis_note)
         layout.addWidget(splitter, 1)
-        runner = window.runner
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
-        runner.job_cancelled.connect(self._on_cancelled)
-        runner.job_progress.connect(self._on_progress)
         self.pair_chosen.connect(window.set_pair)
         self.resize(1100, 640)
         self.refresh()
@@ -365,7 +360,7 @@ class CompareWindow(QWidget):
                 f"{split} pairs of {Path(session.dataset_path).name}")
         self._stamps = (session.stamp("primary"), session.stamp("compare"))
         self._idle = False
-        self.job = window.runner.submit(name, factory)
+        self.job = window.runner.submit(name, factory, **self._handlers())
         self.status.setText("Comparing… (see View ▸ Jobs)")
         self.cancel_button.setEnabled(True)
         self.refresh()
@@ -409,7 +404,8 @@ class CompareWindow(QWidget):
         self._check_letters = tuple(letter for letter, _ in models)
         self._check_model = " and ".join(self._check_letters)
         who = " and ".join(window.labels.job_name(name) for name in slot_names)
-        self.check_job = window.runner.submit(f"Randomization check of {who} on {pairs} {split} pairs", factory)
+        self.check_job = window.runner.submit(f"Randomization check of {who} on {pairs} {split} pairs", factory,
+                                              **self._handlers())
         self.check_status.setText("Checking… (see View ▸ Jobs)")
         self.check_cancel_button.setEnabled(True)
         self.refresh()
@@ -418,7 +414,11 @@ class CompareWindow(QWidget):
         if self.check_job is not None and not self.check_job.ended:
             self.window_.runner.cancel(self.check_job)
 
-    # -- job events (both jobs)
+    # -- job events (both jobs; an earlier run's are ignored)
+    def _handlers(self) -> dict:
+        return dict(progress=self._on_progress, finished=self._on_finished, failed=self._on_failed,
+                    cancelled=self._on_cancelled)
+
     def _label_of(self, job) -> QLabel | None:
         return self.status if job is self.job else self.check_status if job is self.check_job else None
 

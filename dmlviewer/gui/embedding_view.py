@@ -257,8 +257,6 @@ class EmbeddingView(QWidget):
         self.scatter.sigHovered.connect(self._on_hovered)
         self.scatter.sigClicked.connect(self._on_clicked)
         self.loader.ready.connect(self._on_thumbnail)
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
 
     def set_features(self, path: str) -> None:
         self.features.setText(str(path))
@@ -274,12 +272,13 @@ class EmbeddingView(QWidget):
         method = method or self.method.currentData()
         self.method.setCurrentIndex(self.method.findData(method))
         self.job = self.runner.submit(f"{self.method.currentText()} of {Path(path).name}",
-                                      (projection_job, (path, method, self.max_points.value()), {}))
+                                      (projection_job, (path, method, self.max_points.value()), {}),
+                                      finished=self._on_finished, failed=self._on_failed)
         self.status.setText(f"Computing {self.method.currentText()}...")
         return self.job
 
     def _on_finished(self, job: Job, result: Any) -> None:
-        if job is self.job:
+        if job is self.job:  # not an earlier run's
             self.show_projection(result)
 
     def _on_failed(self, job: Job, text: str) -> None:

@@ -334,10 +334,6 @@ class EvaluationView(QWidget):
         self.remove_button.clicked.connect(self._remove_selected)
         self.copy_button.clicked.connect(self._copy_all)
         self.export_button.clicked.connect(self._ask_export)
-        runner.job_progress.connect(self._on_progress)
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
-        runner.job_cancelled.connect(self._on_cancelled)
         self._update_buttons()
 
     # -- inputs
@@ -391,7 +387,9 @@ class EvaluationView(QWidget):
         kwargs = dict(split=split, out=out, device=self.inputs.device.currentText(),
                       format=self.inputs.dataset_format)
         name = f"Evaluate {Path(checkpoint).parent.name}/{Path(checkpoint).name} ({split})"
-        self.job = self.runner.submit(name, (evaluate, (checkpoint, dataset), kwargs))
+        self.job = self.runner.submit(name, (evaluate, (checkpoint, dataset), kwargs), progress=self._on_progress,
+                                      finished=self._on_finished, failed=self._on_failed,
+                                      cancelled=self._on_cancelled)
         self._pending[self.job.id] = MetricsColumn(
             title=f"{Path(checkpoint).parent.name}/{Path(checkpoint).stem} ({split})",
             checkpoint=checkpoint, features=out, split=split)
@@ -405,13 +403,11 @@ class EvaluationView(QWidget):
             self.runner.cancel(self.job)
 
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if job is self.job:
+        if job is self.job:  # the newest run's
             show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
-        column = self._pending.pop(job.id, None)
-        if column is None:
-            return
+        column = self._pending.pop(job.id)
         column.metrics = {k: float(v) for k, v in (result or {}).items() if isinstance(v, (int, float))}
         self.table.add_column(column)
         self.progress.setValue(1000)
@@ -420,14 +416,12 @@ class EvaluationView(QWidget):
         self.evaluated.emit(column)
 
     def _on_failed(self, job: Job, text: str) -> None:
-        if self._pending.pop(job.id, None) is None:
-            return
+        self._pending.pop(job.id)
         errors.show_failure(self.status, text, "Evaluation failed")
         self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:
-        if self._pending.pop(job.id, None) is None:
-            return
+        self._pending.pop(job.id)
         self.status.setText("Evaluation cancelled (no features file was written).")
         self._update_buttons()
 

@@ -273,10 +273,6 @@ class PairFaithfulnessWindow(QWidget):
 
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
-        runner.job_progress.connect(self._on_progress)
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
-        runner.job_cancelled.connect(self._on_cancelled)
         self._update_buttons()
 
     def set_pair(self, model, images, device: str, lock: threading.RLock, title: str = "") -> None:
@@ -295,7 +291,9 @@ class PairFaithfulnessWindow(QWidget):
                 device, lock)
         # the title is rich text for the status label; the Jobs list shows plain text
         name = QTextDocumentFragment.fromHtml(title).toPlainText() if title else "the pair"
-        self.job = self.runner.submit(f"Faithfulness of {name}", (pair_faithfulness_job, args, {}))
+        self.job = self.runner.submit(f"Faithfulness of {name}", (pair_faithfulness_job, args, {}),
+                                      progress=self._on_progress, finished=self._on_finished,
+                                      failed=self._on_failed, cancelled=self._on_cancelled)
         self.progress.setValue(0)
         self.status.setText(f"Running on {title or 'the pair'}…")
         self._update_buttons()
@@ -310,28 +308,21 @@ class PairFaithfulnessWindow(QWidget):
         self.run_button.setEnabled(self._source is not None and not running)
         self.cancel_button.setEnabled(running)
 
-    def _mine(self, job: Job) -> bool:
-        return self.job is not None and job.id == self.job.id
-
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if self._mine(job) and event.total:
+        if event.total:
             show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
-        if not self._mine(job):
-            return
         self.show_result(result)
         self._update_buttons()
 
     def _on_failed(self, job: Job, text: str) -> None:
-        if self._mine(job):
-            errors.show_failure(self.status, text)
-            self._update_buttons()
+        errors.show_failure(self.status, text)
+        self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:
-        if self._mine(job):
-            self.status.setText("Cancelled.")
-            self._update_buttons()
+        self.status.setText("Cancelled.")
+        self._update_buttons()
 
     def show_result(self, result: dict) -> None:
         """Plot a ``pair_faithfulness`` result."""

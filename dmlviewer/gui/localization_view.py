@@ -325,10 +325,6 @@ class LocalizationView(QWidget):
         self.faith_table.currentCellChanged.connect(
             lambda row, *_: self.faith_plots.highlight(self.faith_table.method_at(row)))
         self.cancel_button.clicked.connect(self.cancel)
-        runner.job_progress.connect(self._on_progress)
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
-        runner.job_cancelled.connect(self._on_cancelled)
         self._update_buttons()
 
     # -- inputs
@@ -426,7 +422,9 @@ class LocalizationView(QWidget):
             return None
         checkpoint = self.inputs.checkpoint.text()
         self.job = self.runner.submit(f"{kind.capitalize()} {Path(checkpoint).name}",
-                                      (function, arguments(checkpoint), {}))
+                                      (function, arguments(checkpoint), {}), progress=self._on_progress,
+                                      finished=self._on_finished, failed=self._on_failed,
+                                      cancelled=self._on_cancelled)
         self._job_kind[self.job.id] = (kind, checkpoint)
         self.progress.setValue(0)
         self.status.setText("Running...")
@@ -438,12 +436,9 @@ class LocalizationView(QWidget):
             self.runner.cancel(self.job)
 
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if job.id in self._job_kind:
-            show_progress(self.progress, self.status, job, event)
+        show_progress(self.progress, self.status, job, event)
 
     def _on_finished(self, job: Job, result: Any) -> None:
-        if job.id not in self._job_kind:
-            return
         kind, checkpoint = self._job_kind.pop(job.id)
         self.progress.setValue(1000)
         if kind == "localization":
@@ -462,14 +457,12 @@ class LocalizationView(QWidget):
         self._update_buttons()
 
     def _on_failed(self, job: Job, text: str) -> None:
-        if self._job_kind.pop(job.id, None) is None:
-            return
+        self._job_kind.pop(job.id)
         errors.show_failure(self.status, text)
         self._update_buttons()
 
     def _on_cancelled(self, job: Job) -> None:
-        if self._job_kind.pop(job.id, None) is None:
-            return
+        self._job_kind.pop(job.id)
         self.status.setText("Cancelled.")
         self._update_buttons()
 

@@ -60,32 +60,16 @@ def write_report(window, out: str | Path | None = None):
         return build_report(models, dataset, out, "test", device=device, num_workers=0, dataset_label=str(root),
                             cancel=cancel)
 
-    job = window.runner.submit(f"Report on {Path(root).name} with {', '.join(m.source for m in models)}", factory)
+    def finished(_job, _result) -> None:
+        window.statusBar().showMessage(f"Report written to {out}", 8000)
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(out)))
 
-    def disconnect() -> None:
-        for signal, slot in ((window.runner.job_finished, finished), (window.runner.job_failed, failed),
-                             (window.runner.job_cancelled, cancelled)):
-            signal.disconnect(slot)
+    def failed(_job, text: str) -> None:
+        first, details = errors.split_failure(text)
+        errors.show_error(window, "Report", f"The report could not be written: {first}", details)
 
-    def finished(done, _result) -> None:
-        if done is job:
-            disconnect()
-            window.statusBar().showMessage(f"Report written to {out}", 8000)
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(out)))
-
-    def failed(done, text: str) -> None:
-        if done is job:
-            disconnect()
-            first, details = errors.split_failure(text)
-            errors.show_error(window, "Report", f"The report could not be written: {first}", details)
-
-    def cancelled(done) -> None:
-        if done is job:
-            disconnect()
-
-    window.runner.job_finished.connect(finished)
-    window.runner.job_failed.connect(failed)
-    window.runner.job_cancelled.connect(cancelled)
+    job = window.runner.submit(f"Report on {Path(root).name} with {', '.join(m.source for m in models)}", factory,
+                               finished=finished, failed=failed)
     return job
 
 

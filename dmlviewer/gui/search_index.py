@@ -34,9 +34,6 @@ class IndexKeeper(QObject):
         self.runner = runner
         self.job = None
         self.features = None
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_ended)
-        runner.job_cancelled.connect(self._on_ended)
 
     def set_features(self, features) -> None:
         from dmlviewer.core.evaluate.retrieval import branch_column
@@ -66,7 +63,8 @@ class IndexKeeper(QObject):
             return prepare_index(path, cancel, threads=threads)
 
         self.status.emit("exact search until the index is ready (see Jobs)")
-        self.job = self.runner.submit(f"Search index of {os.path.basename(path)}", factory)
+        self.job = self.runner.submit(f"Search index of {os.path.basename(path)}", factory, finished=self._on_finished,
+                                      failed=self._on_ended, cancelled=self._on_ended)
 
     def _on_finished(self, job, result) -> None:
         if job is self.job:

@@ -21,6 +21,7 @@ share) follow, unless they were edited.
 from __future__ import annotations
 
 import dataclasses
+import html
 import importlib.util
 import json
 import logging
@@ -509,7 +510,7 @@ class TrainingForm(QWidget):
 
         recipe = RECIPES.get(self._recipe or self.recipe.currentData())
         if recipe is not None:
-            self.recipe_note.setText(f"<small>{_escape(recipe.source)}</small>")
+            self.recipe_note.setText(f"<small>{html.escape(recipe.source, quote=False)}</small>")
 
     def _follow_pretrained(self) -> None:
         """Switching between pretrained and from-scratch: the recipe's values that depend on it
@@ -928,11 +929,6 @@ class TrainingDialog(QDialog):
         self.cancel_button.clicked.connect(self.cancel)
         self.open_button.clicked.connect(self.open_result)
         self.close_button.clicked.connect(self.close)
-        runner.job_started.connect(self._on_started)
-        runner.job_progress.connect(self._on_progress)
-        runner.job_finished.connect(self._on_finished)
-        runner.job_failed.connect(self._on_failed)
-        runner.job_cancelled.connect(self._on_cancelled)
         if dataset:
             self.set_dataset(dataset, dataset_format)
         self.revalidate()
@@ -1066,7 +1062,7 @@ class TrainingDialog(QDialog):
         if self.job is None or self.job.ended:  # the plot names what the next run will measure
             self.monitor.metric_plot.setTitle(METRIC_TITLES[self.form.two_branch()])
         if problems:
-            items = "".join(f"<li>{breakable(_escape(p))}</li>" for p in problems)
+            items = "".join(f"<li>{breakable(html.escape(p, quote=False))}</li>" for p in problems)
             self.problems.setText(f"<span style='color:#eb5757'><b>Cannot start:</b><ul style='margin:0'>"
                                   f"{items}</ul></span>")
         else:
@@ -1146,7 +1142,10 @@ class TrainingDialog(QDialog):
             run, options = train, config
         # errors come back as text from the training process: worded there with the form's labels
         job = (worded_run, (run, field_names(self.form.labels), options), {})
-        self.job = self.runner.submit(f"Training {Path(config.out).name}", job, process=True)
+        self.job = self.runner.submit(f"Training {Path(config.out).name}", job, process=True,
+                                      started=self._on_started, progress=self._on_progress,
+                                      finished=self._on_finished, failed=self._on_failed,
+                                      cancelled=self._on_cancelled)
         if self.job.state == "queued":
             self.monitor.status.setText("Queued behind other jobs...")
         self._update_buttons([])
@@ -1163,22 +1162,15 @@ class TrainingDialog(QDialog):
         if self.checkpoint and self.open_checkpoint_callback is not None:
             self.open_checkpoint_callback(self.checkpoint)
 
-    def _mine(self, job: Job) -> bool:
-        return job is self.job
-
     def _on_started(self, job: Job) -> None:
-        if self._mine(job):
-            self.monitor.status.setText("Starting the training process...")
+        self.monitor.status.setText("Starting the training process...")
 
     def _on_progress(self, job: Job, event: Progress) -> None:
-        if self._mine(job):
-            self.monitor.on_event(event)
-            if event.kind == "checkpoint" and event.data.get("path"):
-                self.checkpoint = str(event.data["path"])
+        self.monitor.on_event(event)
+        if event.kind == "checkpoint" and event.data.get("path"):
+            self.checkpoint = str(event.data["path"])
 
     def _on_finished(self, job: Job, result: Any) -> None:
-        if not self._mine(job):
-            return
         self.monitor.refresh()
         self.monitor.progress.setValue(1000)
         self.checkpoint = _checkpoint_of(result, self.run_config.checkpoint_path)
@@ -1190,16 +1182,12 @@ class TrainingDialog(QDialog):
         self._end_run()
 
     def _on_failed(self, job: Job, text: str) -> None:
-        if not self._mine(job):
-            return
         self.monitor.refresh()
         errors.show_failure(self.monitor.status, text, wrap=breakable)
         self.monitor.append_log(text)
         self._end_run()
 
     def _on_cancelled(self, job: Job) -> None:
-        if not self._mine(job):
-            return
         self.monitor.refresh()
         path = self.run_config.checkpoint_path
         self.checkpoint = str(path) if path.is_file() else self.checkpoint
@@ -1214,7 +1202,3 @@ class TrainingDialog(QDialog):
         self.open_button.setEnabled(bool(self.checkpoint) and self.open_checkpoint_callback is not None)
         self.propose_run_folder(after=self.run_config.out)
         self.revalidate()
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

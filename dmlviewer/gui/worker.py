@@ -61,6 +61,29 @@ class JobState:
 _job_ids = itertools.count(1)
 
 
+class JobEvents(QObject):
+    """One job's own signals, with the runner's arguments (the job first), beside the runner's
+    signals for every job, and emitted before them (the view that started the job has shown an
+    event when the jobs view and the status bar hear of it): a view follows its job here without
+    asking of each event whether the job is its own, and Qt drops the connections of a view
+    deleted first."""
+
+    started = Signal(object)  # Job
+    progress = Signal(object, object)  # Job, Progress
+    finished = Signal(object, object)  # Job, result
+    failed = Signal(object, str)  # Job, message with traceback
+    cancelled = Signal(object)  # Job
+
+    def follow(self, *, started: Callable | None = None, progress: Callable | None = None,
+               finished: Callable | None = None, failed: Callable | None = None,
+               cancelled: Callable | None = None) -> None:
+        """Connect the given handlers to this job's signals."""
+        for signal_, handler in ((self.started, started), (self.progress, progress), (self.finished, finished),
+                                 (self.failed, failed), (self.cancelled, cancelled)):
+            if handler is not None:
+                signal_.connect(handler)
+
+
 @dataclass(eq=False)
 class Job:
     """One long job: what to run, where it stands and what it said.
@@ -70,7 +93,7 @@ class Job:
     estimate while the job runs and nobody asked it to stop (None otherwise: a cancelled job
     shows no stale ETA); ``log`` the job's messages (``log`` events and event messages),
     ``error`` the failure text with the traceback, ``result`` the ``data["result"]`` of its
-    ``done`` event.
+    ``done`` event; ``events`` its own signals (:class:`JobEvents`).
     """
 
     name: str
@@ -88,6 +111,7 @@ class Job:
     started_at: float | None = None
     ended_at: float | None = None
     overall: OverallProgress = field(default_factory=OverallProgress, repr=False)
+    events: JobEvents = field(default_factory=JobEvents, repr=False)
 
     def record(self, event: Progress) -> None:
         """Take ``event`` as the job's latest progress (the overall fraction follows it)."""
@@ -386,8 +410,9 @@ _LIVE_THREADS: set[_JobThread] = set()
 class JobRunner(QObject):
     """One long job at a time from a visible queue (see the module docstring).
 
-    ``submit(name, factory, process=False)`` queues a job; ``factory(cancel)`` returns the
-    job's generator. With ``process=True`` the factory must be picklable: a top-level
+    ``submit(name, factory, process=False, **handlers)`` queues a job; ``factory(cancel)``
+    returns the job's generator; ``handlers`` follow that job alone (``job.events``), while the
+    runner's signals below report every job (the jobs view, the status bar). With ``process=True`` the factory must be picklable: a top-level
     function, a ``functools.partial`` of one, or ``(func, args, kwargs)`` called in the child
     as ``func(*args, cancel=token, **kwargs)``.
     """
@@ -424,8 +449,12 @@ class JobRunner(QObject):
         return ([self._current] if self._current is not None else []) + list(self._queue)
 
     # -- control
-    def submit(self, name: str, factory: JobFactory, process: bool = False) -> Job:
+    def submit(self, name: str, factory: JobFactory, process: bool = False, **handlers: Callable) -> Job:
+        """Queue a job; ``handlers`` (``started``, ``progress``, ``finished``, ``failed``,
+        ``cancelled``) follow this job alone (:meth:`JobEvents.follow`), connected before it
+        can start."""
         job = Job(name=name, factory=factory, process=process)
+        job.events.follow(**handlers)
         self._queue.append(job)
         log.info("queued job %s: %s", job.id, name)
         self.queue_changed.emit()
@@ -438,6 +467,7 @@ class JobRunner(QObject):
             self._queue.remove(job)
             job.cancel_token.cancel()
             self._end(job, JobState.CANCELLED)
+            job.events.cancelled.emit(job)
             self.job_cancelled.emit(job)
             self.queue_changed.emit()
         elif job is self._current and not job.cancel_requested:
@@ -499,6 +529,7 @@ class JobRunner(QObject):
         thread.finished.connect(self._reap_thread)
         self._thread = thread
         log.info("starting job %s: %s%s", job.id, job.name, " (process)" if job.process else "")
+        job.events.started.emit(job)
         self.job_started.emit(job)
         self.queue_changed.emit()
         thread.start()
@@ -511,6 +542,7 @@ class JobRunner(QObject):
         job.record(event)
         if event.message and event.kind != "step":
             job.log.append(event.message)
+        job.events.progress.emit(job, event)
         self.job_progress.emit(job, event)
 
     def _on_ended(self) -> None:
@@ -532,16 +564,19 @@ class JobRunner(QObject):
         if status == "finished":
             job.result = payload
             self._end(job, JobState.FINISHED)
+            job.events.finished.emit(job, payload)
             self.job_finished.emit(job, payload)
         elif status == "cancelled":
             job.result = payload
             self._end(job, JobState.CANCELLED)
+            job.events.cancelled.emit(job)
             self.job_cancelled.emit(job)
         else:
             job.error = str(payload)
             job.log.append(job.error)
             log.error("job %s (%s) failed: %s", job.id, job.name, job.error.splitlines()[0])
             self._end(job, JobState.FAILED)
+            job.events.failed.emit(job, job.error)
             self.job_failed.emit(job, job.error)
         self.queue_changed.emit()
         self._start_next()

@@ -58,9 +58,3 @@ def test_tsne_says_it_used_a_sample(qtbot, big_file):
 
 class _NoRunner:
     """Stands in for the JobRunner: these tests call the job and show its result directly."""
-
-    class _Signal:
-        def connect(self, _slot) -> None:
-            pass
-
-    job_finished = job_failed = _Signal()

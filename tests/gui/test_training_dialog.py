@@ -373,8 +373,8 @@ def test_a_new_run_starts_on_fresh_axes(qtbot, dialog, runner, demo, tmp_path, m
     assert loss_view.viewRange()[1][0] >= 7
     _fill_small_run(qtbot, dialog, demo, tmp_path / "second")
     submitted = []
-    monkeypatch.setattr(runner, "submit", lambda name, factory, process=False: submitted.append(name) or Job(
-        name=name, factory=factory, process=process))
+    monkeypatch.setattr(runner, "submit", lambda name, factory, process=False, **_handlers: submitted.append(name) or
+                        Job(name=name, factory=factory, process=process))
     assert dialog.start() is not None and submitted  # the second run starts (its job is not run here)
     for plot in (monitor.loss_plot, monitor.terms_plot, monitor.metric_plot):
         (x0, x1), (y0, y1) = plot.getViewBox().viewRange()

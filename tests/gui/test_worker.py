@@ -112,6 +112,40 @@ def test_queue_runs_in_order_and_queued_job_cancels_at_once(qtbot, runner):
     assert [j.state for j in (a, b, d)] == [JobState.FINISHED] * 3
 
 
+def test_a_jobs_handlers_hear_that_job_alone(qtbot, runner):
+    """Handlers given to submit follow their job only (a view needs no "is it mine" test), the
+    first job's start included, which happens inside submit; a job cancelled in the queue and a
+    failed one reach their own handlers."""
+    heard: dict[str, list] = {"a": [], "b": [], "c": [], "d": []}
+
+    def handlers(key: str) -> dict:
+        return dict(started=lambda job: heard[key].append(("started", job.name)),
+                    progress=lambda job, ev: heard[key].append(("step", job.name)) if ev.kind == "step" else None,
+                    finished=lambda job, result: heard[key].append(("finished", result)),
+                    failed=lambda job, text: heard[key].append(("failed", text.splitlines()[-1])),
+                    cancelled=lambda job: heard[key].append(("cancelled", job.name)))
+
+    gate = threading.Event()
+
+    def blocked(cancel):
+        gate.wait(5)
+        yield Progress("done", data={"result": "a"})
+
+    runner.submit("a", blocked, **handlers("a"))
+    assert heard["a"] == [("started", "a")]
+    runner.submit("b", functools.partial(jobs.counting_job, 2), **handlers("b"))
+    c = runner.submit("c", functools.partial(jobs.counting_job, 2), **handlers("c"))
+    runner.submit("d", jobs.failing_job, **handlers("d"))
+    runner.cancel(c)
+    gate.set()
+    qtbot.waitUntil(lambda: not runner.busy, timeout=5000)
+    assert heard["a"] == [("started", "a"), ("finished", "a")]
+    assert heard["b"] == [("started", "b"), ("step", "b"), ("step", "b"), ("finished", {"sum": 1})]
+    assert heard["c"] == [("cancelled", "c")]
+    assert heard["d"][0] == ("started", "d") and heard["d"][-1] == ("failed", "ValueError: the job broke on purpose")
+    assert set(heard["d"][1:-1]) <= {("step", "d")}
+
+
 def test_process_job_streams_events_and_logs(qtbot, runner):
     events = []
     runner.job_progress.connect(lambda job, ev: events.append(ev))
