@@ -13,10 +13,10 @@ as one matrix product against the seed's four nested loops.
   all alike, on one torch thread (on a shared machine, multi-threaded kernels stall on busy
   cores). On a GPU each row also times the preparation with the pair's forward pass and
   decomposition replayed from a CUDA graph (:mod:`dmlviewer.core.explain.cuda_graph`, the
-  default on a GPU; ``prepare_ms`` is then the eager pass): ``prepare_graph_ms`` and ``ratio_graph`` (over the bare
-  forward), ``pair_graph`` (recorded and replayed, or why not), and the stricter baseline
-  ``bare_forward_graph_ms``, the bare forward replayed from a graph too (the GPU's own time,
-  no launches), with ``ratio_graph_to_graphed_bare``.
+  default on a GPU; ``prepare_ms`` is then the eager pass): ``prepare_graph_ms`` and
+  ``ratio_graph`` (over the bare forward), ``pair_graph`` (recorded and replayed, or why not),
+  and the stricter baseline ``bare_forward_graph_ms``, the bare forward replayed from a graph
+  too (the GPU's own time, no launches), with ``ratio_graph_to_graphed_bare``.
 - the doors (issue 22 item 5): a torchvision resnet50 (``fc`` a 512-d embedding layer) and a
   timm ViT-S/16 (``vit_small_patch16_224``, a 512-d Linear head, class token; linearized with
   frozen attention, LayerNorm and GELU gates), random weights, each opened through every door:

@@ -96,8 +96,8 @@ class _Weights:
     """Where a model's graph read its weights: every slot of every submodule (its child modules,
     parameters and buffers, with what each held) and each tensor's address, so that
     :meth:`unchanged` sees a replaced layer or parameter and a moved tensor (``model.to``) with a
-    few hundred identity checks, not a walk of the module tree (3 ms for a resnet50 on the CPU,
-    paid by every replayed pair). The tensors as recorded are kept alive, so their memory is not
+    few hundred identity checks, not a walk of the module tree (1.2-1.6 ms for a resnet50 on the
+    development CPU against 0.15 ms, paid by every replayed pair). The tensors as recorded are kept alive, so their memory is not
     handed to a new tensor at the same address."""
 
     def __init__(self, model: torch.nn.Module) -> None:
