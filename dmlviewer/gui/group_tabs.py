@@ -33,10 +33,10 @@ from dmlviewer.core.session import Session
 from dmlviewer.gui import errors
 from dmlviewer.gui.colormaps import STATIC_OVERLAY, overlay_lut
 from dmlviewer.gui.hover_link import QUERY, SIDE_NAMES, HoverLink
-from dmlviewer.gui.session_links import SessionLinks
 from dmlviewer.gui.image_pane import ImagePane
 from dmlviewer.gui.pair_row import PairRow
 from dmlviewer.gui.pair_view import PairImages
+from dmlviewer.gui.session_links import SessionLinks
 
 log = logging.getLogger(__name__)
 

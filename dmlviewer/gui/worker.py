@@ -412,9 +412,10 @@ class JobRunner(QObject):
 
     ``submit(name, factory, process=False, **handlers)`` queues a job; ``factory(cancel)``
     returns the job's generator; ``handlers`` follow that job alone (``job.events``), while the
-    runner's signals below report every job (the jobs view, the status bar). With ``process=True`` the factory must be picklable: a top-level
-    function, a ``functools.partial`` of one, or ``(func, args, kwargs)`` called in the child
-    as ``func(*args, cancel=token, **kwargs)``.
+    runner's signals below report every job (the jobs view, the status bar). With
+    ``process=True`` the factory must be picklable: a top-level function, a
+    ``functools.partial`` of one, or ``(func, args, kwargs)`` called in the child as
+    ``func(*args, cancel=token, **kwargs)``.
     """
 
     job_started = Signal(object)  # Job
@@ -467,8 +468,7 @@ class JobRunner(QObject):
             self._queue.remove(job)
             job.cancel_token.cancel()
             self._end(job, JobState.CANCELLED)
-            job.events.cancelled.emit(job)
-            self.job_cancelled.emit(job)
+            self._announce("cancelled", job)
             self.queue_changed.emit()
         elif job is self._current and not job.cancel_requested:
             job.cancel_token.cancel()
@@ -529,8 +529,7 @@ class JobRunner(QObject):
         thread.finished.connect(self._reap_thread)
         self._thread = thread
         log.info("starting job %s: %s%s", job.id, job.name, " (process)" if job.process else "")
-        job.events.started.emit(job)
-        self.job_started.emit(job)
+        self._announce("started", job)
         self.queue_changed.emit()
         thread.start()
 
@@ -542,8 +541,7 @@ class JobRunner(QObject):
         job.record(event)
         if event.message and event.kind != "step":
             job.log.append(event.message)
-        job.events.progress.emit(job, event)
-        self.job_progress.emit(job, event)
+        self._announce("progress", job, event)
 
     def _on_ended(self) -> None:
         thread = self.sender()
@@ -564,22 +562,25 @@ class JobRunner(QObject):
         if status == "finished":
             job.result = payload
             self._end(job, JobState.FINISHED)
-            job.events.finished.emit(job, payload)
-            self.job_finished.emit(job, payload)
+            self._announce("finished", job, payload)
         elif status == "cancelled":
             job.result = payload
             self._end(job, JobState.CANCELLED)
-            job.events.cancelled.emit(job)
-            self.job_cancelled.emit(job)
+            self._announce("cancelled", job)
         else:
             job.error = str(payload)
             job.log.append(job.error)
             log.error("job %s (%s) failed: %s", job.id, job.name, job.error.splitlines()[0])
             self._end(job, JobState.FAILED)
-            job.events.failed.emit(job, job.error)
-            self.job_failed.emit(job, job.error)
+            self._announce("failed", job, job.error)
         self.queue_changed.emit()
         self._start_next()
+
+    def _announce(self, what: str, job: Job, *args: Any) -> None:
+        """``what`` happened to ``job`` (``started``, ``progress``, ``finished``, ``failed``,
+        ``cancelled``): its own signal first (the view that started it), then the runner's."""
+        getattr(job.events, what).emit(job, *args)
+        getattr(self, f"job_{what}").emit(job, *args)
 
     def _end(self, job: Job, state: str) -> None:
         job.state = state
