@@ -167,8 +167,8 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
         block = shell is None
         if shell is not None and not _qt_loop_running(shell) and not _start_qt_loop(shell):
             return None
-    from dmlviewer.gui.app import create_app, setup_logging
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.app import create_app, setup_logging
+    from dmlviewer.gui.window.main_window import MainWindow
 
     app = create_app()
     setup_logging()

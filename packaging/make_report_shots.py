@@ -7,7 +7,7 @@
   metrics and the first failure).
 - ``export_pair.png``: the pair view of the report's first failure (the query and its wrong
   top-1) as File > Export View writes it at 2x: the figure of
-  :func:`dmlviewer.core.figures.pair.pair_view_figure`, rendered by ``gui/export.py``.
+  :func:`dmlviewer.core.figures.pair.pair_view_figure`, rendered by ``gui/window/export.py``.
 
 The demo data are generated into a temporary folder unless ``--dataset`` names them. Needs
 Chromium (``python3 -m dmlviewer.system_check --offscreen --install`` installs it).
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from dmlviewer.core.models import load_checkpoint
     from dmlviewer.core.report import retrieval_failures
     from dmlviewer.core.evaluate.store import read_features
-    from dmlviewer.gui.export import write_figure
+    from dmlviewer.gui.window.export import write_figure
     from dmlviewer.resources import resource_path
     from dmlviewer.system_check import browser_path
 

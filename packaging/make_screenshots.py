@@ -364,7 +364,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
 
     from dmlviewer.core.data import make_demo_data
     from dmlviewer.core.train import TrainConfig
-    from dmlviewer.gui.app import demo_paths
+    from dmlviewer.gui.window.app import demo_paths
 
     runner = window.runner
     dataset_dir, checkpoint = demo_paths()
@@ -563,9 +563,9 @@ def dialogs_scenario(window, out: Path, work: Path) -> Iterator[Wait]:
     import torch
     import torchvision
 
-    from dmlviewer.gui.code_model_dialog import CodeModelDialog
-    from dmlviewer.gui.import_dialog import ImportDialog
-    from dmlviewer.gui.pretrained_dialog import PretrainedDialog
+    from dmlviewer.gui.doors.code_model_dialog import CodeModelDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.pretrained_dialog import PretrainedDialog
 
     net = torchvision.models.resnet18(weights=None)
     net.fc = torch.nn.Linear(512, 128)
@@ -659,8 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         isolate_user_folders(tmp)
-        from dmlviewer.gui.app import create_app
-        from dmlviewer.gui.main_window import MainWindow
+        from dmlviewer.gui.window.app import create_app
+        from dmlviewer.gui.window.main_window import MainWindow
 
         app = create_app()
         window = MainWindow()

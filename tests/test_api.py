@@ -176,7 +176,7 @@ def test_view_in_a_notebook_that_cannot_start_qt_returns_at_once_saying_what_to_
     _no_event_loop(monkeypatch)
     shell = _FakeShell(fails=True)
     monkeypatch.setattr(api, "_ipython_shell", lambda: shell)
-    monkeypatch.setattr("dmlviewer.gui.main_window.MainWindow", lambda *a, **k: pytest.fail("a window was made"))
+    monkeypatch.setattr("dmlviewer.gui.window.main_window.MainWindow", lambda *a, **k: pytest.fail("a window was made"))
     with caplog.at_level("WARNING", logger="dmlviewer.api"):
         assert dmlviewer.view() is None
     lines = [r.getMessage() for r in caplog.records if r.name == "dmlviewer.api"]

@@ -169,8 +169,8 @@ def test_weights_of_other_shapes_name_the_keyword_arguments_in_each_door(fx, tmp
                               "--weights", weights, "--model-output", "1", "--query", fx["paths"][0], "--reference",
                               fx["paths"][1], "--out", tmp_path / "e.npz", "--device", "cpu"])
     assert code == 2 and re.search(r"shapes differ for embed\.weight .*\(check --model-args\)$", err), err
-    from dmlviewer.gui.errors import FIELD_LABELS
-    from dmlviewer.gui.errors import user_message
+    from dmlviewer.gui.common.errors import FIELD_LABELS
+    from dmlviewer.gui.common.errors import user_message
 
     said = user_message(exc)
     assert said.endswith("(check “Keyword arguments”)") and "--" not in said
@@ -181,8 +181,8 @@ def test_dialog_labels_are_the_dialogs_own(qtbot):
     """Every label the app words a field with is a row of the code dialog (the rest say which door sets it)."""
     from PySide6.QtWidgets import QFormLayout, QLabel
 
-    from dmlviewer.gui.code_model_dialog import CodeModelDialog
-    from dmlviewer.gui.errors import FIELD_LABELS
+    from dmlviewer.gui.doors.code_model_dialog import CodeModelDialog
+    from dmlviewer.gui.common.errors import FIELD_LABELS
 
     dialog = CodeModelDialog()
     qtbot.addWidget(dialog)

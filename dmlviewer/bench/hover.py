@@ -75,7 +75,7 @@ def timm_vit(name: str, image_size: int):
 
 def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
             compare: bool = False, model: Any = None) -> dict[str, Any]:
-    """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair_view.PairView` (``largest``:
+    """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair.pair_view.PairView` (``largest``:
     at its largest Resolution choice instead of the model's size; ``compare``: with a second
     model compared, both rows drawn per event; ``model``: this model instead of a small CNN)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -86,8 +86,8 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
 
     from dmlviewer.core.explain.pair import explain_pair
     from dmlviewer.core.models import build_model, default_config
-    from dmlviewer.gui.app import create_app
-    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.gui.window.app import create_app
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
 
     app = create_app()
     torch.manual_seed(0)

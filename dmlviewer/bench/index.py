@@ -81,8 +81,8 @@ def _browser_child(spec: dict) -> None:
     import sys
 
     from dmlviewer.bench.child import peak_rss_mb
-    from dmlviewer.gui.app import create_app
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.app import create_app
+    from dmlviewer.gui.window.main_window import MainWindow
 
     app = create_app()
     window = MainWindow()

@@ -4,7 +4,7 @@ feature extraction over 60,000 images.
 Every figure comes from a fresh child process (``python -c``, JSON on its last stdout line),
 so neither this process's imports nor an earlier measurement count:
 
-- ``app``: the real :class:`~dmlviewer.gui.main_window.MainWindow` (offscreen Qt, temporary
+- ``app``: the real :class:`~dmlviewer.gui.window.main_window.MainWindow` (offscreen Qt, temporary
   XDG config/data/cache folders, so no user setting is read or written) opens an SOP-style
   listing (:func:`dmlviewer.bench.index.write_sop_listing`, 120,053 images; the image files do
   not exist), is shown, and the event loop runs until the browser's visible rows have all had
@@ -103,8 +103,8 @@ def write_feature_file(path: Path, root: Path, dim: int = 512) -> int:
 
 def _app_child(spec: dict) -> None:
     """Child: open the window (on ``spec["root"]`` if given), wait for the first rows, report."""
-    from dmlviewer.gui.app import create_app
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.app import create_app
+    from dmlviewer.gui.window.main_window import MainWindow
 
     app = create_app()
     window = MainWindow()
@@ -174,9 +174,9 @@ def _features_in_window(app, window, spec: dict) -> dict:
     """Open ``spec["features"]`` in the window, retrieve for two queries (exact, then through
     the index when one is kept), project the file (PCA over every row) in the embedding view;
     times and peak RSS after each step."""
-    from dmlviewer.gui.embedding_view import EmbeddingView, projection_job
+    from dmlviewer.gui.retrieval.embedding_view import EmbeddingView, projection_job
 
-    from dmlviewer.gui import search_index
+    from dmlviewer.gui.retrieval import search_index
 
     report: dict = {}
     start = time.perf_counter()
@@ -290,7 +290,7 @@ def app_memory(images: int | None = None, dataset: bool = True, timeout_s: float
             if features:
                 from dmlviewer.core.evaluate import search
                 from dmlviewer.core.progress import run_to_end
-                from dmlviewer.gui.search_index import INDEX_MIN_ROWS
+                from dmlviewer.gui.retrieval.search_index import INDEX_MIN_ROWS
 
                 path = tmp / "features.h5"
                 write_feature_file(path, root)

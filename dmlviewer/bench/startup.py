@@ -30,7 +30,7 @@ _BARE = r'''
 import json, os, sys, time
 from pathlib import Path
 from PySide6.QtWidgets import QApplication, QWidget
-from dmlviewer.gui.app import process_age_s
+from dmlviewer.gui.window.app import process_age_s
 app = QApplication([])
 w = QWidget(); w.resize(400, 300); w.show(); app.processEvents()
 Path(sys.argv[1]).write_text(json.dumps({"window": process_age_s()}))

@@ -69,7 +69,7 @@ def _window_possible() -> bool:
 def run_demo(args: argparse.Namespace) -> int:
     if not _window_possible():
         return 1
-    from dmlviewer.gui.app import run_gui as start
+    from dmlviewer.gui.window.app import run_gui as start
 
     return start(screenshot=args.screenshot, demo=True, pin=args.pin, tab=args.tab)
 
@@ -84,7 +84,7 @@ def run_gui(args: argparse.Namespace) -> int:
     _check(args.features, "feature")
     if not _window_possible():
         return 1
-    from dmlviewer.gui.app import run_gui as start
+    from dmlviewer.gui.window.app import run_gui as start
 
     return start(dataset=args.dataset, checkpoint=source if args.model else args.checkpoint, features=args.features,
                  screenshot=args.screenshot, fmt=args.format, last=args.last_session,

@@ -560,7 +560,7 @@ def api_dmlviewer_view(fx: dict, tmp: Path) -> str:
     from PySide6.QtCore import QSettings
 
     from dmlviewer.core.models import CheckpointError
-    from dmlviewer.gui import errors
+    from dmlviewer.gui.common import errors
 
     QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp / "settings"))
     dialogs: list = []
@@ -668,8 +668,8 @@ _WINDOW: list = []  # one main window for every GUI case of a worker: a user's s
 def _main_window(tmp: Path):
     from PySide6.QtCore import QSettings
 
-    from dmlviewer.gui import app as gui_app
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window import app as gui_app
+    from dmlviewer.gui.window.main_window import MainWindow
 
     qapp = gui_app.create_app()
     if not _WINDOW:
@@ -688,7 +688,7 @@ def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
     to Qt, and whether the window still works (it opens the demo dataset afterwards)."""
     from PySide6.QtWidgets import QFileDialog
 
-    from dmlviewer.gui import errors
+    from dmlviewer.gui.common import errors
 
     qapp, window = _main_window(tmp)
     dialogs: list = []

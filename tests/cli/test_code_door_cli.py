@@ -166,7 +166,7 @@ def test_bad_model_options_are_one_line_with_status_2(user, tmp_path, capsys, ar
 
 def test_gui_hands_the_app_a_code_source(user, monkeypatch):
     import dmlviewer.commands.gui as gui_command
-    import dmlviewer.gui.app as app
+    import dmlviewer.gui.window.app as app
 
     seen = {}
     monkeypatch.setattr(gui_command, "_window_possible", lambda: True)

@@ -68,7 +68,7 @@ def gui_thread_garbage_collection(qapp):
     outside this folder run with the interpreter's automatic collection."""
     import gc
 
-    from dmlviewer.gui import collector
+    from dmlviewer.gui.window import collector
 
     collector.install(qapp)
     yield
@@ -81,7 +81,7 @@ def isolated_settings(tmp_path, qapp):
     """QSettings of this test live in its own folder."""
     from PySide6.QtCore import QSettings
 
-    from dmlviewer.gui import settings
+    from dmlviewer.gui.window import settings
 
     qapp.setOrganizationName(settings.ORGANIZATION)
     qapp.setApplicationName(settings.APPLICATION)
@@ -108,7 +108,7 @@ def no_modal_questions(monkeypatch):
 @pytest.fixture
 def dialogs(monkeypatch) -> list[tuple[str, str, str | None]]:
     """Records every error dialog (title, message, details) instead of showing it."""
-    from dmlviewer.gui import errors
+    from dmlviewer.gui.common import errors
 
     calls: list[tuple[str, str, str | None]] = []
     monkeypatch.setattr(errors, "show_error", lambda parent, title, message, details=None:
@@ -119,7 +119,7 @@ def dialogs(monkeypatch) -> list[tuple[str, str, str | None]]:
 @pytest.fixture
 def window(qtbot, dialogs):
     """A shown main window (1400 x 900) with recorded dialogs; background work stopped after."""
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     win = MainWindow()
     qtbot.addWidget(win)
@@ -145,7 +145,7 @@ def wait_ready(qtbot):
 @pytest.fixture
 def runner(qtbot):
     """A job runner shut down (jobs cancelled, children ended) after the test."""
-    from dmlviewer.gui.worker import JobRunner
+    from dmlviewer.gui.jobs.worker import JobRunner
 
     r = JobRunner()
     yield r

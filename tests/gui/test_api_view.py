@@ -11,7 +11,7 @@ from PySide6.QtTest import QTest
 
 import dmlviewer
 from dmlviewer.core.session import Session
-from dmlviewer.gui.hover_link import QUERY
+from dmlviewer.gui.pair.hover_link import QUERY
 
 pytestmark = pytest.mark.gui
 

@@ -10,8 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from dmlviewer.core.data import Dataset
-from dmlviewer.gui.browser import INDEX_ROLE, DatasetBrowser
-from dmlviewer.gui.thumbnails import ThumbnailLoader
+from dmlviewer.gui.retrieval.browser import INDEX_ROLE, DatasetBrowser
+from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 
 pytestmark = pytest.mark.gui
 

@@ -40,7 +40,7 @@ def files(tmp_path):
 
 
 def test_dialog_makes_a_two_branch_source_that_round_trips(qtbot, files):
-    from dmlviewer.gui.code_model_dialog import TWO_BRANCH_NOTE, CodeModelDialog
+    from dmlviewer.gui.doors.code_model_dialog import TWO_BRANCH_NOTE, CodeModelDialog
 
     folder, q, r = files
     dialog = CodeModelDialog()

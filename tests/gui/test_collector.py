@@ -10,7 +10,7 @@ from PySide6.QtCore import QObject
 
 
 def test_garbage_made_anywhere_is_freed_by_the_gui_threads_timer(qtbot, qapp):
-    from dmlviewer.gui import collector
+    from dmlviewer.gui.window import collector
 
     c = collector.install(qapp)
     assert collector.install(qapp) is c and not gc.isenabled()

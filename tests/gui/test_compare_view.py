@@ -13,8 +13,8 @@ import pytest
 
 from _mouse import hover
 
-from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair.colormaps import overlay_lut
+from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
@@ -267,7 +267,7 @@ def test_two_rows_fit_1366x768(compared, qtbot):
     window, view = compared, compared.pair_view
     window.resize(1366, 768)
     qtbot.waitUntil(lambda: window.width() == 1366, timeout=5000)
-    qtbot.wait(200)  # the docks give way (gui/dock_layout.py), then the splitters settle
+    qtbot.wait(200)  # the docks give way (gui/window/dock_layout.py), then the splitters settle
     assert window.frameGeometry().height() <= 768 + 40 and window.width() <= 1366
     for pane in view.all_panes:  # each photograph's area stays usable (about 310 x 250 px measured)
         width, height = pane.view.width(), pane.view.height()
@@ -337,7 +337,7 @@ def test_only_the_latest_model_b_asked_for_is_shown(compared, small_ckpt, other_
     read, never replaces the second; Stop Comparing drops a model B still loading."""
     import logging
 
-    caplog.set_level(logging.INFO, logger="dmlviewer.gui.compare_model")
+    caplog.set_level(logging.INFO, logger="dmlviewer.gui.doors.compare_model")
     window = compared
 
     def dropped() -> int:
@@ -491,7 +491,7 @@ def test_compare_window_fits_1366x768(diagnosed, qtbot):
 
 
 def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_each_column():
-    from dmlviewer.gui.compare_window import diagnosis_figures, leaders
+    from dmlviewer.gui.evaluation.compare_window import diagnosis_figures, leaders
 
     loc = {"decomposition": {"best_accuracy": 0.4}, "decomposition_bias": {"best_accuracy": 0.3}}
     result = {"split": "test", "models": [
@@ -513,7 +513,7 @@ def test_diagnosis_figures_of_one_split_leave_the_other_empty_and_leaders_rank_e
 
 
 def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_suffix():
-    from dmlviewer.gui.compare_window import tick_label
+    from dmlviewer.gui.evaluation.compare_window import tick_label
 
     assert tick_label({"label": "backbone.net.stages.3 (both branches)"}) == "+ stage 4"
     assert tick_label({"label": "head.projection.out (both branches)"}) == "+ head"

@@ -17,8 +17,8 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtTest import QTest
 from tiny_two_branch import tiny_two_branch, tiny_two_branch_checkpoint
 
-from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair.colormaps import overlay_lut
+from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
@@ -197,7 +197,7 @@ def test_a_broken_headings_file_gives_the_estimates_without_the_truth(window, tm
 
 
 def test_the_status_bar_names_both_branches_of_a_two_branch_model():
-    from dmlviewer.gui.model_labels import model_summary
+    from dmlviewer.gui.doors.model_labels import model_summary
 
     assert model_summary(tiny_two_branch(PANORAMA, AERIAL)) == "two-branch small_cnn · gap · 16-d"
     mixed = tiny_two_branch(PANORAMA, AERIAL)

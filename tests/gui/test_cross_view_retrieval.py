@@ -74,7 +74,7 @@ def test_a_street_query_lists_the_aerial_images_of_its_split(window, cross_view_
     assert not window.dialogs
 
     # however large, a cross-view file gets no approximate index (a query searches a subset, exactly)
-    from dmlviewer.gui import search_index
+    from dmlviewer.gui.retrieval import search_index
 
     search_index.INDEX_MIN_ROWS, large = 1, search_index.INDEX_MIN_ROWS
     try:

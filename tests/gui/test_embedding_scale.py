@@ -9,7 +9,7 @@ import pytest
 from dmlviewer.core.evaluate import read_features, write_features
 from dmlviewer.core.evaluate.store import FeatureFile
 from dmlviewer.core.progress import run_to_end
-from dmlviewer.gui import embedding_view as EV
+from dmlviewer.gui.retrieval import embedding_view as EV
 
 pytestmark = pytest.mark.gui
 

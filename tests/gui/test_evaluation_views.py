@@ -16,10 +16,10 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QApplication
 
-from dmlviewer.gui.embedding_view import EmbeddingView, pca_2d, projection_job
-from dmlviewer.gui.evaluation_view import METRIC_ROWS, EvaluationView
-from dmlviewer.gui.localization_view import LocalizationView
-from dmlviewer.gui.worker import JobState
+from dmlviewer.gui.retrieval.embedding_view import EmbeddingView, pca_2d, projection_job
+from dmlviewer.gui.evaluation.evaluation_view import METRIC_ROWS, EvaluationView
+from dmlviewer.gui.evaluation.localization_view import LocalizationView
+from dmlviewer.gui.jobs.worker import JobState
 
 pytestmark = pytest.mark.gui
 JOB_TIMEOUT_MS = 120_000
@@ -230,7 +230,7 @@ def test_embedding_view_projects_hovers_and_picks_a_query(qtbot, runner, demo_ro
 
 
 def test_tools_menu_opens_prefilled_views_and_points_pick_queries(qtbot, window, demo_root, small_ckpt):
-    from dmlviewer.gui.tools import install_tools
+    from dmlviewer.gui.window.tools import install_tools
 
     tools = getattr(window, "tools", None) or install_tools(window)
     assert window.open_dataset(demo_root) and window.open_checkpoint(small_ckpt)
@@ -306,7 +306,7 @@ def test_localization_is_disabled_with_the_reason_on_a_dataset_without_boxes(qtb
 def test_tool_windows_stay_in_front_of_the_main_window(qtbot, window):
     """Issue 23 item 8: the localization window dropped behind the main window. The tool windows
     are dialog-type windows of the main window (window managers keep those in front of it)."""
-    from dmlviewer.gui.tools import install_tools
+    from dmlviewer.gui.window.tools import install_tools
 
     tools = getattr(window, "tools", None) or install_tools(window)
     for view in (tools.show_localization(), tools.show_evaluation()):

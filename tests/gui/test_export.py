@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog
 from _isolated import app_env
 
 from dmlviewer.core.figures.pair import PANEL_SIDE
-from dmlviewer.gui import export
+from dmlviewer.gui.window import export
 
 pypdf = pytest.importorskip("pypdf")
 
@@ -128,7 +128,7 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
 _COPY_AND_EXIT = """
 from PySide6.QtWidgets import QApplication
 from dmlviewer.core.figures import Bars, Figure
-from dmlviewer.gui import export
+from dmlviewer.gui.window import export
 app = QApplication([])
 export.copy_figure(Figure("", [[Bars("signed", ["a", "b"], [1.0, -1.0])]]))
 assert not QApplication.clipboard().image().isNull()
@@ -148,7 +148,7 @@ def test_a_plots_own_context_menu_exports_its_bars(qtbot, runner, tmp_path, monk
     """The localization view's part-correspondence bars: the entry of the plot's own right-click
     menu (pyqtgraph's ViewBox menu) opens Export View with this plot chosen, and the SVG holds one
     rect per bar, heights in proportion to the values, and the axis titles as text."""
-    from dmlviewer.gui.localization_view import LocalizationView
+    from dmlviewer.gui.evaluation.localization_view import LocalizationView
 
     view = LocalizationView(runner)
     qtbot.addWidget(view)
@@ -226,7 +226,7 @@ def test_the_difference_row_exports_as_shown(window, demo_root, small_ckpt, wait
 def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(ready, tmp_path, monkeypatch, qtbot):
     from PySide6.QtGui import QDesktopServices
 
-    from dmlviewer.gui import report_job
+    from dmlviewer.gui.jobs import report_job
 
     opened = []
     monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)

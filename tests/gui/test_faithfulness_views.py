@@ -12,8 +12,8 @@ from PySide6.QtTest import QTest
 from dmlviewer.core.explain.grid import bilinear_weights, upsample
 from dmlviewer.core.explain.occlusion import OcclusionMaps, occlusion
 from dmlviewer.core.progress import run_to_end
-from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.hover_link import QUERY
+from dmlviewer.gui.pair.colormaps import overlay_lut
+from dmlviewer.gui.pair.hover_link import QUERY
 from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
@@ -93,7 +93,7 @@ def test_pair_faithfulness_window_from_the_tools_menu(loaded, qtbot):
 
 
 def test_localization_window_faithfulness_tab(runner, qtbot, demo_root, small_ckpt):
-    from dmlviewer.gui.localization_view import LocalizationView
+    from dmlviewer.gui.evaluation.localization_view import LocalizationView
 
     view = LocalizationView(runner)
     qtbot.addWidget(view)
@@ -123,7 +123,7 @@ def test_faithfulness_plots_name_every_curve_in_a_legend_with_its_own_pen(qtbot)
     """Issue 23 item 10: a legend, distinct colours and line styles, names not cut off."""
     from PySide6.QtWidgets import QApplication
 
-    from dmlviewer.gui.faithfulness_view import REFERENCE_STYLE, AucTable, FaithfulnessPlots, method_label
+    from dmlviewer.gui.evaluation.faithfulness_view import REFERENCE_STYLE, AucTable, FaithfulnessPlots, method_label
 
     methods = ["decomposition", "decomposition_bias", "gradcam", "gradcam_nonorm", "rgradcam", "occlusion",
                "point_to_point", "group_0", "group_1", "group_2", "group_3", "random", "oracle"]
@@ -172,9 +172,9 @@ def test_faithfulness_curves_have_their_methods_colours(qtbot, runner):
     methods come before."""
     from PySide6.QtGui import QColor
 
-    from dmlviewer.gui.faithfulness_view import AucTable, FaithfulnessPlots, method_label
-    from dmlviewer.gui.localization_view import LocalizationView
-    from dmlviewer.gui.widgets import METHOD_COLORS
+    from dmlviewer.gui.evaluation.faithfulness_view import AucTable, FaithfulnessPlots, method_label
+    from dmlviewer.gui.evaluation.localization_view import LocalizationView
+    from dmlviewer.gui.common.widgets import METHOD_COLORS
 
     fractions = np.linspace(0, 1, 5)
     point_to_point = set()  # its colour in each plot: one, whatever other methods are drawn
@@ -227,8 +227,8 @@ def test_no_two_faithfulness_curves_look_alike_and_groups_take_point_to_points_c
     """Every method and group of a four-group model with every reference order: no two pens
     share colour and line style (Group 4 was point-to-point's solid sky blue); the groups are
     drawn in point-to-point's colour while it has styles to spare."""
-    from dmlviewer.gui.faithfulness_view import method_pens
-    from dmlviewer.gui.widgets import METHOD_COLORS
+    from dmlviewer.gui.evaluation.faithfulness_view import method_pens
+    from dmlviewer.gui.common.widgets import METHOD_COLORS
 
     methods = [*METHOD_COLORS, "group_0", "group_1", "group_2", "group_3", "random", "oracle"]
     pens = method_pens(methods)

@@ -7,8 +7,8 @@ import pytest
 from PySide6.QtCore import QPointF
 from PySide6.QtTest import QTest
 
-from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.group_tabs import NO_GROUPS_TEXT
+from dmlviewer.gui.pair.colormaps import overlay_lut
+from dmlviewer.gui.pair.group_tabs import NO_GROUPS_TEXT
 from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
@@ -90,7 +90,7 @@ def test_static_overlay_fades_in_from_transparent_without_a_dark_low_end(window,
                                                                           wait_ready, qtbot):
     """Issue 23 item 10: inferno's dark low end hid a weak group map on a red body. The group
     tab's maps use a table whose alpha rises from 0 and whose colours are all light."""
-    from dmlviewer.gui.colormaps import STATIC_OVERLAY
+    from dmlviewer.gui.pair.colormaps import STATIC_OVERLAY
 
     lut = overlay_lut(STATIC_OVERLAY)
     assert lut.shape == (256, 4) and lut[0, 3] == 0 and np.all(np.diff(lut[:, 3].astype(int)) >= 0)

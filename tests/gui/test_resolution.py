@@ -117,7 +117,7 @@ def test_a_flatten_head_offers_only_the_model_size(window, demo_root, wait_ready
 
 def _choose(monkeypatch, name: str) -> None:
     """Make the dialog pick ``name`` and press Open instead of waiting for a user."""
-    from dmlviewer.gui.pretrained_dialog import PretrainedDialog
+    from dmlviewer.gui.doors.pretrained_dialog import PretrainedDialog
 
     def exec_(self):
         self.select(name)
@@ -142,7 +142,7 @@ def test_open_pretrained_backbone_opens_efficientnet_lite0(window, monkeypatch):
 
 
 def test_missing_torchvision_weights_give_one_dialog_naming_file_and_folder(window, monkeypatch, tmp_path):
-    from dmlviewer.gui.pretrained_dialog import PretrainedDialog
+    from dmlviewer.gui.doors.pretrained_dialog import PretrainedDialog
 
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
     dialog = PretrainedDialog(window)

@@ -140,7 +140,7 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     the old model's neighbours at once and re-extracts with the new model; a feature file of
     another model opened by hand is flagged and its neighbours are not shown."""
     from dmlviewer.core.evaluate.retrieval import retrieve
-    from dmlviewer.gui import settings
+    from dmlviewer.gui.window import settings
 
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
@@ -177,7 +177,7 @@ def test_during_an_extraction_compute_waits_and_reopening_the_dataset_keeps_comp
     import threading
 
     import dmlviewer.core.evaluate.extract as extract_module
-    from dmlviewer.gui import settings
+    from dmlviewer.gui.window import settings
 
     real = extract_module.extract_features
     gate, calls = threading.Event(), []

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.gui
 _PROBE = r'''
 import json, sys
 from PySide6.QtCore import QRect
-from dmlviewer.gui.app import create_app
+from dmlviewer.gui.window.app import create_app
 app = create_app()
-from dmlviewer.gui.main_window import MainWindow
+from dmlviewer.gui.window.main_window import MainWindow
 
 mode, dataset, checkpoint = sys.argv[1:4]
 window = MainWindow()
@@ -116,7 +116,7 @@ def _wheel(widget, delta: int = -120) -> None:
 
 
 def test_spin_boxes_leave_the_wheel_to_the_form_unless_focused(qtbot, runner):
-    from dmlviewer.gui.training_dialog import TrainingDialog
+    from dmlviewer.gui.training.training_dialog import TrainingDialog
 
     dialog = TrainingDialog(runner)
     qtbot.addWidget(dialog)

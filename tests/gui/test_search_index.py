@@ -14,7 +14,7 @@ def test_large_feature_files_get_an_index_that_retrieval_uses(window, demo_root,
                                                               tmp_path, dialogs):
     from dmlviewer.core.evaluate import evaluate, open_features, retrieve, update_attrs
     from dmlviewer.core.progress import run_to_end
-    from dmlviewer.gui import search_index
+    from dmlviewer.gui.retrieval import search_index
 
     monkeypatch.setattr(search_index, "INDEX_MIN_ROWS", 10)  # the demo's features count as large
     path = tmp_path / "f.h5"

@@ -12,10 +12,10 @@ from dmlviewer.core.data import Dataset, open_dataset
 from dmlviewer.core.data.identity import DatasetIdentity
 from dmlviewer.core.models import open_model
 from dmlviewer.core.session import Session
-from dmlviewer.gui.browser import DatasetBrowser
-from dmlviewer.gui.group_tabs import NO_MODEL_TEXT, GroupTabs
-from dmlviewer.gui.pair_view import PairImages
-from dmlviewer.gui.thumbnails import ThumbnailLoader
+from dmlviewer.gui.retrieval.browser import DatasetBrowser
+from dmlviewer.gui.pair.group_tabs import NO_MODEL_TEXT, GroupTabs
+from dmlviewer.gui.pair.pair_view import PairImages
+from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 
 pytestmark = pytest.mark.gui
 

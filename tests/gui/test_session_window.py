@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlviewer.gui import settings
+from dmlviewer.gui.window import settings
 
 MODEL_FILE = '''
 import torch.nn as nn
@@ -63,7 +63,7 @@ def _source(kind, small_ckpt, code_model):
 
 
 def _new_window(qtbot):
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     window = MainWindow()
     qtbot.addWidget(window)
@@ -201,7 +201,7 @@ def test_a_bare_state_dict_is_offered_to_import_model(window, tmp_path, qtbot):
 
 def test_open_model_from_code_checks_on_open_and_opens_in_the_background(window, code_model, demo_root, qtbot,
                                                                            wait_ready):
-    from dmlviewer.gui.code_model_dialog import RUNS_CODE, CodeModelDialog, callables_in
+    from dmlviewer.gui.doors.code_model_dialog import RUNS_CODE, CodeModelDialog, callables_in
 
     file, weights = code_model
     assert callables_in(file) == ["build_model"]  # read from its syntax tree: nothing ran
@@ -294,7 +294,7 @@ def test_a_live_module_is_in_recent_models_until_quit_and_never_in_the_last_sess
 
 
 def test_the_code_fields_accept_an_entry_typed_in_one_field(code_model):
-    from dmlviewer.gui.code_model_dialog import code_source
+    from dmlviewer.gui.doors.code_model_dialog import code_source
 
     file, weights = code_model
     source = code_source(f"{file}:build_model", "other_name", "", str(weights))

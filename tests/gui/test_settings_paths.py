@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlviewer.gui import settings
+from dmlviewer.gui.window import settings
 
 
 def test_unknown_user_home_stays_as_typed_and_start_dir_falls_back(tmp_path):

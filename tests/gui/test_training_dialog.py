@@ -17,10 +17,10 @@ import _fixtures_part2 as fx  # noqa: E402
 
 from dmlviewer.core.fields import worded  # noqa: E402
 from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
-from dmlviewer.gui.training_dialog import (  # noqa: E402
+from dmlviewer.gui.training.training_dialog import (  # noqa: E402
     TrainingDialog, breakable, field_names, read_run_settings,
 )
-from dmlviewer.gui.worker import JobState  # noqa: E402
+from dmlviewer.gui.jobs.worker import JobState  # noqa: E402
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000
@@ -281,7 +281,7 @@ def test_a_fresh_form_follows_the_default_recipe_for_a_pretrained_backbone(qtbot
 def test_settings_are_remembered_and_the_output_folder_never_follows_the_dataset(qtbot, runner, demo, tmp_path):
     """A second opening of the dialog shows the last settings (a new run folder excepted); the
     run folder is proposed in the output folder and editing the dataset leaves it alone."""
-    from dmlviewer.gui import settings
+    from dmlviewer.gui.window import settings
 
     first = TrainingDialog(runner)
     qtbot.addWidget(first)
@@ -358,7 +358,7 @@ def test_the_legends_never_cover_the_last_epochs_points(qtbot, dialog):
 def test_a_new_run_starts_on_fresh_axes(qtbot, dialog, runner, demo, tmp_path, monkeypatch):
     """Issue 31 item 8: a second run's plots kept the first run's axis ranges until its data came."""
     from dmlviewer.core.progress import Progress
-    from dmlviewer.gui.worker import Job
+    from dmlviewer.gui.jobs.worker import Job
 
     dialog.resize(1366, 768)
     dialog.show()

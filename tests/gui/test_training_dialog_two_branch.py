@@ -15,8 +15,8 @@ from PySide6.QtCore import Qt
 sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as fx
 
-from dmlviewer.gui.training_dialog import TWO_BRANCH_FIELDS, TrainingDialog
-from dmlviewer.gui.worker import JobState
+from dmlviewer.gui.training.training_dialog import TWO_BRANCH_FIELDS, TrainingDialog
+from dmlviewer.gui.jobs.worker import JobState
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000

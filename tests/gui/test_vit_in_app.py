@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from _mouse import hover
 
-from dmlviewer.gui import settings
+from dmlviewer.gui.window import settings
 
 timm = pytest.importorskip("timm")
 
@@ -49,7 +49,7 @@ def _imported(tmp_path, name: str, size: int):
 def test_a_transformer_opens_from_the_file_menu_and_the_last_session_and_hovers(
         case, qtbot, dialogs, demo_root, tmp_path, monkeypatch, wait_ready):
     from dmlviewer.core.data import load_dataset_image
-    from dmlviewer.gui.main_window import MainWindow
+    from dmlviewer.gui.window.main_window import MainWindow
 
     name, size = CASES[case]
     checkpoint, net = _imported(tmp_path, name, size)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as jobs  # noqa: E402
 
 from dmlviewer.core.progress import Progress  # noqa: E402
-from dmlviewer.gui.worker import JobRunner, JobState, LatestRunner, confirm_close  # noqa: E402
+from dmlviewer.gui.jobs.worker import JobRunner, JobState, LatestRunner, confirm_close  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -232,7 +232,7 @@ def test_latest_runner_drops_stale_results(qtbot):
 
 
 def test_jobs_view_lists_queue_and_shows_failure_text(qtbot, runner):
-    from dmlviewer.gui.jobs_view import JobsView
+    from dmlviewer.gui.jobs.jobs_view import JobsView
 
     view = JobsView(runner)
     qtbot.addWidget(view)
@@ -305,7 +305,7 @@ def test_a_two_phase_job_shows_overall_progress_that_never_moves_back(qtbot, run
 def test_jobs_with_an_overall_fraction_are_shown_by_it(qtbot, runner):
     """Training gives ``data["overall"]``; the jobs view and the status bar show that, not the
     evaluation pass's own count."""
-    from dmlviewer.gui.jobs_view import JobsView
+    from dmlviewer.gui.jobs.jobs_view import JobsView
 
     view = JobsView(runner)
     qtbot.addWidget(view)
@@ -324,8 +324,8 @@ def test_jobs_with_an_overall_fraction_are_shown_by_it(qtbot, runner):
 
 
 def test_after_cancel_no_stale_percentage_or_eta(qtbot, runner):
-    from dmlviewer.gui.job_status import JobStatus
-    from dmlviewer.gui.jobs_view import JobsView
+    from dmlviewer.gui.jobs.job_status import JobStatus
+    from dmlviewer.gui.jobs.jobs_view import JobsView
 
     status = JobStatus(runner)
     view = JobsView(runner)
@@ -353,7 +353,7 @@ def test_after_cancel_no_stale_percentage_or_eta(qtbot, runner):
 
 
 def test_the_jobs_list_keeps_the_running_job_in_sight(qtbot, runner):
-    from dmlviewer.gui.jobs_view import JobsView
+    from dmlviewer.gui.jobs.jobs_view import JobsView
 
     view = JobsView(runner)
     qtbot.addWidget(view)
@@ -384,8 +384,8 @@ def test_a_failure_and_progress_read_on_a_views_status_line(qtbot, runner):
     from PySide6.QtGui import QTextDocument
     from PySide6.QtWidgets import QLabel, QProgressBar
 
-    from dmlviewer.gui.errors import show_failure
-    from dmlviewer.gui.job_status import show_progress
+    from dmlviewer.gui.common.errors import show_failure
+    from dmlviewer.gui.jobs.job_status import show_progress
 
     def broken(cancel):
         raise ValueError("cannot pickle '<lambda>' & friends")

@@ -1,0 +1,1 @@
+"""Small pieces every view uses: error dialogs, the problems list, layout helpers."""

@@ -1,0 +1,1 @@
+"""Measuring models: evaluation, localization, faithfulness, comparing two models."""

@@ -1,0 +1,496 @@
+"""One image with a heat-map overlay, crosshair, pin, markers and a colour bar.
+
+Coordinates: the photograph is an ``ImageItem`` (row-major) spanning ``[0, W] x [0, H]`` in
+view coordinates, y down, aspect locked. View coordinates are pixel *edges*; the core's pixel
+coordinates put pixel ``k``'s centre at ``k`` (``dmlviewer.core.explain.grid``), so a point
+``(x, y)`` of the core sits at view ``(x + 0.5, y + 0.5)``. Signals carry core coordinates.
+
+Overlays are a second ``ImageItem`` stretched over the image (any resolution): either a float
+map drawn with fixed levels and a 256-entry RGBA look-up table (:meth:`ImagePane.set_map`) or
+an RGBA image already colour-mapped by the core's hover renderer
+(:meth:`ImagePane.set_rgba`). Neither path computes levels from the data.
+
+Mouse: plain moves over the viewport are handled by an event filter (``hovered(x, y)``,
+``left()``) and consumed, which spares pyqtgraph's per-move hover search; a left click is
+``clicked(x, y)``; a left drag with Shift, or any left drag while :attr:`region_mode` is on,
+draws a rectangle and emits ``region_selected((y0, x0, y1, x1))`` in pixel-edge coordinates
+(the core's region convention); other drags pan and the wheel zooms.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
+from dmlviewer.gui.common.widgets import ElidedRichLabel
+
+#: Distinct colours for numbered markers (correspondences).
+MARKER_COLORS = [
+    "#e6194b", "#3cb44b", "#ffe119", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6",
+    "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3",
+]
+
+
+_DIGITS = re.compile(r"\d")
+
+
+@functools.lru_cache(maxsize=8)
+def _tabular_digits(font_key: str) -> bool:
+    """Whether all ten digits have one width in the font (``QFont.toString()``) and its bold
+    (true of most UI fonts): then a read-out that changes in its digits only keeps its size."""
+    font = QFont()
+    font.fromString(font_key)
+    bold = QFont(font)
+    bold.setBold(True)
+    return all(len({QFontMetricsF(f).horizontalAdvance(str(d)) for d in range(10)}) == 1 for f in (font, bold))
+
+
+#: Width of the colour bar's axis: tick values (up to "-0.0125") plus the rotated title.
+COLORBAR_AXIS_WIDTH = 72
+
+
+class PaneViewBox(pg.ViewBox):
+    """A ViewBox whose left drag draws a region with Shift or in region mode."""
+
+    region_drawn = Signal(object)  # QRectF in view coordinates
+
+    def __init__(self) -> None:
+        super().__init__(lockAspect=True, invertY=True, enableMenu=True, defaultPadding=0.01)
+        self.region_mode = False
+        self.press_modifiers = Qt.NoModifier  # set by the pane at each press: Shift+drag = region
+        self.region_item = QGraphicsRectItem()
+        self.region_item.setPen(pg.mkPen("#00e5ff", width=2, style=Qt.DashLine, cosmetic=True))
+        self.region_item.setBrush(QBrush(QColor(0, 229, 255, 40)))
+        self.region_item.setZValue(30)
+        self.region_item.hide()
+        self.addItem(self.region_item, ignoreBounds=True)
+
+    def itemBoundsChanged(self, item) -> None:
+        """Only items that count for auto-range concern it. pyqtgraph queues an auto-range and
+        repaints the whole view whenever any child moves; the marks (crosshair, pin, markers)
+        and the overlay are added with ``ignoreBounds``, so for them that was a full repaint of
+        the pane per hover event (issue 24) that changed nothing."""
+        if item in self.addedItems:
+            super().itemBoundsChanged(item)
+
+    def mouseDragEvent(self, ev, axis=None) -> None:  # noqa: N802 - pyqtgraph API
+        shift = (ev.modifiers() | self.press_modifiers) & Qt.ShiftModifier
+        if ev.button() == Qt.LeftButton and (self.region_mode or shift):
+            ev.accept()
+            a = self.mapSceneToView(ev.buttonDownScenePos())
+            b = self.mapSceneToView(ev.scenePos())
+            rect = QRectF(a, b).normalized()
+            self.region_item.setRect(rect)
+            self.region_item.show()
+            if ev.isFinish():
+                self.region_drawn.emit(rect)
+            return
+        super().mouseDragEvent(ev, axis)
+
+
+class OverlayItem(pg.ImageItem):
+    """The overlay ``ImageItem``; a new image marks the viewport area under it for repainting
+    directly. ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport
+    one event loop pass later: a repaint of the viewport in between (the hover benchmark's, or
+    another pane's synchronous repaint, which paints the whole window's pending areas) was then
+    followed by a second paint of the same pixels (issue 24)."""
+
+    def __init__(self, graphics: pg.GraphicsView) -> None:
+        super().__init__(axisOrder="row-major")
+        self._graphics = graphics
+
+    def update(self, *args) -> None:
+        if args or self.scene() is None or not self.isVisible():
+            super().update(*args)
+            return
+        area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
+        self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
+
+
+class ImagePane(QWidget):
+    """Title line above a pyqtgraph view holding image, overlay, crosshair, pin and markers."""
+
+    hovered = Signal(float, float)
+    left = Signal()
+    clicked = Signal(float, float)
+    region_selected = Signal(tuple)
+
+    def __init__(self, title: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = ElidedRichLabel(title)
+        self.title.setObjectName("paneTitle")
+        # A long caption must not widen the pane (the two panes share the width equally).
+        self.title.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground("#1e1e1e")
+        self.graphics.ci.setContentsMargins(2, 2, 2, 2)
+        self.view = PaneViewBox()
+        self.graphics.addItem(self.view, row=0, col=0)
+        self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), width=14, interactive=False,
+                                        colorMap=colorbar_map("jet"), colorMapMenu=False)
+        self.colorbar.axis.enableAutoSIPrefix(False)  # plain values, not "400 (x0.001)"
+        # pyqtgraph fixes the bar's axis at 45 px, room for the tick values only: widen it so
+        # the title beside them does not run over them.
+        self.colorbar.axis.setWidth(COLORBAR_AXIS_WIDTH)
+        self.graphics.addItem(self.colorbar, row=0, col=1)
+
+        self.image_item = pg.ImageItem(axisOrder="row-major")
+        self.image_item.setAutoDownsample(False)
+        # The photograph only changes with the pair or the zoom: keep it rendered at screen
+        # resolution so that a hover repaints the overlay, not the scaled photograph.
+        self.image_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.overlay_item = OverlayItem(self.graphics)
+        self.overlay_item.setAutoDownsample(False)
+        self.overlay_item.setZValue(10)
+        self.overlay_item.setOpacity(0.6)
+        self.view.addItem(self.image_item)
+        self.view.addItem(self.overlay_item, ignoreBounds=True)
+
+        pen = pg.mkPen("#ffffff", width=1, style=Qt.DashLine, cosmetic=True)
+        self.vline = pg.InfiniteLine(angle=90, pen=pen, movable=False)
+        self.hline = pg.InfiniteLine(angle=0, pen=pen, movable=False)
+        self.pin_item = pg.ScatterPlotItem(size=16, symbol="star", pen=pg.mkPen("k", width=1),
+                                           brush=pg.mkBrush("#ffeb3b"))
+        self.marker_item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=1))
+        for z, item in ((20, self.vline), (20, self.hline), (25, self.pin_item), (22, self.marker_item)):
+            item.setZValue(z)
+            item.hide()
+            self.view.addItem(item, ignoreBounds=True)
+        self._marker_labels: list[pg.TextItem] = []
+        # Named lines over the image (the cross-view orientation lines, issue 25) and their legend,
+        # a line under the view (issue 31 item 6): drawn in the view, it covered the lower half of
+        # an aerial image that filled a half-height pane (two models), and the map hovered there.
+        self._guide_items: list[tuple[str, pg.PlotDataItem]] = []
+        self.guide_legend = QLabel()
+        self.guide_legend.setObjectName("guideLegend")
+        self.guide_legend.setTextFormat(Qt.RichText)
+        self.guide_legend.setWordWrap(True)
+        self.guide_legend.hide()
+        self.guide_points = pg.ScatterPlotItem(size=10, symbol="o", pen=pg.mkPen("k", width=1))
+        self.guide_points.setZValue(19)
+        self.guide_points.hide()
+        self.view.addItem(self.guide_points, ignoreBounds=True)
+
+        self.message = QLabel(self.graphics)
+        self.message.setObjectName("paneMessage")
+        self.message.setAlignment(Qt.AlignCenter)
+        self.message.hide()
+        self.readout = QLabel(self.graphics)
+        self.readout.setObjectName("paneReadout")
+        self.readout.setTextFormat(Qt.RichText)
+        self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.readout.move(6, 4)
+        self.readout.hide()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.title)
+        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.guide_legend)
+
+        self.shape: tuple[int, int] | None = None  # (H, W) of the photograph
+        self._overlay_shape: tuple[int, int] | None = None
+        self._lut: np.ndarray | None = None
+        self._colorbar_key: tuple | None = None
+        self._colorbar_label = ""  # the whole title; the bar shows it elided to its length
+        self.colorbar.axis.geometryChanged.connect(self._fit_colorbar_label)
+        self._readout_key: str | None = None  # the read-out text last sized, digits as 0
+        self._inside = False
+        self.view.region_drawn.connect(self._on_region)
+        self.graphics.scene().sigMouseClicked.connect(self._on_click)
+        self.graphics.viewport().installEventFilter(self)
+        self.graphics.viewport().setMouseTracking(True)
+
+    # -- content
+    def clear_region(self) -> None:
+        """Take the drawn region's rectangle away (retrieval went back to the whole image)."""
+        self.view.region_item.hide()
+
+    @property
+    def region_shown(self) -> bool:
+        return self.view.region_item.isVisible()
+
+    def set_image(self, image: np.ndarray | None) -> None:
+        """Show an H x W x 3 uint8 photograph (None: empty); clears overlay and marks."""
+        self.clear_overlay()
+        self.set_crosshair(None)
+        self.set_pin(None)
+        self.set_markers([])
+        self.view.region_item.hide()
+        if image is None:
+            self.image_item.clear()
+            self.shape = None
+            return
+        image = np.ascontiguousarray(image, dtype=np.uint8)
+        self.shape = (int(image.shape[0]), int(image.shape[1]))
+        self.image_item.setImage(image, autoLevels=False, levels=None)
+        self.image_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
+        self.fit()
+
+    def fit(self) -> None:
+        """Show the whole photograph and keep fitting it as the pane resizes (until the user
+        pans or zooms)."""
+        self.view.enableAutoRange()
+
+    def set_lut(self, lut: np.ndarray) -> None:
+        """The 256 x 4 table used by :meth:`set_map` overlays."""
+        self._lut = lut
+        self.overlay_item.setLookupTable(lut)
+
+    def set_map(self, values: np.ndarray, levels: tuple[float, float]) -> None:
+        """Overlay a float map (any resolution, stretched over the image) with fixed levels."""
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if self._lut is None:
+            self.set_lut(overlay_lut("jet"))
+        elif self.overlay_item.lut is None:
+            self.overlay_item.setLookupTable(self._lut)
+        self.overlay_item.setImage(values, autoLevels=False, levels=levels)
+        self._fit_overlay(values.shape[:2])
+
+    def set_rgba(self, rgba: np.ndarray) -> None:
+        """Overlay an H x W x 4 uint8 image that is already colour-mapped (no levels, no LUT)."""
+        if self.overlay_item.lut is not None:
+            self.overlay_item.setLookupTable(None, update=False)
+        self.overlay_item.setImage(rgba, autoLevels=False, levels=None)
+        self._fit_overlay(rgba.shape[:2])
+
+    def overlay_image(self) -> np.ndarray | None:
+        """The array the overlay item currently shows (None when hidden)."""
+        return self.overlay_item.image if self.overlay_item.isVisible() else None
+
+    def clear_overlay(self) -> None:
+        """No overlay (and no colour bar or read-out, which would describe nothing). The colour
+        bar turns transparent but keeps its place: hiding it widened the view, so the photograph
+        jumped each time a map was computing (Grad-CAM weights, occlusion) and back after."""
+        self.overlay_item.hide()
+        self.colorbar.setOpacity(0.0)
+        self.readout.hide()
+
+    @property
+    def colorbar_shown(self) -> bool:
+        return self.colorbar.isVisible() and self.colorbar.opacity() > 0
+
+    def set_opacity(self, opacity: float) -> None:
+        self.overlay_item.setOpacity(opacity)
+
+    def set_colorbar(self, name: str, signed: bool, levels: tuple[float, float], label: str = "") -> None:
+        """Colour bar for the overlay; a no-op when nothing changed (hover calls it per event)."""
+        key = (name, signed, float(levels[0]), float(levels[1]), label)
+        if key == self._colorbar_key:
+            return
+        if key[:2] != (self._colorbar_key or (None, None))[:2]:
+            self.colorbar.setColorMap(colorbar_map(name, signed))
+        self.colorbar.setLevels(levels)
+        if label != (self._colorbar_key or ("",) * 5)[4]:
+            self._colorbar_label = label
+            self._fit_colorbar_label()
+        self._colorbar_key = key
+
+    def _fit_colorbar_label(self) -> None:
+        """The colour bar's title elided to the bar's length (a pane of half the height, as
+        when comparing two models, cut it off mid-word); the bar's tooltip has it whole."""
+        axis, label = self.colorbar.axis, self._colorbar_label
+        room = axis.geometry().height() - 4
+        text = QFontMetricsF(axis.label.font()).elidedText(label, Qt.ElideRight, max(room, 0.0)) if label else ""
+        if text != axis.labelText:
+            axis.setLabel(text)
+            axis.resizeEvent()  # pyqtgraph centres the title only on a resize: centre this one
+        self.colorbar.setToolTip(label)
+
+    def set_title(self, html: str, tooltip: str | None = None) -> None:
+        """The caption above the view, ending in "…" where a narrow pane cuts it; its tooltip
+        (default: the caption) says it whole."""
+        self.title.setText(html)
+        if tooltip is not None:
+            self.title.setToolTip(tooltip)
+
+    def show_message(self, text: str | None) -> None:
+        """A centred notice over the view (e.g. "preparing…"); None hides it."""
+        if not text:
+            self.message.hide()
+            return
+        self.message.setText(text)
+        self.message.adjustSize()
+        self._place_message()
+        self.message.show()
+        self.message.raise_()
+
+    def show_readout(self, html: str | None) -> None:
+        """A short read-out in the view's top-left corner (the hovered point's share of the
+        similarity, beside the colour bar that shows its map); None hides it."""
+        if not html:
+            self.readout.hide()
+            return
+        if html != self.readout.text():
+            self.readout.setText(html)
+            # Digits have one width (tabular figures): a text that differs from the last placed
+            # one in its digits only keeps the label's size, so hovering does not lay it out
+            # again per event (issue 24).
+            if _DIGITS.sub("0", html) != self._readout_key:
+                self._place_readout()
+        self.readout.show()
+        self.readout.raise_()
+
+    def _place_readout(self) -> None:
+        """Size the read-out to its text, but no wider than the view left of the colour bar: on
+        a narrow pane (an 800 px window) its lines wrap instead of running into the bar's numbers."""
+        label = self.readout
+        tabular = _tabular_digits(label.font().toString())
+        self._readout_key = _DIGITS.sub("0", label.text()) if tabular else None
+        label.setWordWrap(False)
+        label.adjustSize()
+        room = self.graphics.width() - int(self.colorbar.geometry().width()) - label.x() - 8
+        if label.width() > room >= 40:
+            label.setWordWrap(True)
+            label.resize(room, label.heightForWidth(room))
+
+    # -- marks
+    def set_crosshair(self, point: tuple[float, float] | None) -> None:
+        if point is None:
+            self.vline.hide()
+            self.hline.hide()
+            return
+        self.vline.setPos(point[0] + 0.5)
+        self.hline.setPos(point[1] + 0.5)
+        self.vline.show()
+        self.hline.show()
+
+    def set_pin(self, point: tuple[float, float] | None) -> None:
+        if point is None:
+            self.pin_item.hide()
+            return
+        self.pin_item.setData([point[0] + 0.5], [point[1] + 0.5])
+        self.pin_item.show()
+
+    def set_markers(self, points: list[tuple[float, float]]) -> None:
+        """Numbered markers (1, 2, ...) at core coordinates, coloured by MARKER_COLORS."""
+        for label in self._marker_labels:
+            self.view.removeItem(label)
+        self._marker_labels = []
+        if not points:
+            self.marker_item.hide()
+            return
+        xs = [p[0] + 0.5 for p in points]
+        ys = [p[1] + 0.5 for p in points]
+        brushes = [pg.mkBrush(MARKER_COLORS[k % len(MARKER_COLORS)]) for k in range(len(points))]
+        self.marker_item.setData(xs, ys, brush=brushes)
+        self.marker_item.show()
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            label = pg.TextItem(str(k + 1), color="w", anchor=(-0.2, 1.1), fill=pg.mkBrush(0, 0, 0, 150))
+            label.setPos(x, y)
+            label.setZValue(23)
+            self.view.addItem(label, ignoreBounds=True)
+            self._marker_labels.append(label)
+
+    def set_guides(self, guides: list[tuple[str, list[float], list[float], str, bool]],
+                   points: list[tuple[float, float, str]] = ()) -> None:
+        """Named polylines over the image, ``(name, xs, ys, colour, dashed)`` with ``xs``/``ys``
+        in continuous image coordinates (pixel ``i`` spans ``[i, i + 1)``), listed in a legend
+        under the view, and dots ``(x, y, colour)``; empty lists remove them."""
+        if points:
+            self.guide_points.setData([p[0] for p in points], [p[1] for p in points],
+                                      brush=[pg.mkBrush(p[2]) for p in points])
+        self.guide_points.setVisible(bool(points))
+        for _, item in self._guide_items:
+            self.view.removeItem(item)
+        self._guide_items = []
+        entries = []
+        for name, xs, ys, colour, dashed in guides:
+            pen = pg.mkPen(colour, width=2, style=Qt.DashLine if dashed else Qt.SolidLine, cosmetic=True)
+            item = pg.PlotDataItem(list(xs), list(ys), pen=pen)
+            item.setZValue(18)
+            self.view.addItem(item, ignoreBounds=True)
+            self._guide_items.append((name, item))
+            entries.append(f"<span style='color:{colour}'>{'╍╍' if dashed else '━━'}</span>&nbsp;{html.escape(name)}")
+        self.guide_legend.setText("&nbsp;&nbsp; ".join(entries))
+        self.guide_legend.setVisible(bool(guides))
+
+    def guides(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """The drawn guides: ``(name, xs, ys)`` each."""
+        return [(name, *item.getData()) for name, item in self._guide_items]
+
+    def map_to_widget(self, x: float, y: float) -> QPointF:
+        """Core image coordinates -> this pane's widget coordinates (for cross-pane lines)."""
+        scene = self.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
+        view_pt = self.graphics.mapFromScene(scene)
+        return QPointF(self.graphics.mapTo(self, view_pt))
+
+    def map_from_viewport(self, pos: QPointF) -> tuple[float, float] | None:
+        """Viewport position -> core image coordinates, None outside the photograph."""
+        if self.shape is None:
+            return None
+        v = self.view.mapSceneToView(self.graphics.mapToScene(pos.toPoint()))
+        vx, vy = v.x(), v.y()
+        h, w = self.shape
+        if not (0.0 <= vx <= w and 0.0 <= vy <= h):
+            return None
+        return vx - 0.5, vy - 0.5
+
+    # -- events
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
+        kind = event.type()
+        if kind == QEvent.MouseMove and event.buttons() == Qt.NoButton:
+            point = self.map_from_viewport(event.position())
+            if point is None:
+                if self._inside:
+                    self._inside = False
+                    self.left.emit()
+            else:
+                self._inside = True
+                self.hovered.emit(point[0], point[1])
+            return True
+        if kind == QEvent.MouseButtonPress:
+            self.view.press_modifiers = event.modifiers()
+        if kind == QEvent.Leave and self._inside:
+            self._inside = False
+            self.left.emit()
+        return False
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._place_message()
+        if self.readout.text():
+            self._place_readout()
+
+    def _place_message(self) -> None:
+        m = self.message
+        g = self.graphics
+        m.move(max(0, (g.width() - m.width()) // 2), max(0, (g.height() - m.height()) // 2))
+
+    def _fit_overlay(self, shape: tuple[int, int]) -> None:
+        if self.shape is not None and self._overlay_shape != (shape, self.shape):
+            self.overlay_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
+            self._overlay_shape = (shape, self.shape)
+        self.overlay_item.show()
+        self.colorbar.setOpacity(1.0)
+
+    def _on_click(self, ev) -> None:
+        if ev.button() != Qt.LeftButton or ev.double() or self.view.region_mode:
+            return
+        if ev.modifiers() & Qt.ShiftModifier:
+            return
+        pos = self.graphics.mapFromScene(ev.scenePos())
+        point = self.map_from_viewport(QPointF(pos))
+        if point is not None:
+            ev.accept()
+            self.clicked.emit(point[0], point[1])
+
+    def _on_region(self, rect: QRectF) -> None:
+        if self.shape is None:
+            return
+        h, w = self.shape
+        y0, x0 = max(0.0, rect.top()), max(0.0, rect.left())
+        y1, x1 = min(float(h), rect.bottom()), min(float(w), rect.right())
+        if y1 - y0 < 1 or x1 - x0 < 1:
+            self.view.region_item.hide()
+            return
+        self.region_selected.emit((y0, x0, y1, x1))

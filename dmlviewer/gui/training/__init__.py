@@ -1,0 +1,1 @@
+"""The training dialog: its form, its monitor and the run's lifecycle."""

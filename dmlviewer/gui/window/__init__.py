@@ -1,0 +1,1 @@
+"""The main window and the app around it: start-up, menus, docks, device, settings, Export View."""

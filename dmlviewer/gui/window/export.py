@@ -1,0 +1,399 @@
+"""File > Export View (issue 33 item 1): the pair view, a group attention tab or a plot as a
+figure file (PNG at 1x-4x, SVG, PDF) and on the clipboard.
+
+The figure is drawn by the core from the data at the export resolution
+(:func:`dmlviewer.core.figures.pair.pair_view_figure`, :func:`~dmlviewer.core.figures.pair.group_figure`,
+a :class:`~dmlviewer.core.figures.Plot` from a plot's curves and points, or
+:class:`~dmlviewer.core.figures.Bars` from its bars), the same drawing as the report's,
+never grabbed from the screen; so it is the same on any screen. This module only turns the
+core's SVG into the other formats with Qt: PNG by rendering the SVG at its size (a 2x figure is
+drawn twice as large, so it has twice the pixels), PDF through ``QPdfWriter`` (text stays text,
+the maps are the SVG's embedded images at their resolution). Files are written to a temporary
+name and renamed. Each tool window's plot has the entry in its own right-click menu
+(:func:`add_plot_entry`, through ``widgets.style_plot``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import QByteArray, QMarginsF, QMimeData, QSizeF, Qt
+from PySide6.QtGui import QAction, QImage, QPageLayout, QPageSize, QPainter, QPdfWriter
+from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog,
+                               QFormLayout, QWidget)
+
+from dmlviewer.core.figures import Bars, Figure, Plot, figure_svg
+from dmlviewer.core.figures.svg import dimensions
+
+log = logging.getLogger(__name__)
+
+SCALES = (1, 2, 3, 4)
+#: the entry of the views' and plots' context menus
+MENU_ENTRY = "Export View…"
+FORMATS = {"PNG image (*.png)": ".png", "SVG drawing (*.svg)": ".svg", "PDF document (*.pdf)": ".pdf"}
+
+
+@dataclass
+class Target:
+    """Something that can be exported: its name in the dialog and the figure at a scale."""
+
+    name: str
+    figure: Callable[[float], Figure]
+    source: object = None  # the plot's PlotItem, for a plot's own menu entry
+
+
+def _plain(text: str) -> str:
+    """A caption without the pane's HTML (``<b>Query</b> · class``)."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", text or "")).strip()
+
+
+def _colormap(name: str | None) -> str:
+    from dmlviewer.core.explain.hover import _COLORMAPS
+    from dmlviewer.core.figures.figure import COLORMAP
+
+    return name if name in _COLORMAPS else COLORMAP
+
+
+# ---------------------------------------------------------------------------------- targets
+def pair_view_target(view) -> Target | None:
+    """The pair view (both model rows while comparing; with *Difference A − B* the second row is
+    that difference, as on screen), when its pair is explained."""
+    from dmlviewer.core.figures.pair import pair_view_figure
+
+    if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
+        return None
+    images = view.images
+    row_b = view.rows[1] if view.comparing else None
+    compare = row_b.explanation if row_b is not None and row_b.state == "ready" else None
+
+    def figure(scale: float) -> Figure:
+        method = view.method
+        try:
+            for e in (view.explanation, compare):
+                if e is not None:
+                    e.overall_grid(method, "query")
+        except ValueError:  # a method model B does not show: A's row only
+            compare_used = None
+        else:
+            compare_used = compare
+        # "Difference A − B": B's row shows A minus B on a symmetric scale; so does the figure
+        difference = view.difference_maps(1) if compare_used is not None and view.difference else None
+        return pair_view_figure(view.explanation, images.query, images.reference,
+                                (_plain(images.query_title), _plain(images.reference_title)), method,
+                                view.sign, _colormap(view.display.colormap), scale,
+                                matches=5, compare=compare_used,
+                                names=("A", "B" if difference is not None else
+                                       f"B {row_b.name}" if row_b is not None else "B"),
+                                shared_scale=view.shared_scale, difference=difference)
+
+    return Target("Pair view", figure)
+
+
+def group_target(tabs, view) -> Target | None:
+    """The group attention tab shown (a grouping model's explained pair)."""
+    from dmlviewer.core.figures.pair import group_figure
+
+    expl = getattr(tabs, "explanation", None)
+    model = getattr(tabs, "model", None)
+    if expl is None or model is None or view.images is None or len(getattr(model, "group_slices", ())) < 2:
+        return None
+    slices = list(model.group_slices)
+    group = int(getattr(tabs, "group", 0))
+    images = view.images
+    return Target(f"Group attention (group {group + 1})",
+                  lambda scale: group_figure(expl, images.query, images.reference, slices, group,
+                                             (_plain(images.query_title), _plain(images.reference_title)),
+                                             scale=scale))
+
+
+def _bar_items(plot_item) -> list:
+    import pyqtgraph as pg
+
+    return [item for item in plot_item.items if isinstance(item, pg.BarGraphItem)]
+
+
+def plot_figure(plot_item, title: str = "", scale: float = 1.0) -> Figure:
+    """A pyqtgraph ``PlotItem``'s curves as a figure (each curve with its own x, drawn by the
+    core from the data; a curve drawn without a line is drawn as points); a plot of bars
+    (``BarGraphItem``, no curve) as a bar chart, each bar named by its bottom axis tick."""
+    import numpy as np
+
+    label = _plain(getattr(plot_item.titleLabel, "text", "")) or title or "Plot"
+    bottom, left = (_plain(plot_item.getAxis(a).labelText) for a in ("bottom", "left"))
+    bar_items = _bar_items(plot_item)
+    curves = [item for item in plot_item.listDataItems() if item not in bar_items]
+    if bar_items and not curves:
+        ticks = {float(v): _plain(str(t)) for level in (plot_item.getAxis("bottom")._tickLevels or [])
+                 for v, t in level}
+        xs, heights = [], []
+        for item in bar_items:
+            x = item.opts.get("x") if item.opts.get("x") is not None else item.opts.get("x0")
+            xs.extend(np.atleast_1d(np.asarray(x, float)).tolist())
+            heights.extend(np.atleast_1d(np.asarray(item.opts.get("height"), float)).tolist())
+        order = sorted(range(len(xs)), key=lambda k: xs[k])
+        chart = Bars(label, [ticks.get(xs[k], f"{xs[k]:g}") for k in order], [heights[k] for k in order],
+                     bottom, left, width=480, height=300)
+        return Figure(title if title and title != label else "", [[chart]], [], scale)
+    import pyqtgraph as pg
+
+    series: dict = {}
+    dots = []
+    for k, item in enumerate(curves):
+        x, y = item.getData()
+        if x is None or y is None or len(x) == 0:
+            continue
+        name = (item.name() if hasattr(item, "name") else None) or f"curve {k + 1}"
+        while name in series:
+            name += "'"
+        series[name] = (np.asarray(x, float).tolist(), np.asarray(y, float).tolist())
+        if isinstance(item, pg.ScatterPlotItem) or (isinstance(item, pg.PlotDataItem) and item.opts.get("pen") is None):
+            dots.append(name)
+    plot = Plot(label, [], series, bottom, left, width=480, height=300, dots=tuple(dots))
+    return Figure(title if title and title != label else "", [[plot]], [], scale)
+
+
+def plot_targets(window: QWidget | None = None) -> list[Target]:
+    """Every visible pyqtgraph plot of the application (docks, tool windows)."""
+    import pyqtgraph as pg
+
+    found = []
+    for widget in QApplication.allWidgets():
+        if not isinstance(widget, pg.GraphicsView) or not widget.isVisible() or widget.scene() is None:
+            continue
+        owner = widget.window().windowTitle() or "window"
+        dock = widget.parentWidget()
+        while dock is not None and not hasattr(dock, "toggleViewAction"):
+            dock = dock.parentWidget()
+        place = dock.windowTitle() if dock is not None else owner
+        for item in widget.scene().items():
+            if isinstance(item, pg.PlotItem) and (item.listDataItems() or _bar_items(item)):
+                name = _plain(getattr(item.titleLabel, "text", "")) or place
+                found.append(Target(f"Plot: {name}" + (f" ({place})" if name != place else ""),
+                                    lambda scale, it=item, t=place: plot_figure(it, t, scale), item))
+    return found
+
+
+def targets(window) -> list[Target]:
+    """What the main window can export now: the pair view, the group tab, the plots (the plots
+    only, without a main window)."""
+    if not hasattr(window, "pair_view"):
+        return plot_targets(window)
+    found = [t for t in (pair_view_target(window.pair_view), group_target(window.group_tabs, window.pair_view))
+             if t is not None]
+    return found + plot_targets(window)
+
+
+# ---------------------------------------------------------------------------------- writers
+def render_image(figure: Figure) -> QImage:
+    """The figure as an image at its size (the SVG's, so ``scale`` times the 1x figure)."""
+    svg = figure_svg(figure)
+    width, height = dimensions(svg)
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
+    image = QImage(width, height, QImage.Format_ARGB32)
+    image.fill(Qt.white)
+    painter = QPainter(image)
+    painter.setRenderHints(QPainter.Antialiasing | QPainter.TextAntialiasing | QPainter.SmoothPixmapTransform)
+    renderer.render(painter)
+    painter.end()
+    return image
+
+
+def _write_pdf(svg: str, path: str) -> None:
+    width, height = dimensions(svg)
+    writer = QPdfWriter(path)
+    writer.setResolution(96)  # one SVG pixel is one 1/96 inch: the page is the figure's size
+    writer.setPageLayout(QPageLayout(QPageSize(QSizeF(width * 72 / 96, height * 72 / 96), QPageSize.Point),
+                                     QPageLayout.Portrait, QMarginsF(0, 0, 0, 0)))
+    writer.setCreator("dmlviewer")
+    painter = QPainter(writer)
+    QSvgRenderer(QByteArray(svg.encode("utf-8"))).render(painter)
+    painter.end()
+
+
+def write_figure(figure: Figure, path: str | Path) -> Path:
+    """Write ``figure`` as PNG, SVG or PDF by ``path``'s suffix (temporary file, renamed)."""
+    from dmlviewer.core.files import commit, remove, temp_path
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS.values():
+        raise ValueError(f"{path.name}: export as .png, .svg or .pdf")
+    tmp = temp_path(path)
+    try:
+        if suffix == ".svg":
+            tmp.write_text(figure_svg(figure), encoding="utf-8")
+        elif suffix == ".png":
+            if not render_image(figure).save(str(tmp), "PNG"):
+                raise OSError(f"could not write {path}")
+        else:
+            _write_pdf(figure_svg(figure), str(tmp))
+            if not tmp.exists() or tmp.stat().st_size == 0:
+                raise OSError(f"could not write {path}")
+        commit(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    return path
+
+
+#: The QMimeData :func:`copy_figure` last put on the clipboard (see :func:`_drop_copy_at_exit`).
+_copied: QMimeData | None = None
+
+
+def copy_figure(figure: Figure) -> None:
+    """Put the figure on the clipboard: the image, and the SVG for programs that take it."""
+    global _copied
+    data = QMimeData()
+    data.setImageData(render_image(figure))
+    data.setData("image/svg+xml", QByteArray(figure_svg(figure).encode("utf-8")))
+    if _copied is None:
+        atexit.register(_drop_copy_at_exit)
+    _copied = data
+    QApplication.clipboard().setMimeData(data)
+
+
+def _drop_copy_at_exit() -> None:
+    """Take the copied figure off a clipboard that lives only in this process, while Python runs.
+
+    Qt's generic clipboard (the offscreen, minimal, eglfs, linuxfb platforms) keeps the data in
+    a C++ static deleted by the C library's exit handlers, after Python has finalized: deleting
+    a QMimeData made in Python there calls into Python and the process crashes (exit code 139).
+    That clipboard never owns the system clipboard, so nothing outside the process can paste from
+    it and clearing it loses nothing. A real clipboard (X11, Wayland, Windows, macOS) owns what we
+    copied and frees it with the application, so it is left as it is. ``atexit`` runs the last
+    registered first: this one, registered after PySide's, runs while the application exists.
+    """
+    app = QApplication.instance()
+    if app is None or _copied is None:
+        return
+    clipboard = app.clipboard()
+    if clipboard.mimeData() is _copied and not clipboard.ownsClipboard():
+        clipboard.clear()
+
+
+# ---------------------------------------------------------------------------------- dialog
+class ExportDialog(QDialog):
+    """What to export, at which scale, and whether to copy it to the clipboard."""
+
+    def __init__(self, found: list[Target], parent: QWidget | None = None, preferred: str | None = None,
+                 source: object = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Export View")
+        self.found = found
+        self.what = QComboBox()
+        for t in found:
+            self.what.addItem(t.name)
+        if source is not None or preferred:
+            index = next((k for k, t in enumerate(found) if (t.source is source if source is not None
+                                                              else t.name.startswith(preferred))), 0)
+            self.what.setCurrentIndex(index)
+        self.scale = QComboBox()
+        for s in SCALES:
+            self.scale.addItem(f"{s}x", s)
+        self.scale.setToolTip("PNG size: the figure is drawn from the data this many times larger "
+                              "(SVG and PDF keep the text as text at any scale)")
+        self.copy = QCheckBox("Also copy to the clipboard")
+        self.copy.setChecked(True)
+        form = QFormLayout(self)
+        form.addRow("View", self.what)
+        form.addRow("Scale", self.scale)
+        form.addRow(self.copy)
+        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def chosen(self) -> tuple[Target, float]:
+        return self.found[self.what.currentIndex()], float(self.scale.currentData())
+
+
+def export_view(window, preferred: str | None = None, source: object = None) -> Path | None:
+    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong.
+    ``preferred``: the target chosen first, by the start of its name; ``source``: by its plot."""
+    from dmlviewer.gui.common import errors
+
+    found = targets(window)
+    if not found:
+        errors.show_error(window, "Export View", "Nothing to export yet: open a model and a pair, or a plot.")
+        return None
+    dialog = ExportDialog(found, window, preferred, source)
+    if dialog.exec() != QDialog.Accepted:
+        return None
+    target, scale = dialog.chosen()
+    start = Path(window.settings.value("paths/exports", "") or Path.home()) if hasattr(window, "settings") \
+        else Path.home()
+    name = re.sub(r"[^A-Za-z0-9]+", "_", target.name).strip("_").lower() or "figure"
+    path, chosen = QFileDialog.getSaveFileName(window, "Export View", str(start / f"{name}.png"), ";;".join(FORMATS))
+    if not path:
+        return None
+    if not Path(path).suffix and chosen in FORMATS:
+        path += FORMATS[chosen]
+    import contextlib
+
+    try:
+        with getattr(window, "model_lock", None) or contextlib.nullcontext():  # a map computed on demand runs the model
+            figure = target.figure(scale)
+        written = write_figure(figure, path)
+        if dialog.copy.isChecked():
+            copy_figure(figure)
+    except (OSError, ValueError) as exc:
+        errors.show_error(window, "Export View", f"Could not export the view: {exc}")
+        return None
+    if hasattr(window, "settings"):
+        window.settings.setValue("paths/exports", str(Path(path).parent))
+    if callable(getattr(window, "statusBar", None)):
+        window.statusBar().showMessage(f"Exported to {written}", 5000)
+    return written
+
+
+def install(window) -> QAction:
+    """The File > Export View action, and an Export View entry in the context menu of the pair
+    view and the group tabs; returns the action for the File menu."""
+    action = QAction("&Export View…", window)
+    action.setShortcut("Ctrl+E")
+    action.setToolTip("Save the pair view, a group tab or a plot as PNG (1x-4x), SVG or PDF, drawn from the data")
+    action.triggered.connect(lambda: export_view(window))
+    for view, preferred in ((window.pair_view, "Pair view"), (window.group_tabs, "Group attention")):
+        entry = QAction(MENU_ENTRY, view)
+        entry.triggered.connect(lambda _=False, p=preferred: export_view(window, p))
+        view.addAction(entry)
+        view.setContextMenuPolicy(Qt.ActionsContextMenu)
+    return action
+
+
+def _main_window(widget: QWidget | None) -> QWidget | None:
+    """The application's main window (the one with the pair view), else ``widget``'s window."""
+    for top in QApplication.topLevelWidgets():
+        if hasattr(top, "pair_view"):
+            return top
+    return widget.window() if widget is not None else None
+
+
+def add_plot_entry(plot) -> QAction | None:
+    """An "Export View…" entry at the end of the right-click menu of ``plot`` (a ``PlotWidget``
+    or ``PlotItem``; pyqtgraph's ViewBox menu) that opens Export View with this plot chosen: the
+    same dialog and writers as File > Export View. Called by every tool window's plot
+    (``widgets.style_plot``); a second call adds nothing."""
+    import pyqtgraph as pg
+
+    item = plot.getPlotItem() if isinstance(plot, pg.PlotWidget) else plot
+    menu = item.getViewBox().menu
+    if menu is None:
+        return None
+    for action in menu.actions():
+        if action.text() == MENU_ENTRY:
+            return action
+    action = QAction(MENU_ENTRY, menu)
+    owner = plot if isinstance(plot, QWidget) else None
+    action.triggered.connect(lambda _=False: export_view(_main_window(owner), source=item))
+    menu.addSeparator()
+    menu.addAction(action)
+    return action
