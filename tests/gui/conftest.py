@@ -63,7 +63,7 @@ def agroup_ckpt(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def gui_thread_garbage_collection(qapp):
-    """As in the app (``gui.collector``): Qt objects left in cycles are freed on the GUI thread,
+    """As in the app (``gui.window.collector``): Qt objects left in cycles are freed on the GUI thread,
     never by a worker thread; after the test its garbage is collected here, and the tests
     outside this folder run with the interpreter's automatic collection."""
     import gc

@@ -1,4 +1,4 @@
-"""Cyclic garbage is collected on the GUI thread only (``gui.collector``)."""
+"""Cyclic garbage is collected on the GUI thread only (``gui.window.collector``)."""
 
 from __future__ import annotations
 
