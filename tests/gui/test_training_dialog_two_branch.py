@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as fx
 
 from dmlviewer.gui.training.training_dialog import TWO_BRANCH_FIELDS, TrainingDialog
-from dmlviewer.gui.jobs.worker import JobState
+from dmlviewer.gui.jobs.job import JobState
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000

@@ -18,7 +18,7 @@ from typing import Any
 from dmlviewer.gui.common import errors
 
 from dmlviewer.gui.window import settings
-from dmlviewer.gui.jobs.worker import Job
+from dmlviewer.gui.jobs.job import Job
 
 log = logging.getLogger(__name__)
 

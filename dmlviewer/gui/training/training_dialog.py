@@ -2,7 +2,7 @@
 
 The form edits a :class:`dmlviewer.core.train.TrainConfig`; what is wrong with the current
 combination (``core.train.validate``) is listed under the form and Start stays disabled
-until the list is empty. The run is a process job of the :class:`~dmlviewer.gui.jobs.worker.JobRunner`
+until the list is empty. The run is a process job of the :class:`~dmlviewer.gui.jobs.runner.JobRunner`
 (a crash in training cannot take the app down). Its ``step`` events feed a per-step loss plot,
 its ``eval`` events a Recall@1 / NMI per epoch plot; the log shows the other events. The core
 writes the settings to ``RUN/config.json``; "Load settings..." reads them back from a run
@@ -44,7 +44,8 @@ from dmlviewer.core.progress import Progress
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.common.widgets import (LegendStrip, PathEdit, fit_to_screen, format_eta, scrolling, series_color,
                                    series_pen, style_plot)
-from dmlviewer.gui.jobs.worker import Job, JobRunner
+from dmlviewer.gui.jobs.job import Job
+from dmlviewer.gui.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
 
