@@ -457,10 +457,9 @@ class CompareWindow(QWidget):
         if self._ended(job):
             from dmlviewer.gui.common import errors
 
-            first, details = errors.split_failure(text)
+            first, _details = errors.split_failure(text)
             what = "comparison" if job is self.job else "sanity check"
-            self._label_of(job).setText(f"The {what} failed: {first}")
-            errors.show_error(self, f"{what.capitalize()} failed", first, details)
+            self._label_of(job).setText(f"The {what} failed: {first}")  # the dialog is the window's
 
     def _on_cancelled(self, job) -> None:
         if self._ended(job):
