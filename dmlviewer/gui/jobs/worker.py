@@ -2,8 +2,9 @@
 :mod:`.runner` (the queue and its threads), :mod:`.process` (process isolation) and
 :mod:`.latest` (the latest-only runner).
 
-Kept only as re-exports for ``gui/pair`` (edited on another branch while this split was made);
-import from the modules above, and delete this file once ``gui/pair`` does.
+Kept only as re-exports for ``gui/pair`` and ``gui/window/main_window.py`` (edited on other
+branches while this split was made); import from the modules above, and delete this file once
+they do.
 """
 
 from dmlviewer.gui.jobs.job import Job, JobEvents, JobState

@@ -57,7 +57,7 @@ from dmlviewer.gui.window.session_links import SessionLinks
 from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 from dmlviewer.gui.common.widgets import fit_to_screen
 from dmlviewer.gui.jobs.window_jobs import WindowJobs
-from dmlviewer.gui.jobs.runner import JobRunner, confirm_close
+from dmlviewer.gui.jobs.worker import JobRunner, confirm_close
 
 log = logging.getLogger(__name__)
 #: The widest a model label in the status bar grows (one model; two share about this much).
