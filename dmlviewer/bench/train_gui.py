@@ -3,8 +3,8 @@ run from the command line (``ratio`` = GUI seconds / CLI seconds; target at most
 
 CLI: ``python -m dmlviewer train ...`` in a fresh process, timed from launch to exit (so it
 pays for importing torch, as a user typing the command does). GUI: in a fresh process, an
-offscreen app with the real :class:`~dmlviewer.gui.training.training_dialog.TrainingDialog` and
-:class:`~dmlviewer.gui.jobs.worker.JobRunner`; the dialog's form is filled with the same settings,
+offscreen app with the real :class:`~dmlviewer.gui.training.dialog.TrainingDialog` and
+:class:`~dmlviewer.gui.jobs.runner.JobRunner`; the dialog's form is filled with the same settings,
 Start is clicked, and the time runs until the run's end is shown (the training process is
 spawned, imports torch, trains while the dialog draws its live plots). The two are repeated
 alternately so that load from other processes hits both alike; the medians are compared.
@@ -30,8 +30,8 @@ from PySide6.QtCore import QEventLoop
 from PySide6.QtWidgets import QApplication
 app = QApplication([])
 from dmlviewer.core.train import TrainConfig
-from dmlviewer.gui.training.training_dialog import TrainingDialog
-from dmlviewer.gui.jobs.worker import JobRunner
+from dmlviewer.gui.training.dialog import TrainingDialog
+from dmlviewer.gui.jobs.runner import JobRunner
 runner = JobRunner()
 dialog = TrainingDialog(runner)
 dialog.form.set_config(TrainConfig.from_dict(json.loads(sys.argv[1])))

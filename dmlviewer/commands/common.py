@@ -338,14 +338,17 @@ def open_command_model(args: argparse.Namespace, device: str, size: int | None =
 
 def drive(job, label: str):
     """Run a progress generator to its end with a one-line progress display on stderr; returns
-    the ``done`` event's result."""
+    the ``done`` event's result. The core's one driver (``core.progress.drive``) runs the job and
+    fills the ETA; this only draws the bar."""
+    from dmlviewer.core.progress import drive as drive_job
+
     tty = sys.stderr.isatty()
     last = 0.0
-    result = None
-    for event in job:
+
+    def show(event) -> None:
+        nonlocal last
         if event.kind == "done":
-            result = event.data.get("result")
-            continue
+            return
         now = time.monotonic()
         if event.total and (now - last > (0.2 if tty else 10.0) or event.current == event.total):
             last = now
@@ -356,8 +359,12 @@ def drive(job, label: str):
                 sys.stderr.flush()
             else:
                 log.info(line)
-    if tty:
-        sys.stderr.write("\n")
+
+    try:
+        result, _done = drive_job(job, emit=show)
+    finally:
+        if tty:
+            sys.stderr.write("\n")
     return result
 
 

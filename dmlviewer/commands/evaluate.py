@@ -48,10 +48,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _show(event) -> None:
+    """One evaluation event on stderr: the step counter on one line, log messages as lines."""
+    if event.kind == "step":
+        sys.stderr.write(f"\r{event.message} {event.current}/{event.total}")
+        if event.current == event.total:
+            sys.stderr.write("\n")
+    elif event.kind == "log":
+        sys.stderr.write(event.message + "\n")
+
+
 def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import check_output_file, exit_on_sigterm, print_json
     from dmlviewer.core.evaluate import evaluate
+    from dmlviewer.core.progress import drive
 
     from dmlviewer.commands.common import command_model_source
 
@@ -59,22 +70,13 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.dataset).exists():
         raise UsageError(f"dataset folder not found: {args.dataset}")
     check_output_file(args.out, "feature file")
-    metrics = None
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         exit_on_sigterm()  # torchrun stops the other ranks with SIGTERM when one fails
     try:
-        for event in evaluate(args.checkpoint or source, args.dataset, args.split, args.out, args.batch_size,
-                              args.device, args.format, args.ks, args.num_workers, args.protocol,
-                              decode=args.decode):
-            if event.kind == "step":
-                sys.stderr.write(f"\r{event.message} {event.current}/{event.total}")
-                if event.current == event.total:
-                    sys.stderr.write("\n")
-            elif event.kind == "log":
-                sys.stderr.write(event.message + "\n")
-            elif event.kind == "done":
-                metrics = event.data["result"]
+        metrics, _done = drive(evaluate(args.checkpoint or source, args.dataset, args.split, args.out,
+                                        args.batch_size, args.device, args.format, args.ks, args.num_workers,
+                                        args.protocol, decode=args.decode), emit=_show)
     except ValueError as exc:  # a bad device or an empty split; bad files are reported by the cli
         raise usage_error(exc) from None
     except RuntimeError as exc:

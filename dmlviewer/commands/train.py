@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.cli import UsageError
     from dmlviewer.commands.common import cancel_on_signals
     from dmlviewer.core.fields import worded
-    from dmlviewer.core.progress import CancelToken
+    from dmlviewer.core.progress import CancelToken, drive
     from dmlviewer.core.train import TrainingError, train, validate
 
     missing = [f"--{name}" for name in ("dataset", "out") if not hasattr(args, name)]
@@ -260,14 +260,10 @@ def run(args: argparse.Namespace) -> int:
                   f"batch {config.classes_per_batch} x {config.images_per_class}, {config.epochs} epochs, "
                   f"validation share {config.val_fraction:g}")
     start = time.perf_counter()
-    result = None
     try:
         with cancel_on_signals(cancel):
-            for event in train(config, cancel):
-                if event.kind == "done":
-                    result = event.data["result"]
-                else:
-                    printer.event(event)
+            result, _done = drive(train(config, cancel), cancel,
+                                  lambda event: printer.event(event) if event.kind != "done" else None)
     except TrainingError as exc:
         sys.stderr.write(f"dmlviewer train: error: {worded(exc, names)}\n")
         return 1

@@ -21,9 +21,6 @@ import sys
 
 log = logging.getLogger(__name__)
 
-#: train options this command reads (argparse's attribute names)
-USED = {"dataset", "out", "backbone", "pretrained", "pooling", "dim", "epochs", "lr", "classes_per_batch",
-        "image_size", "device", "seed", "resume", "deterministic", "branches"}
 #: options that change how the run is carried out, not what it learns: ignored with a warning
 HARMLESS = {"num_workers", "eval_batch_size", "eval_every", "log_every", "amp", "protocol"}
 
@@ -31,9 +28,11 @@ HARMLESS = {"num_workers", "eval_batch_size", "eval_every", "log_every", "amp", 
 def _refused(args: argparse.Namespace) -> list[str]:
     """Options given that would change what is trained (a loss, head, schedule, recipe, ...)."""
     from dmlviewer.core.train.config import TrainConfig
+    from dmlviewer.core.train.cross_view_options import FIELDS
 
     training = set(TrainConfig.__dataclass_fields__) | {"recipe", "format"}
-    return sorted(k for k in vars(args) if k in training and k not in USED | HARMLESS)
+    used = set(FIELDS) | {"branches"}  # the train options a two-branch run reads
+    return sorted(k for k in vars(args) if k in training and k not in used | HARMLESS)
 
 
 def _flags(names) -> str:
@@ -51,11 +50,14 @@ def option_names() -> dict[str, str]:
 
 
 def config_from_args(args: argparse.Namespace):
-    """The :class:`~dmlviewer.core.train.cross_view.CrossViewConfig` of the options given; with
-    ``--resume`` the options left out keep the run's own values (its ``config.json``)."""
+    """The :class:`~dmlviewer.core.train.cross_view.CrossViewConfig` of the options given (the
+    core's one mapping, :func:`~dmlviewer.core.train.cross_view_options.cross_view_config`, as
+    the training dialog's); with ``--resume`` the options left out keep the run's own values
+    (its ``config.json``)."""
     from dmlviewer.core.train.cross_view import CrossViewConfig, saved_config
+    from dmlviewer.core.train.cross_view_options import cross_view_config
 
-    base = CrossViewConfig("", "")
+    base = None
     if getattr(args, "resume", False):
         saved = saved_config(args.out)
         if saved is not None:
@@ -63,18 +65,7 @@ def config_from_args(args: argparse.Namespace):
                 base = CrossViewConfig.from_dict(saved)
             except (TypeError, ValueError):
                 pass  # unreadable: the checkpoint's own options are compared when the run starts
-    given = vars(args)
-    size = given.get("image_size", base.reference_size)
-    pretrained = given.get("pretrained", base.pretrained)
-    return CrossViewConfig(
-        dataset=args.dataset, out=args.out, backbone=given.get("backbone", base.backbone),
-        pretrained=None if pretrained in (None, "none") else pretrained, pooling=given.get("pooling", base.pooling),
-        dim=given.get("dim", base.dim), epochs=given.get("epochs", base.epochs), lr=given.get("lr", base.lr),
-        batch_pairs=given.get("classes_per_batch", base.batch_pairs),
-        query_shape=(size // 2, 2 * size) if "image_size" in given else base.query_shape,
-        reference_size=size, device=given.get("device", base.device), seed=given.get("seed", base.seed),
-        alpha=base.alpha, rotate=base.rotate, extra_model=dict(base.extra_model),
-        resume=bool(given.get("resume", False)), deterministic=bool(given.get("deterministic", False)))
+    return cross_view_config(vars(args), base)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -145,7 +145,7 @@ def wait_ready(qtbot):
 @pytest.fixture
 def runner(qtbot):
     """A job runner shut down (jobs cancelled, children ended) after the test."""
-    from dmlviewer.gui.jobs.worker import JobRunner
+    from dmlviewer.gui.jobs.runner import JobRunner
 
     r = JobRunner()
     yield r

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QApplication
 from dmlviewer.gui.retrieval.embedding_view import EmbeddingView, pca_2d, projection_job
 from dmlviewer.gui.evaluation.evaluation_view import METRIC_ROWS, EvaluationView
 from dmlviewer.gui.evaluation.localization_view import LocalizationView
-from dmlviewer.gui.jobs.worker import JobState
+from dmlviewer.gui.jobs.job import JobState
 
 pytestmark = pytest.mark.gui
 JOB_TIMEOUT_MS = 120_000

@@ -116,7 +116,7 @@ def _wheel(widget, delta: int = -120) -> None:
 
 
 def test_spin_boxes_leave_the_wheel_to_the_form_unless_focused(qtbot, runner):
-    from dmlviewer.gui.training.training_dialog import TrainingDialog
+    from dmlviewer.gui.training.dialog import TrainingDialog
 
     dialog = TrainingDialog(runner)
     qtbot.addWidget(dialog)

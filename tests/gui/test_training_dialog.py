@@ -17,10 +17,11 @@ import _fixtures_part2 as fx  # noqa: E402
 
 from dmlviewer.core.fields import worded  # noqa: E402
 from dmlviewer.core.train import TrainConfig, validate  # noqa: E402
-from dmlviewer.gui.training.training_dialog import (  # noqa: E402
-    TrainingDialog, breakable, field_names, read_run_settings,
-)
-from dmlviewer.gui.jobs.worker import JobState  # noqa: E402
+from dmlviewer.gui.jobs.job import JobState  # noqa: E402
+from dmlviewer.gui.training.dialog import TrainingDialog  # noqa: E402
+from dmlviewer.gui.training.form import field_names  # noqa: E402
+from dmlviewer.gui.training.monitor import breakable  # noqa: E402
+from dmlviewer.gui.training.run import read_run_settings  # noqa: E402
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000
@@ -358,7 +359,7 @@ def test_the_legends_never_cover_the_last_epochs_points(qtbot, dialog):
 def test_a_new_run_starts_on_fresh_axes(qtbot, dialog, runner, demo, tmp_path, monkeypatch):
     """Issue 31 item 8: a second run's plots kept the first run's axis ranges until its data came."""
     from dmlviewer.core.progress import Progress
-    from dmlviewer.gui.jobs.worker import Job
+    from dmlviewer.gui.jobs.job import Job
 
     dialog.resize(1366, 768)
     dialog.show()

@@ -15,8 +15,9 @@ from PySide6.QtCore import Qt
 sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as fx
 
-from dmlviewer.gui.training.training_dialog import TWO_BRANCH_FIELDS, TrainingDialog
-from dmlviewer.gui.jobs.worker import JobState
+from dmlviewer.gui.jobs.job import JobState
+from dmlviewer.gui.training.dialog import TrainingDialog
+from dmlviewer.gui.training.form import TWO_BRANCH_FIELDS
 
 pytestmark = pytest.mark.gui
 RUN_TIMEOUT_MS = 180_000
@@ -163,3 +164,30 @@ def test_two_branch_settings_are_remembered_apart_from_one_branch_settings(qtbot
     qtbot.addWidget(single)
     c = single.form.config()
     assert not single.form.two_branch() and (c.epochs, c.lr) == (3, 0.002)
+
+
+def test_the_dialog_and_train_branches_2_start_the_same_run(qtbot, dialog, data, tmp_path):
+    """Issue 39 item 2: one mapping of the training options to a two-branch run, in the core
+    (``core.train.cross_view_options``), behind both doors: the same values typed into the form
+    and given as ``train --branches 2`` options make equal ``CrossViewConfig``s."""
+    from dmlviewer.cli import build_parser
+    from dmlviewer.commands.train_two_branch import config_from_args
+    from dmlviewer.gui.training.form import set_combo
+
+    form, w, out = dialog.form, dialog.form.widgets, tmp_path / "run"
+    _type(qtbot, w["out"], str(out))
+    _type(qtbot, w["dataset"], str(data["cv"]))
+    assert form.two_branch()
+    set_combo(w["pooling"], "gap")
+    set_combo(w["device"], "cpu")
+    for name, value in (("dim", 24), ("epochs", 3), ("lr", 0.002), ("classes_per_batch", 6), ("image_size", 48),
+                        ("seed", 7)):
+        w[name].setValue(value)
+    args = build_parser().parse_args(["train", "--branches", "2", "--dataset", str(data["cv"]), "--out", str(out),
+                                      "--pooling", "gap", "--device", "cpu", "--dim", "24", "--epochs", "3",
+                                      "--lr", "0.002", "--classes-per-batch", "6", "--image-size", "48",
+                                      "--seed", "7"])
+    from_dialog, from_command = form.cross_view_config(), config_from_args(args)
+    assert from_dialog == from_command
+    assert (from_dialog.pooling, from_dialog.dim, from_dialog.batch_pairs, from_dialog.reference_size,
+            from_dialog.query_shape, from_dialog.seed, from_dialog.pretrained) == ("gap", 24, 6, 48, (24, 96), 7, None)

@@ -15,7 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as jobs  # noqa: E402
 
 from dmlviewer.core.progress import Progress  # noqa: E402
-from dmlviewer.gui.jobs.worker import JobRunner, JobState, LatestRunner, confirm_close  # noqa: E402
+from dmlviewer.gui.jobs.job import JobState  # noqa: E402
+from dmlviewer.gui.jobs.latest import LatestRunner  # noqa: E402
+from dmlviewer.gui.jobs.runner import JobRunner, confirm_close  # noqa: E402
 
 pytestmark = pytest.mark.gui
 

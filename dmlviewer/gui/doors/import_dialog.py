@@ -40,7 +40,7 @@ from dmlviewer.gui.common import errors
 
 from dmlviewer.gui.window import settings
 from dmlviewer.gui.common.widgets import PathEdit
-from dmlviewer.gui.jobs.worker import LatestRunner
+from dmlviewer.gui.jobs.latest import LatestRunner
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The window runs :func:`dmlviewer.core.explain.compare.compare_models` on the open dataset with
 model A (the session's ``"primary"`` slot) and model B (its ``"compare"`` slot, File > Compare
-With Model) in the main window's :class:`~dmlviewer.gui.jobs.worker.JobRunner`, each step under the
+With Model) in the main window's :class:`~dmlviewer.gui.jobs.runner.JobRunner`, each step under the
 window's model lock (the pair view's preparations use the same models). It shows
 
 - the **diagnosis table** of seed 000 Sec. 5.2 / Tables 2-3: per model, Recall@1 of the train
@@ -457,10 +457,9 @@ class CompareWindow(QWidget):
         if self._ended(job):
             from dmlviewer.gui.common import errors
 
-            first, details = errors.split_failure(text)
+            first, _details = errors.split_failure(text)
             what = "comparison" if job is self.job else "sanity check"
-            self._label_of(job).setText(f"The {what} failed: {first}")
-            errors.show_error(self, f"{what.capitalize()} failed", first, details)
+            self._label_of(job).setText(f"The {what} failed: {first}")  # the dialog is the window's
 
     def _on_cancelled(self, job) -> None:
         if self._ended(job):

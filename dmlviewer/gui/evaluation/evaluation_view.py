@@ -30,7 +30,8 @@ from dmlviewer.core.progress import Progress
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.jobs.job_status import show_progress
 from dmlviewer.gui.common.widgets import PathEdit, fit_to_screen, guard_wheel, keep_in_front
-from dmlviewer.gui.jobs.worker import Job, JobRunner
+from dmlviewer.gui.jobs.job import Job
+from dmlviewer.gui.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
 

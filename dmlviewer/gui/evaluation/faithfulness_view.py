@@ -33,7 +33,8 @@ from dmlviewer.gui.common import errors
 from dmlviewer.gui.jobs.job_status import show_progress
 from dmlviewer.gui.common.widgets import (DASHES, METHOD_COLORS, PALETTE, PLOT_BACKGROUND, LegendStrip, series_pen,
                                    style_plot)
-from dmlviewer.gui.jobs.worker import Job, JobRunner
+from dmlviewer.gui.jobs.job import Job
+from dmlviewer.gui.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
 

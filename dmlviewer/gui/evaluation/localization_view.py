@@ -35,7 +35,8 @@ from dmlviewer.gui.evaluation.faithfulness_view import AucTable, FaithfulnessPlo
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.jobs.job_status import show_progress
 from dmlviewer.gui.common.widgets import METHOD_COLORS, add_legend, fit_to_screen, keep_in_front, scrolling, style_plot
-from dmlviewer.gui.jobs.worker import Job, JobRunner
+from dmlviewer.gui.jobs.job import Job
+from dmlviewer.gui.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
 

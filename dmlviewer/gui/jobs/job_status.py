@@ -24,7 +24,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QS
 
 from dmlviewer.core.progress import Progress
 from dmlviewer.gui.common.widgets import ElidedLabel, format_eta
-from dmlviewer.gui.jobs.worker import Job, JobRunner, JobState
+from dmlviewer.gui.jobs.job import Job, JobState
+from dmlviewer.gui.jobs.runner import JobRunner
 
 
 #: Width the status bar's message keeps on a narrow window (the permanent labels elide first).

@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
 )
 
 from dmlviewer.gui.common.widgets import format_eta
-from dmlviewer.gui.jobs.worker import Job, JobRunner, JobState
+from dmlviewer.gui.jobs.job import Job, JobState
+from dmlviewer.gui.jobs.runner import JobRunner
 
 #: The height the Jobs dock opens at (pixels), at most a fifth of the main window's height.
 OPEN_HEIGHT = 170

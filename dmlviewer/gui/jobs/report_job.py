@@ -64,9 +64,9 @@ def write_report(window, out: str | Path | None = None):
         window.statusBar().showMessage(f"Report written to {out}", 8000)
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(out)))
 
-    def failed(_job, text: str) -> None:
-        first, details = errors.split_failure(text)
-        errors.show_error(window, "Report", f"The report could not be written: {first}", details)
+    def failed(_job, text: str) -> None:  # the dialog is the window's, one per failed job (JobEvents)
+        first, _details = errors.split_failure(text)
+        window.statusBar().showMessage(f"The report could not be written: {first}", 8000)
 
     job = window.runner.submit(f"Report on {Path(root).name} with {', '.join(m.source for m in models)}", factory,
                                finished=finished, failed=failed)

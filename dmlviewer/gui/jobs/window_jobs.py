@@ -18,7 +18,7 @@ from typing import Any
 from dmlviewer.gui.common import errors
 
 from dmlviewer.gui.window import settings
-from dmlviewer.gui.jobs.worker import Job
+from dmlviewer.gui.jobs.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,9 @@ class WindowJobs:
             self._on_grad_bank(*result)
 
     def on_job_failed(self, job, text: str) -> None:
-        """Runner signal: a dialog says why (the pair view too, for the Grad-CAM weights)."""
+        """Runner signal: the one dialog of any failed job says why (the job's own handlers
+        update their views only, see ``JobEvents``); the pair view also says it, for the Grad-CAM
+        weights."""
         entry = self.session.end_job(job.id)
         first, details = errors.split_failure(text)
         if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):

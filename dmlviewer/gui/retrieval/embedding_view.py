@@ -36,7 +36,8 @@ from dmlviewer.core.progress import CancelToken, Progress
 from dmlviewer.gui.window.export import add_plot_entry
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.common.widgets import PLOT_BACKGROUND, PathEdit, fit_to_screen, guard_wheel, no_si_prefix
-from dmlviewer.gui.jobs.worker import Job, JobRunner
+from dmlviewer.gui.jobs.job import Job
+from dmlviewer.gui.jobs.runner import JobRunner
 
 log = logging.getLogger(__name__)
 

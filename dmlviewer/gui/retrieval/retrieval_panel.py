@@ -50,7 +50,7 @@ from dmlviewer.gui.common import errors
 from dmlviewer.gui.window.session_links import SessionLinks
 from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 from dmlviewer.gui.common.widgets import ElidedLabel
-from dmlviewer.gui.jobs.worker import LatestRunner
+from dmlviewer.gui.jobs.latest import LatestRunner
 
 log = logging.getLogger(__name__)
 

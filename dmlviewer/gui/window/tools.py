@@ -62,7 +62,7 @@ class Tools:
 
     # -- tool windows
     def show_training(self):
-        from dmlviewer.gui.training.training_dialog import TrainingDialog
+        from dmlviewer.gui.training.dialog import TrainingDialog
 
         src = self._sources()
         if self.training is None:
