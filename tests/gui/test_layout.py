@@ -114,7 +114,7 @@ def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_wi
     assert [w.width() for w in labels] == widths  # the message takes what the labels leave: they do not jitter
     assert bar.currentMessage() == text and label.text() == text and label.toolTip() == text
     assert label.isVisible() and label.width() < label.fontMetrics().horizontalAdvance(text)
-    shown = label.fontMetrics().elidedText(text, label.mode, label.contentsRect().width())
+    shown = label.elided(label.contentsRect().width())
     assert "…" in shown and shown.endswith("Esc to release]")  # the end is kept, not cut ("[pinne")
     # the permanent labels sit beside the message, never over it
     right = label.geometry().right()

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
-from dmlviewer.gui.common.widgets import format_eta
+from dmlviewer.gui.common.widgets import WordElideDelegate, format_eta
 from dmlviewer.gui.jobs.worker import Job, JobRunner, JobState
 
 #: The height the Jobs dock opens at (pixels), at most a fifth of the main window's height.
@@ -48,6 +48,7 @@ class JobsView(QWidget):
         self.tree.setHeaderLabels(["Job", "State", "Progress", "ETA"])
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.tree.setItemDelegate(WordElideDelegate(self.tree))  # names shortened at word ends
         header = self.tree.header()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         for col in (1, 2, 3):

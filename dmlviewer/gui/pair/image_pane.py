@@ -30,7 +30,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
-from dmlviewer.gui.common.widgets import ElidedRichLabel
+from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
 
 #: Distinct colours for numbered markers (correspondences).
 MARKER_COLORS = [
@@ -296,11 +296,12 @@ class ImagePane(QWidget):
         self._colorbar_key = key
 
     def _fit_colorbar_label(self) -> None:
-        """The colour bar's title elided to the bar's length (a pane of half the height, as
-        when comparing two models, cut it off mid-word); the bar's tooltip has it whole."""
+        """The colour bar's title shortened at a word end to the bar's length (a pane of half
+        the height, as when comparing two models, cut it off mid-word); the bar's tooltip has it
+        whole."""
         axis, label = self.colorbar.axis, self._colorbar_label
         room = axis.geometry().height() - 4
-        text = QFontMetricsF(axis.label.font()).elidedText(label, Qt.ElideRight, max(room, 0.0)) if label else ""
+        text = elide_words(QFontMetricsF(axis.label.font()), label, max(room, 0.0), Qt.ElideRight) if label else ""
         if text != axis.labelText:
             axis.setLabel(text)
             axis.resizeEvent()  # pyqtgraph centres the title only on a resize: centre this one
