@@ -263,7 +263,7 @@ def elide_words(metrics: QFontMetrics | QFontMetricsF, text: str, width: float,
                 mode: Qt.TextElideMode = Qt.ElideMiddle) -> str:
     """``text`` as it fits in ``width`` pixels of ``metrics``' font: whole, or shortened with
     "…" at word ends only (:func:`words`), keeping its start (``ElideRight``), its end
-    (``ElideLeft``) or both (``ElideMiddle``: words taken from each end in turn). Where not
+    (``ElideLeft``) or both (``ElideMiddle``: words taken from each end in turn, the end's first). Where not
     even one word fits, "…" alone (the caller's tooltip says the whole text); "" where that
     does not fit either."""
     if metrics.horizontalAdvance(text) <= width or mode == Qt.ElideNone:
@@ -278,7 +278,8 @@ def elide_words(metrics: QFontMetrics | QFontMetricsF, text: str, width: float,
             return f"{front} … {back}" if "".join(h)[-1:].isspace() else f"{front}…{back}"
         return f"{front}…" if front else f"…{back}" if back else "…"
 
-    sides = {Qt.ElideRight: ("head",), Qt.ElideLeft: ("tail",)}.get(mode, ("head", "tail"))
+    # in the middle: the end first (a file name's number, a message's "[pinned, Esc to release]")
+    sides = {Qt.ElideRight: ("head",), Qt.ElideLeft: ("tail",)}.get(mode, ("tail", "head"))
     open_sides = list(sides)
     while open_sides and len(head) + len(tail) < len(pieces):
         for side in list(open_sides):
