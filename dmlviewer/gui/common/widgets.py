@@ -339,12 +339,9 @@ class WordElideDelegate(QStyledItemDelegate):
         if option.text:
             widget = option.widget
             style = widget.style() if widget is not None else QApplication.style()
-            room = style.subElementRect(QStyle.SE_ItemViewItemText, option, widget).width() - 2 * TEXT_MARGIN
+            margin = style.pixelMetric(QStyle.PM_FocusFrameHMargin, None, widget) + 1  # QCommonStyle's, each side
+            room = style.subElementRect(QStyle.SE_ItemViewItemText, option, widget).width() - 2 * margin
             option.text = elide_words(option.fontMetrics, option.text, room, option.textElideMode)
-
-
-#: Qt's margin on each side of an item's text (QCommonStyle: PM_FocusFrameHMargin + 1).
-TEXT_MARGIN = 4
 
 
 class ElidedLabel(QLabel):
