@@ -438,3 +438,30 @@ def test_at_1366x768_with_the_jobs_dock_open_words_stay_whole_and_images_keep_25
     finally:
         gate.set()
         qtbot.waitUntil(lambda: not win.runner.busy, timeout=5000)
+
+
+@pytest.mark.parametrize("mode", [Qt.ElideRight, Qt.ElideLeft, Qt.ElideMiddle])
+def test_text_is_shortened_at_word_ends_only_and_fits(qapp, mode):
+    """``widgets.elide_words`` at every width: the result fits, keeps the start (right), the
+    end (left) or both (middle) in whole words, and is the whole text once that fits."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from dmlviewer.gui.common.widgets import elide_words
+
+    metrics = QFontMetrics(QFont())
+    for text in ("The features were computed from another dataset than the open one",
+                 "Extract features of demo-data with resources/demo_checkpoint.pt · small_cnn",
+                 "triangle_red_checker_0014.jpg"):
+        full = metrics.horizontalAdvance(text)
+        for width in range(0, full + 20, 7):
+            shown = elide_words(metrics, text, width, mode)
+            assert metrics.horizontalAdvance(shown) <= width or shown == ""
+            if width >= full:
+                assert shown == text
+                continue
+            assert not _cut_words(text, shown), (width, shown)
+            head, _, tail = shown.partition("…")
+            if mode == Qt.ElideRight:
+                assert tail == ""
+            if mode == Qt.ElideLeft:
+                assert head == ""

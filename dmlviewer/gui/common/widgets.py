@@ -273,7 +273,7 @@ def elide_words(metrics: QFontMetrics | QFontMetricsF, text: str, width: float,
     tail: list[str] = []
 
     def joined(h: list[str], t: list[str]) -> str:
-        front, back = "".join(h).rstrip(), "".join(t).lstrip()
+        front, back = "".join(h).rstrip().rstrip("_·"), "".join(t).lstrip()  # "triangle…0003.jpg"
         if front and back:
             return f"{front} … {back}" if "".join(h)[-1:].isspace() else f"{front}…{back}"
         return f"{front}…" if front else f"…{back}" if back else "…"

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
+from PySide6.QtWidgets import (QHBoxLayout, QListWidget, QListWidgetItem, QPushButton,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.core.data.lookup import PathIndex
