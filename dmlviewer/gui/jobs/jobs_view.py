@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget,
 )
 
-from dmlviewer.gui.common.widgets import WordElideDelegate, format_eta
+from dmlviewer.gui.common.widgets import format_eta
 from dmlviewer.gui.jobs.worker import Job, JobRunner, JobState
 
 #: The height the Jobs dock opens at (pixels), at most a fifth of the main window's height.
@@ -42,6 +42,8 @@ class JobsView(QWidget):
     REFRESH_MS = 250
 
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        from dmlviewer.gui.common.widgets import WordElideDelegate
+
         super().__init__(parent)
         self.runner = runner
         self.tree = QTreeWidget()
