@@ -465,3 +465,37 @@ def test_text_is_shortened_at_word_ends_only_and_fits(qapp, mode):
                 assert tail == ""
             if mode == Qt.ElideLeft:
                 assert head == ""
+
+
+def test_with_two_models_at_1366x768_the_jobs_dock_opens_beside_retrieval(sized_window, agroup_ckpt, qtbot):
+    """Issue 42 item 4: with two models' rows at 1366 x 768 the Jobs dock's strip at the bottom
+    shrank the photographs to about 160 px; it now opens as a tab beside the Retrieval dock
+    (its list and log stacked), and the photographs keep their size. With one model's row it
+    stays a strip at the bottom (the photographs keep more than 250 px there)."""
+    win = sized_window(1366, 768)
+    jobs = win.tools.jobs_dock
+
+    def sides() -> list[float]:
+        QApplication.processEvents()
+        return [min(r.width(), r.height()) for r in
+                (p.image_item.mapRectToDevice(p.image_item.boundingRect()) for p in win.pair_view.all_panes)]
+
+    win.job_status.button.click()
+    qtbot.waitUntil(jobs.isVisible, timeout=2000)
+    qtbot.wait(100)
+    assert win.dockWidgetArea(jobs) == Qt.BottomDockWidgetArea and min(sides()) >= 250
+    win.job_status.button.click()
+    qtbot.waitUntil(lambda: not jobs.isVisible(), timeout=2000)
+
+    win.open_compare(agroup_ckpt)
+    view = win.pair_view
+    qtbot.waitUntil(lambda: len(view.rows) > 1 and view.rows[1].state == "ready", timeout=30000)
+    qtbot.wait(100)
+    before = sides()
+    assert len(before) == 4
+    win.job_status.button.click()
+    qtbot.waitUntil(lambda: jobs.isVisible() and jobs in win.tabifiedDockWidgets(win.retrieval_dock), timeout=3000)
+    qtbot.wait(100)
+    assert win.dockWidgetArea(jobs) == Qt.RightDockWidgetArea and not jobs.visibleRegion().isEmpty()
+    assert min(sides()) >= min(before) - 2, (before, sides())
+    assert jobs.view.splitter.orientation() == Qt.Vertical  # the list above the log in the narrow column
