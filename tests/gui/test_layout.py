@@ -469,9 +469,10 @@ def test_text_is_shortened_at_word_ends_only_and_fits(qapp, mode):
 
 def test_with_two_models_at_1366x768_the_jobs_dock_opens_beside_retrieval(sized_window, agroup_ckpt, qtbot):
     """Issue 42 item 4: with two models' rows at 1366 x 768 the Jobs dock's strip at the bottom
-    shrank the photographs to about 160 px; it now opens as a tab beside the Retrieval dock
-    (its list and log stacked), and the photographs keep their size. With one model's row it
-    stays a strip at the bottom (the photographs keep more than 250 px there)."""
+    shrank the photographs to about 160 px. With one model's row it stays a strip at the bottom
+    (the photographs keep more than 250 px there); when a second model's row comes, or when it
+    is opened with two rows, it is a tab beside the Retrieval dock (its list and log stacked)
+    and the photographs keep the size they have without it."""
     win = sized_window(1366, 768)
     jobs = win.tools.jobs_dock
 
@@ -480,22 +481,29 @@ def test_with_two_models_at_1366x768_the_jobs_dock_opens_beside_retrieval(sized_
         return [min(r.width(), r.height()) for r in
                 (p.image_item.mapRectToDevice(p.image_item.boundingRect()) for p in win.pair_view.all_panes)]
 
-    win.job_status.button.click()
+    def beside_retrieval() -> bool:
+        return jobs.isVisible() and jobs in win.tabifiedDockWidgets(win.retrieval_dock)
+
+    win.job_status.button.click()  # opened with one row: a strip at the bottom
     qtbot.waitUntil(jobs.isVisible, timeout=2000)
     qtbot.wait(100)
     assert win.dockWidgetArea(jobs) == Qt.BottomDockWidgetArea and min(sides()) >= 250
-    win.job_status.button.click()
-    qtbot.waitUntil(lambda: not jobs.isVisible(), timeout=2000)
-
-    win.open_compare(agroup_ckpt)
+    win.open_compare(agroup_ckpt)  # a second row while the strip is open: the dock moves
     view = win.pair_view
     qtbot.waitUntil(lambda: len(view.rows) > 1 and view.rows[1].state == "ready", timeout=30000)
-    qtbot.wait(100)
-    before = sides()
-    assert len(before) == 4
-    win.job_status.button.click()
-    qtbot.waitUntil(lambda: jobs.isVisible() and jobs in win.tabifiedDockWidgets(win.retrieval_dock), timeout=3000)
+    qtbot.waitUntil(beside_retrieval, timeout=3000)
     qtbot.wait(100)
     assert win.dockWidgetArea(jobs) == Qt.RightDockWidgetArea and not jobs.visibleRegion().isEmpty()
-    assert min(sides()) >= min(before) - 2, (before, sides())
     assert jobs.view.splitter.orientation() == Qt.Vertical  # the list above the log in the narrow column
+    shown = sides()
+    win.job_status.button.click()
+    qtbot.waitUntil(lambda: not jobs.isVisible(), timeout=2000)
+    qtbot.wait(100)
+    without = sides()
+    assert len(without) == 4 and min(shown) >= min(without) - 2, (shown, without)
+    win.docks.reset()  # the default layout: the dock back at the bottom, hidden
+    qtbot.wait(100)
+    win.job_status.button.click()  # opened with two rows: beside the Retrieval dock again
+    qtbot.waitUntil(beside_retrieval, timeout=3000)
+    qtbot.wait(100)
+    assert min(sides()) >= min(without) - 2

@@ -40,9 +40,18 @@ class DockLayout(QObject):
         #: restored layout, taken as made for the width it has).
         self.narrow: bool | None = None
         self._watching = False
+        # Once the window has laid out a change (the Jobs dock opened, a second model's row
+        # added, the docks rearranged), the Jobs dock's strip must still leave the photographs
+        # their room (issue 42 item 4).
+        self._room_check = QTimer(self, singleShot=True, interval=50)
+        self._room_check.timeout.connect(self._make_room_for_images)
         jobs = self._jobs_dock()
         if jobs is not None:
             jobs.visibilityChanged.connect(self._jobs_shown)
+        self._first_panes = [view.panes[0] for view in (getattr(window, "pair_view", None),
+                                                        getattr(window, "group_tabs", None)) if view is not None]
+        for pane in self._first_panes:  # a pane shrinks when a row is added or a dock grows
+            pane.installEventFilter(self)
 
     def _jobs_dock(self):
         return getattr(getattr(self.window, "tools", None), "jobs_dock", None)
@@ -117,7 +126,7 @@ class DockLayout(QObject):
         tab beside the Retrieval dock where its strip squeezes a photograph below
         :data:`MIN_IMAGE_PX`."""
         if visible:
-            QTimer.singleShot(0, self._make_room_for_images)
+            self._room_check.start()
 
     def _make_room_for_images(self) -> None:
         w, jobs = self.window, self._jobs_dock()
@@ -136,6 +145,11 @@ class DockLayout(QObject):
         return [p for p in panes if p.isVisible()]
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
+        if event.type() == QEvent.Resize and obj in self._first_panes:
+            jobs = self._jobs_dock()
+            if jobs is not None and jobs.isVisible() and not jobs.isFloating():
+                self._room_check.start()
+            return False
         if obj is self.window and event.type() == QEvent.Resize and self.window.isVisible():
             narrow = self.window.width() < NARROW_WIDTH
             if self.narrow is None:  # a restored layout: taken as made for this width
