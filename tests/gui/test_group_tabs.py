@@ -30,7 +30,6 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
 
     # By default each tab shows the group's decomposition map: its tensor summed over the other
     # image, on one scale for all groups; the groups' maps add up to the Decomposition map.
-    from dmlviewer.core.explain.grid import upsample
     from dmlviewer.core.explain.groups import group_maps
 
     assert tabs.kind_combo.currentData() == "group_decomposition"
@@ -43,8 +42,7 @@ def test_a_grouping_model_gets_one_tab_per_group(window, demo_root, agroup_ckpt,
     for p in (1, 3):
         tabs.tabs.setCurrentIndex(p)
         for pane, side in zip(tabs.panes, ("query", "reference")):
-            want = np.maximum(upsample(grids[side][p], expl.image_shape_query if side == "query"
-                                       else expl.image_shape_reference), 0)
+            want = np.maximum(grids[side][p], 0)  # the grid's cells, stretched over the image
             np.testing.assert_allclose(pane.overlay_image(), want, atol=1e-6)
             assert pane.overlay_item.levels == pytest.approx((0.0, top))
 
@@ -104,5 +102,59 @@ def test_static_overlay_fades_in_from_transparent_without_a_dark_low_end(window,
     wait_ready(window.pair_view)
     tabs = window.group_tabs
     qtbot.waitUntil(lambda: tabs._data is not None, timeout=20000)
-    for pane in tabs.panes:
-        np.testing.assert_array_equal(pane.overlay_item.lut, lut)
+    for pane in tabs.panes:  # the group decomposition: these colours, alpha from 0 rising (issue 42 item 6)
+        drawn = pane.overlay_item.lut
+        np.testing.assert_array_equal(drawn[:, :3], lut[:, :3])
+        assert drawn[0, 3] == 0 and np.all(np.diff(drawn[:, 3].astype(int)) >= 0)
+
+
+def test_a_sparse_group_map_is_seen_and_its_concentration_said(window, demo_root, wait_ready, qtbot):
+    """Issue 42 item 6: global max pooling puts a group's share on a few cells, and its map
+    looked empty. Each group's decomposition map is drawn as the grid's own cells; the fewest
+    cells holding 80 % of its positive share (computed here from the grid) are outlined and
+    drawn clearly opaque, and the share line says how many they are on each image."""
+    from PySide6.QtCore import QPointF
+
+    from dmlviewer.core.explain.groups import group_maps
+    from dmlviewer.gui.pair.hover_link import SIDE_NAMES
+    from dmlviewer.resources import resource_path
+
+    assert window.open_checkpoint(resource_path("demo_checkpoint.pt")) and window.open_dataset(demo_root)
+    window.tabs.setCurrentWidget(window.group_tabs)
+    wait_ready(window.pair_view)
+    tabs = window.group_tabs
+    qtbot.waitUntil(lambda: tabs._data is not None, timeout=30000)
+    expl = window.pair_view.explanation
+    grids = {side: group_maps(expl, side) for side in SIDE_NAMES}
+    fewest = []
+    for p in range(tabs.group_count):
+        tabs.tabs.setCurrentIndex(p)
+        said = []
+        for pane, side in zip(tabs.panes, SIDE_NAMES):
+            grid = np.maximum(grids[side][p], 0.0)
+            np.testing.assert_allclose(pane.overlay_image(), grid, atol=1e-6)  # the grid's numbers, not resized
+            order = np.argsort(-grid.ravel(), kind="stable")
+            k = int(np.argmax(np.cumsum(grid.ravel()[order]) >= 0.8 * grid.sum() * (1 - 1e-9))) + 1
+            want = np.zeros(grid.size, dtype=bool)
+            want[order[:k]] = True
+            want = want.reshape(grid.shape)
+            fewest.append(k / grid.size)
+            # drawn opacity of those cells: the table's alpha at their level times the item's opacity
+            lo, hi = pane.overlay_item.levels
+            index = np.clip(((grid[want] - lo) / (hi - lo) * 256).astype(int), 0, 255)
+            alpha = pane.overlay_item.lut[index, 3] / 255.0 * pane.overlay_item.opacity()
+            assert alpha.min() >= 0.5, (p, side, alpha.min())
+            # and outlined: the outline encloses the centres of exactly those cells
+            assert pane.cells_item.isVisible()
+            (height, width), (h, w) = pane.shape, grid.shape
+            path = pane.cells_item.path()
+            inside = np.array([[path.contains(QPointF((j + 0.5) * width / w, (i + 0.5) * height / h))
+                                for j in range(w)] for i in range(h)])
+            np.testing.assert_array_equal(inside, want)
+            said.append(f"{k} of {grid.size} {side} cells")
+        assert f"80 % of its positive share on {said[0]} and {said[1]} (outlined)" in tabs.share_label.text()
+    assert min(fewest) <= 0.1  # the demo checkpoint's max pooling: a group's share on a tenth of the cells or less
+    # another map of the head: no outlines (they belong to the group decomposition)
+    other = next(i for i in range(tabs.kind_combo.count()) if tabs.kind_combo.itemData(i) != "group_decomposition")
+    tabs.kind_combo.setCurrentIndex(other)
+    assert not any(pane.cells_item.isVisible() for pane in tabs.panes)

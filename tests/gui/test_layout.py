@@ -8,6 +8,7 @@ messages are elided with their whole text as tooltip instead of being cut.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -114,7 +115,7 @@ def test_long_status_messages_are_elided_with_the_whole_text_as_tooltip(sized_wi
     assert [w.width() for w in labels] == widths  # the message takes what the labels leave: they do not jitter
     assert bar.currentMessage() == text and label.text() == text and label.toolTip() == text
     assert label.isVisible() and label.width() < label.fontMetrics().horizontalAdvance(text)
-    shown = label.fontMetrics().elidedText(text, label.mode, label.contentsRect().width())
+    shown = label.elided(label.contentsRect().width())
     assert "…" in shown and shown.endswith("Esc to release]")  # the end is kept, not cut ("[pinne")
     # the permanent labels sit beside the message, never over it
     right = label.geometry().right()
@@ -295,3 +296,214 @@ def test_view_reset_layout_brings_moved_and_closed_docks_back(qtbot, sized_windo
     assert win.dockWidgetArea(win.retrieval_dock) == Qt.RightDockWidgetArea
     assert _left_in(win.retrieval_dock, win) > _left_in(win.pair_view, win) + win.pair_view.width() - 5
     assert win.browser_dock.width() <= 420 and win.retrieval_dock.width() <= 320  # the default widths
+
+
+def _cut_words(full: str, shown: str) -> list[str]:
+    """The parts of ``shown`` (``full`` as drawn) that stop or start inside a word of ``full``
+    (a letter or digit on both sides of the cut): empty when it is whole or shortened at word
+    ends only."""
+    if shown == full or not shown:
+        return []
+    assert "…" in shown, (full, shown)  # never clipped without a mark
+    head, _, tail = shown.partition("…")
+    head, tail = head.rstrip(), tail.lstrip()
+    cut = []
+    if head:
+        assert full.startswith(head), (full, shown)
+        if full[len(head) - 1:len(head) + 1].isalnum() and len(full) > len(head):
+            cut.append(head)
+    if tail:
+        assert full.endswith(tail), (full, shown)
+        if full[len(full) - len(tail) - 1:len(full) - len(tail) + 1].isalnum() and len(full) > len(tail):
+            cut.append(tail)
+    return cut
+
+
+def _item_texts(view) -> list[tuple[list[str], str]]:
+    """``(whole texts, drawn text)`` of the items of ``view`` on screen: what its delegate
+    draws (recorded from a delegate's own painting, or, for Qt's item painting, the text Qt
+    elides to the item's text rectangle)."""
+    from PySide6.QtGui import QPainter, QPixmap
+    from PySide6.QtWidgets import QStyle, QStyleOptionViewItem
+
+    class Recorder(QPainter):
+        def __init__(self, device) -> None:
+            super().__init__(device)
+            self.texts: list[str] = []
+
+        def drawText(self, *args) -> None:  # noqa: N802 - Qt API
+            self.texts.append(next(a for a in args if isinstance(a, str)))
+            super().drawText(*args)
+
+    model, delegate, out = view.model(), view.itemDelegate(), []
+    viewport = view.viewport().rect()
+    from PySide6.QtCore import QModelIndex
+
+    from PySide6.QtCore import QAbstractListModel
+
+    columns = 1 if isinstance(model, QAbstractListModel) else model.columnCount(QModelIndex())
+    for row in range(model.rowCount(QModelIndex())):
+        for column in range(columns):
+            index = model.index(row, column)
+            rect = view.visualRect(index)
+            if not rect.isValid() or not rect.intersects(viewport):
+                continue
+            option = QStyleOptionViewItem()
+            view.initViewItemOption(option)
+            option.rect = rect
+            wholes = [line for role in (Qt.DisplayRole, Qt.UserRole + 3)
+                      for line in str(index.data(role) or "").split("\n") if line]
+            if any("paint" in k.__dict__ for k in type(delegate).__mro__ if not k.__module__.startswith("PySide6")):
+                pixmap = QPixmap(max(1, rect.right() + 1), max(1, rect.bottom() + 1))
+                painter = Recorder(pixmap)
+                delegate.paint(painter, option, index)
+                painter.end()
+                out += [(wholes, text) for line in painter.texts for text in line.split("\n") if len(text) > 1]
+            elif wholes:
+                delegate.initStyleOption(option, index)
+                style = view.style()
+                margin = style.pixelMetric(QStyle.PM_FocusFrameHMargin, None, view) + 1  # as QCommonStyle draws
+                room = style.subElementRect(QStyle.SE_ItemViewItemText, option, view).width() - 2 * margin
+                out.append((wholes, option.fontMetrics.elidedText(option.text, option.textElideMode, room)))
+    return out
+
+
+def test_at_1366x768_with_the_jobs_dock_open_words_stay_whole_and_images_keep_250_px(sized_window, qtbot):
+    """Issue 42 item 4: at 1366 x 768, the default layout with features loaded and the Jobs
+    dock open: no text of the status bar or the docks (labels, thumbnails, the jobs list),
+    no caption or colour-bar title is shortened inside a word ("computed from a…n the open
+    one", "Extrac…: 82 %"), the Retrieval dock has not widened, and each photograph of the
+    pair view is at least 250 px on screen."""
+    from PySide6.QtWidgets import QAbstractItemView, QDockWidget, QLabel
+
+    from dmlviewer.gui.common.widgets import ElidedLabel
+
+    win = sized_window(1366, 768)
+    qtbot.waitUntil(lambda: win.session.features is not None and not win.runner.busy, timeout=60000)
+    gate = threading.Event()
+
+    def job(cancel):
+        yield Progress("step", 82, 100, "working", eta_s=70.0)
+        gate.wait(10)
+
+    running = win.runner.submit("Extract features of demo-data with resources/demo_checkpoint.pt · small_cnn", job)
+    qtbot.waitUntil(lambda: running.progress is not None, timeout=5000)
+    win.job_status.refresh()
+    win.job_status.button.click()  # the Jobs dock opens from the status bar
+    qtbot.waitUntil(win.tools.jobs_dock.isVisible, timeout=2000)
+    win.statusBar().showMessage("The features were computed from another dataset; compute them again "
+                                "for the open one (Retrieval dock) to search neighbours in the open one")
+    qtbot.wait(100)
+    try:
+        shown: list[tuple[list[str], str]] = []
+        places = [win.statusBar(), *[d for d in win.findChildren(QDockWidget) if d.isVisible()]]
+        for place in places:
+            for label in place.findChildren(ElidedLabel):
+                if label.isVisible():
+                    shown.append(([label.text()], label.elided(label.contentsRect().width())))
+            for label in place.findChildren(QLabel):
+                if label.isVisible() and not isinstance(label, ElidedLabel) and label.wordWrap():
+                    # a word-wrapped label: no word of it (between spaces and the break marks of
+                    # widgets.WrappedLabel) wider than the label, where it would be cut
+                    room = label.contentsRect().width()
+                    text = QLabel.text(label)  # as drawn: zero-width spaces are where a name may break
+                    widest = max((label.fontMetrics().horizontalAdvance(w) for w in re.split(r"[\s\u200b]+", text)),
+                                 default=0)
+                    assert widest <= room or "<" in text, (text, widest, room)
+            for view in place.findChildren(QAbstractItemView):
+                if view.isVisible():
+                    shown += _item_texts(view)
+        assert any("Extract" in s for _, s in shown) and any(s.endswith("Esc") or "open one" in s for _, s in shown)
+        for pane in win.pair_view.panes:
+            title = pane.title
+            drawn = QLabel.text(title)
+            from PySide6.QtGui import QTextDocument
+
+            doc = QTextDocument()
+            doc.setHtml(title.text())
+            whole = doc.toPlainText()
+            doc.setHtml(drawn)
+            shown.append(([whole], doc.toPlainText()))
+            shown.append(([pane._colorbar_label], pane.colorbar.axis.labelText))
+        cut = [(wholes, s) for wholes, s in shown
+               if not any(w.startswith(s.partition("…")[0].rstrip()) and w.endswith(s.partition("…")[2].lstrip())
+                          and not _cut_words(w, s) for w in wholes)]
+        assert not cut, cut
+        assert len(shown) > 20  # the labels, thumbnails and jobs were read
+        # the Retrieval dock at its default width, the photographs at least 250 px each
+        assert win.retrieval_dock.isVisible() and win.retrieval_dock.width() <= 260
+        for pane in win.pair_view.panes:
+            drawn = pane.image_item.mapRectToDevice(pane.image_item.boundingRect())
+            assert min(drawn.width(), drawn.height()) >= 250, drawn
+    finally:
+        gate.set()
+        qtbot.waitUntil(lambda: not win.runner.busy, timeout=5000)
+
+
+@pytest.mark.parametrize("mode", [Qt.ElideRight, Qt.ElideLeft, Qt.ElideMiddle])
+def test_text_is_shortened_at_word_ends_only_and_fits(qapp, mode):
+    """``widgets.elide_words`` at every width: the result fits, keeps the start (right), the
+    end (left) or both (middle) in whole words, and is the whole text once that fits."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    from dmlviewer.gui.common.widgets import elide_words
+
+    metrics = QFontMetrics(QFont())
+    for text in ("The features were computed from another dataset than the open one",
+                 "Extract features of demo-data with resources/demo_checkpoint.pt · small_cnn",
+                 "triangle_red_checker_0014.jpg"):
+        full = metrics.horizontalAdvance(text)
+        for width in range(0, full + 20, 7):
+            shown = elide_words(metrics, text, width, mode)
+            assert metrics.horizontalAdvance(shown) <= width or shown == ""
+            if width >= full:
+                assert shown == text
+                continue
+            assert not _cut_words(text, shown), (width, shown)
+            head, _, tail = shown.partition("…")
+            if mode == Qt.ElideRight:
+                assert tail == ""
+            if mode == Qt.ElideLeft:
+                assert head == ""
+
+
+def test_with_two_models_at_1366x768_the_jobs_dock_opens_beside_retrieval(sized_window, agroup_ckpt, qtbot):
+    """Issue 42 item 4: with two models' rows at 1366 x 768 the Jobs dock's strip at the bottom
+    shrank the photographs to about 160 px. With one model's row it stays a strip at the bottom
+    (the photographs keep more than 250 px there); when a second model's row comes, or when it
+    is opened with two rows, it is a tab beside the Retrieval dock (its list and log stacked)
+    and the photographs keep the size they have without it."""
+    win = sized_window(1366, 768)
+    jobs = win.tools.jobs_dock
+
+    def sides() -> list[float]:
+        QApplication.processEvents()
+        return [min(r.width(), r.height()) for r in
+                (p.image_item.mapRectToDevice(p.image_item.boundingRect()) for p in win.pair_view.all_panes)]
+
+    def beside_retrieval() -> bool:
+        return jobs.isVisible() and jobs in win.tabifiedDockWidgets(win.retrieval_dock)
+
+    win.job_status.button.click()  # opened with one row: a strip at the bottom
+    qtbot.waitUntil(jobs.isVisible, timeout=2000)
+    qtbot.wait(100)
+    assert win.dockWidgetArea(jobs) == Qt.BottomDockWidgetArea and min(sides()) >= 250
+    win.open_compare(agroup_ckpt)  # a second row while the strip is open: the dock moves
+    view = win.pair_view
+    qtbot.waitUntil(lambda: len(view.rows) > 1 and view.rows[1].state == "ready", timeout=30000)
+    qtbot.waitUntil(beside_retrieval, timeout=3000)
+    qtbot.wait(100)
+    assert win.dockWidgetArea(jobs) == Qt.RightDockWidgetArea and not jobs.visibleRegion().isEmpty()
+    assert jobs.view.splitter.orientation() == Qt.Vertical  # the list above the log in the narrow column
+    shown = sides()
+    win.job_status.button.click()
+    qtbot.waitUntil(lambda: not jobs.isVisible(), timeout=2000)
+    qtbot.wait(100)
+    without = sides()
+    assert len(without) == 4 and min(shown) >= min(without) - 2, (shown, without)
+    win.docks.reset()  # the default layout: the dock back at the bottom, hidden
+    qtbot.wait(100)
+    win.job_status.button.click()  # opened with two rows: beside the Retrieval dock again
+    qtbot.waitUntil(beside_retrieval, timeout=3000)
+    qtbot.wait(100)
+    assert min(sides()) >= min(without) - 2

@@ -12,13 +12,15 @@ settings (a size saved on a larger monitor must not come back partly off-screen)
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QScreen, QTextCursor, QTextDocument
-from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QComboBox, QFileDialog, QFrame, QHBoxLayout,
-                               QLabel, QLayout, QLineEdit, QScrollArea, QSizePolicy, QSlider, QToolButton, QWidget,
-                               QWidgetItem)
+from PySide6.QtGui import (QColor, QFontMetrics, QFontMetricsF, QGuiApplication, QPainter, QPen, QScreen, QTextCursor,
+                           QTextDocument)
+from PySide6.QtWidgets import (QAbstractScrollArea, QAbstractSpinBox, QApplication, QComboBox, QFileDialog, QFrame,
+                               QHBoxLayout, QLabel, QLayout, QLineEdit, QScrollArea, QSizePolicy, QSlider, QStyle,
+                               QStyledItemDelegate, QToolButton, QWidget, QWidgetItem)
 
 #: Room left around a window for its frame and title bar (the geometry we set is the client area).
 FRAME_MARGIN = QSize(16, 40)
@@ -245,9 +247,107 @@ class FlowLayout(QLayout):
         return y - self._vspace - inner.y() + m.top() + m.bottom()
 
 
+#: Where a text may be shortened: after a space or a path or name separator ("/", "_", "·"),
+#: so that what is left of it are whole words ("computed from … the open one", never
+#: "computed from a…n the open one"; issue 42 item 4).
+_WORD_END = re.compile(r"(?<=[\s/\\_·])(?=\S)")
+
+
+def words(text: str) -> list[str]:
+    """``text`` cut at the places :func:`elide_words` may shorten it (the pieces join to it)."""
+    cuts = [0] + [m.start() for m in _WORD_END.finditer(text)] + [len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def elide_words(metrics: QFontMetrics | QFontMetricsF, text: str, width: float,
+                mode: Qt.TextElideMode = Qt.ElideMiddle) -> str:
+    """``text`` as it fits in ``width`` pixels of ``metrics``' font: whole, or shortened with
+    "…" at word ends only (:func:`words`), keeping its start (``ElideRight``), its end
+    (``ElideLeft``) or both (``ElideMiddle``: words taken from each end in turn, the end's first). Where not
+    even one word fits, "…" alone (the caller's tooltip says the whole text); "" where that
+    does not fit either."""
+    if metrics.horizontalAdvance(text) <= width or mode == Qt.ElideNone:
+        return text
+    pieces = words(text)
+    head: list[str] = []
+    tail: list[str] = []
+
+    def joined(h: list[str], t: list[str]) -> str:
+        front, back = "".join(h).rstrip().rstrip("_·"), "".join(t).lstrip()  # "triangle…0003.jpg"
+        if front and back:
+            return f"{front} … {back}" if "".join(h)[-1:].isspace() else f"{front}…{back}"
+        return f"{front}…" if front else f"…{back}" if back else "…"
+
+    # in the middle: the end first (a file name's number, a message's "[pinned, Esc to release]")
+    sides = {Qt.ElideRight: ("head",), Qt.ElideLeft: ("tail",)}.get(mode, ("tail", "head"))
+    open_sides = list(sides)
+    while open_sides and len(head) + len(tail) < len(pieces):
+        for side in list(open_sides):
+            if len(head) + len(tail) >= len(pieces):
+                break
+            h, t = (head + [pieces[len(head)]], tail) if side == "head" else \
+                (head, [pieces[len(pieces) - 1 - len(tail)]] + tail)
+            if metrics.horizontalAdvance(joined(h, t)) <= width:
+                head, tail = h, t
+            else:
+                open_sides.remove(side)
+    shown = joined(head, tail)
+    return shown if metrics.horizontalAdvance(shown) <= width else ""
+
+
+#: Places inside a long name (a file name, a path) after which a wrapped label may break it:
+#: after "-", "_", "/" or "." followed by more of the name.
+_NAME_BREAK = re.compile(r"(?<=[-_/.])(?=[^\s<>&])")
+#: Rich text cut into tags and text (only the text gets break opportunities).
+_TAGS = re.compile(r"(<[^>]*>)")
+
+
+def breakable(text: str) -> str:
+    """``text`` (plain or rich) with a zero-width space after the separators inside names, so
+    that a word-wrapped label breaks a long file name there instead of widening its dock
+    (Qt breaks only at spaces and some hyphens: "checkpoint-6a5eee6f2e2c-07a19c94.h5" was one
+    word of 280 px, issue 42 item 4)."""
+    parts = _TAGS.split(text)
+    return "".join(part if part.startswith("<") else _NAME_BREAK.sub("\u200b", part) for part in parts)
+
+
+class WrappedLabel(QLabel):
+    """A word-wrapped label whose long names break at their separators (:func:`breakable`)
+    rather than setting the width of the dock it is in; ``text()`` is the text as set."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWordWrap(True)
+        self._text = ""
+        self.setText(text)
+
+    def text(self) -> str:
+        return self._text
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt API
+        self._text = text
+        super().setText(breakable(text))
+
+
+class WordElideDelegate(QStyledItemDelegate):
+    """An item delegate that shortens an item's text at word ends (:func:`elide_words`, in the
+    view's elide mode) to its cell, instead of the view's eliding mid-word ("…/demo_c…");
+    the whole text stays the item's (and its tooltip, where the view sets one)."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 - Qt API
+        super().initStyleOption(option, index)
+        if option.text:
+            widget = option.widget
+            style = widget.style() if widget is not None else QApplication.style()
+            margin = style.pixelMetric(QStyle.PM_FocusFrameHMargin, None, widget) + 1  # QCommonStyle's, each side
+            room = style.subElementRect(QStyle.SE_ItemViewItemText, option, widget).width() - 2 * margin
+            option.text = elide_words(option.fontMetrics, option.text, room, option.textElideMode)
+
+
 class ElidedLabel(QLabel):
-    """A one-line label that elides its text (in the middle by default) to the width it gets,
-    instead of wrapping mid-word or widening its dock; the whole text is its tooltip."""
+    """A one-line label that shortens its text at word ends (in the middle by default,
+    :func:`elide_words`) to the width it gets, instead of wrapping mid-word, cutting a word or
+    widening its dock; the whole text is its tooltip."""
 
     def __init__(self, text: str = "", mode: Qt.TextElideMode = Qt.ElideMiddle, parent: QWidget | None = None) -> None:
         super().__init__(text, parent)
@@ -261,7 +361,7 @@ class ElidedLabel(QLabel):
 
     def elided(self, width: int) -> str:
         """The text as drawn in ``width`` pixels (the whole text when it fits)."""
-        return self.fontMetrics().elidedText(self.text(), self.mode, width)
+        return elide_words(self.fontMetrics(), self.text(), width, self.mode)
 
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt API
         painter = QPainter(self)
@@ -271,9 +371,9 @@ class ElidedLabel(QLabel):
 
 
 class ElidedRichLabel(QLabel):
-    """A one-line rich-text label (a pane's caption) that ends in "…" where its width cuts it,
-    formatting kept, instead of being cut mid-letter; ``text()`` and the tooltip are the whole
-    caption."""
+    """A one-line rich-text label (a pane's caption) that ends in "…" after the last whole word
+    its width holds, formatting kept, instead of being cut mid-letter or mid-word; ``text()``
+    and the tooltip are the whole caption."""
 
     #: room kept beside the text (QLabel's own rendering is a pixel or two wider than the layout)
     SLACK = 4
@@ -315,14 +415,16 @@ class ElidedRichLabel(QLabel):
             QLabel.setText(self, self._full)
             return
         end = doc.characterCount() - 1
-        low, high = 0, end  # the longest prefix (in characters) that fits with the ellipsis
+        # the longest prefix of whole words (issue 42 item 4) that fits with the ellipsis
+        ends = [0] + [m.start() for m in _WORD_END.finditer(doc.toPlainText())]
+        low, high = 0, len(ends) - 1
         while low < high:
             mid = (low + high + 1) // 2
-            if self._prefix(mid, end).idealWidth() <= width:
+            if self._prefix(ends[mid], end).idealWidth() <= width:
                 low = mid
             else:
                 high = mid - 1
-        QLabel.setText(self, self._prefix(low, end).toHtml())
+        QLabel.setText(self, self._prefix(ends[low], end).toHtml())
 
     def _prefix(self, count: int, end: int) -> QTextDocument:
         """The caption's first ``count`` characters and "…", formatting kept."""

@@ -23,7 +23,7 @@ from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
 
 from dmlviewer.core.progress import Progress
-from dmlviewer.gui.common.widgets import ElidedLabel, format_eta
+from dmlviewer.gui.common.widgets import ElidedLabel, elide_words, format_eta
 from dmlviewer.gui.jobs.job import Job, JobState
 from dmlviewer.gui.jobs.runner import JobRunner
 
@@ -31,8 +31,9 @@ from dmlviewer.gui.jobs.runner import JobRunner
 #: Width the status bar's message keeps on a narrow window (the permanent labels elide first).
 MESSAGE_MIN_WIDTH = 240
 #: Widest the running job's line and its bar get (the job's state, e.g. "42 %, ETA 01:10", is
-#: 90-110 px of it): with them the pinned-point message reads whole at 1366 px.
-JOB_LABEL_WIDTH = 160
+#: 90-110 px of it, and the name keeps whole words: "Extract features…" needs about 110):
+#: with them the pinned-point message reads whole at 1366 px.
+JOB_LABEL_WIDTH = 224
 JOB_BAR_WIDTH = 56
 #: Widest a label handed to :meth:`JobStatus.give_way` gets while a job runs.
 GIVE_WAY_WIDTH = 160
@@ -53,15 +54,18 @@ class FittedLabel(ElidedLabel):
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)
 
     def elided(self, width: int) -> str:
-        """The text as drawn in ``width`` pixels: the part before :attr:`tail` elided first."""
+        """The text as drawn in ``width`` pixels: the part before :attr:`tail` shortened first, at
+        word ends ("Extract features…: 42 %", never "Extrac…: 42 %", issue 42 item 4); where not
+        one word of it fits, the tail alone."""
         text, tail = self.text(), self.tail
         metrics = self.fontMetrics()
         if not tail or not text.endswith(tail) or metrics.horizontalAdvance(text) <= width:
             return super().elided(width)
         room = width - metrics.horizontalAdvance(tail)
-        if room < metrics.horizontalAdvance("Ab…"):  # the tail alone, its start first (": " dropped)
-            return metrics.elidedText(tail.lstrip(": "), Qt.ElideRight, width)
-        return metrics.elidedText(text[:-len(tail)], self.mode, room) + tail
+        head = elide_words(metrics, text[:-len(tail)], room, self.mode) if room > 0 else ""
+        if head.strip("… ") == "":  # not one word of the name fits: the tail alone (": " dropped)
+            return elide_words(metrics, tail.lstrip(": "), width, Qt.ElideRight)
+        return head + tail
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt API
         super().setText(text)

@@ -41,14 +41,19 @@ class JobsView(QWidget):
     """The list of jobs and the selected job's log (see the module docstring)."""
 
     REFRESH_MS = 250
+    #: Below this width the list and the log are stacked instead of side by side.
+    STACKED_WIDTH = 480
 
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        from dmlviewer.gui.common.widgets import WordElideDelegate
+
         super().__init__(parent)
         self.runner = runner
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Job", "State", "Progress", "ETA"])
         self.tree.setRootIsDecorated(False)
         self.tree.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.tree.setItemDelegate(WordElideDelegate(self.tree))  # names shortened at word ends
         header = self.tree.header()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         for col in (1, 2, 3):
@@ -62,7 +67,9 @@ class JobsView(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.cancel_all_button)
-        splitter = QSplitter(Qt.Horizontal)  # side by side: both readable in a short strip
+        # side by side: both readable in a short strip; one above the other in a narrow column
+        # (the Jobs dock beside the Retrieval dock on a short window, gui/window/dock_layout.py)
+        self.splitter = splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(self.tree)
         splitter.addWidget(self.log)
         splitter.setStretchFactor(0, 3)
@@ -91,6 +98,12 @@ class JobsView(QWidget):
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt API
         """A short strip (a docked view opens at its size hint): the pair view keeps the height."""
         return QSize(super().sizeHint().width(), OPEN_HEIGHT)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        orientation = Qt.Vertical if self.width() < self.STACKED_WIDTH else Qt.Horizontal
+        if self.splitter.orientation() != orientation:
+            self.splitter.setOrientation(orientation)
 
     def selected_job(self) -> Job | None:
         item = self.tree.currentItem()

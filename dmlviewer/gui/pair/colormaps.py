@@ -40,15 +40,16 @@ def _rgb(name: str) -> np.ndarray:
     return np.asarray(cmap.getLookupTable(start, 1.0, 256, alpha=False), dtype=np.uint8)[:, :3]
 
 
-def overlay_lut(name: str, signed: bool = False, ramp: float = 2.0) -> np.ndarray:
+def overlay_lut(name: str, signed: bool = False, ramp: float = 2.0, gamma: float = 1.0) -> np.ndarray:
     """256 x 4 uint8 RGBA table: ``name``'s colours (the diverging map when ``signed``) and
-    alpha rising linearly to opaque over the first ``1/ramp`` of the (one-sided) range."""
+    alpha rising to opaque over the first ``1/ramp`` of the (one-sided) range, as
+    ``strength ** gamma`` (``gamma`` below 1: weak values fade in sooner)."""
     rgb = _rgb(DIVERGING if signed else name)
     t = np.linspace(0.0, 1.0, 256)
     strength = np.abs(2.0 * t - 1.0) if signed else t
     lut = np.empty((256, 4), dtype=np.uint8)
     lut[:, :3] = rgb
-    lut[:, 3] = np.round(np.clip(strength * ramp, 0.0, 1.0) * 255).astype(np.uint8)
+    lut[:, 3] = np.round(np.clip(strength ** gamma * ramp, 0.0, 1.0) * 255).astype(np.uint8)
     return lut
 
 

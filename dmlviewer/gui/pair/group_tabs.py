@@ -63,6 +63,42 @@ MAP_LABELS = {
 }
 
 
+#: The group decomposition's overlay: transparent at zero, light colours, and alpha rising as
+#: the square root of the value (opaque from 44 % of the scale), so that the few cells a sparse
+#: map puts its share on are seen, and weak cells read as a tint (issue 42 item 6).
+SPARSE_LUT = overlay_lut(STATIC_OVERLAY, ramp=1.5, gamma=0.5)
+#: Least alpha (of the table, before :data:`GROUP_OPACITY`) of the cells that carry 80 % of a
+#: group's positive share (``core.explain.groups.concentration``): they read as clearly drawn.
+CELL_ALPHA = 0.6
+
+
+def sparse_lut(cut: float) -> np.ndarray:
+    """:data:`SPARSE_LUT` with every value from ``cut`` (a fraction of the scale: the weakest
+    of the cells that carry most of the share) up at least :data:`CELL_ALPHA` opaque."""
+    lut = SPARSE_LUT.copy()
+    start = min(255, max(0, int(np.floor(cut * 256))))  # pyqtgraph's index of a value at the levels
+    lut[start:, 3] = np.maximum(lut[start:, 3], round(CELL_ALPHA * 255))
+    return lut
+
+
+#: Opacity of the group tab's overlays: a sparse map's few cells stand out (the rest of its
+#: table is nearly transparent, so the photograph stays seen around them).
+GROUP_OPACITY = 0.85
+#: The head's attention maps (on their own range): alpha rising linearly.
+STATIC_LUT = overlay_lut(STATIC_OVERLAY)
+
+
+def concentration_text(cells: list[np.ndarray]) -> str:
+    """How concentrated a group's map is on each image, from the grid (``cells``: per side, the
+    mask of :func:`~dmlviewer.core.explain.groups.concentration`): "80 % of its positive share
+    on 3 of 256 query cells and 5 of 256 reference cells (outlined)."."""
+    from dmlviewer.core.explain.groups import CONCENTRATION
+
+    parts = [f"{int(mask.sum())} of {mask.size} {name} cells" if mask.any() else f"no {name} cell (nothing positive)"
+             for mask, name in zip(cells, SIDE_NAMES)]
+    return f"{100 * CONCENTRATION:.0f} % of its positive share on {' and '.join(parts)} (outlined)."
+
+
 def map_label(key: str) -> str:
     if key.startswith("multilayer/"):
         return f"Layer attention: {key.split('/', 1)[1]}"
@@ -135,9 +171,9 @@ class GroupTabs(QWidget):
         self.link.message.connect(self.status_message)
         self.tabs.currentChanged.connect(self._on_group)
         self.kind_combo.currentIndexChanged.connect(self._show_attention)
-        lut = overlay_lut(STATIC_OVERLAY)  # transparent low end, no dark colours (colormaps.LIGHT)
         for pane in self.panes:
-            pane.set_lut(lut)
+            pane.set_lut(STATIC_LUT)
+            pane.set_opacity(GROUP_OPACITY)
         if session is not None:
             self._links.connect(session.events.model, self._on_model)
             if session.model is not None:
@@ -276,12 +312,21 @@ class GroupTabs(QWidget):
             # on every tab; per-group maps have one entry per group.
             values = np.asarray(maps[p] if len(maps) > 1 else maps[0], dtype=np.float32)
             if kind == GROUP_DECOMPOSITION:
-                # One scale for every group of the pair (both images): a group that explains
-                # little looks faint next to one that explains much.
+                # The grid's own cells (not an upsampled image), on one scale for every group of
+                # the pair (both images): a group that explains little looks faint next to one
+                # that explains much. Global max pooling puts a group's share on a few cells, so
+                # weak cells fade in early (SPARSE_LUT), and the cells that carry most of the
+                # share are drawn at least CELL_ALPHA opaque and outlined (issue 42 item 6).
                 levels = (0.0, data["decomposition_max"])
-                pane.set_map(np.maximum(values, 0.0), levels)
+                cells = data["cells"][side][p]
+                positive = np.maximum(values, 0.0)
+                pane.set_lut(sparse_lut(float(positive[cells].min()) / levels[1]) if cells.any() else SPARSE_LUT)
+                pane.set_map(positive, levels)
+                pane.set_cells(cells)
                 pane.set_colorbar(STATIC_OVERLAY, False, levels, "similarity share per cell")
                 continue
+            pane.set_lut(STATIC_LUT)
+            pane.set_cells(None)
             # Attention levels span the map's own range: attention is often nearly uniform and
             # its structure would vanish on a 0..max scale.
             lo, hi = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
@@ -302,7 +347,8 @@ class GroupTabs(QWidget):
         part = f" ({100.0 * share / total:.1f}% of it)" if abs(total) > 1e-12 else ""
         self.share_label.setText(
             f"Group {p + 1} of {self.group_count}: contributes {share:+.4f} to the similarity "
-            f"{total:+.4f}{part}; its point-to-point terms sum to {data['p2p_sums'][p]:+.4f}.   "
+            f"{total:+.4f}{part}; its point-to-point terms sum to {data['p2p_sums'][p]:+.4f}. "
+            f"{concentration_text([data['cells'][side][p] for side in range(len(SIDE_NAMES))])}   "
             "Hover a point for its group-wise partial map.")
 
     # -- group-wise hover
@@ -352,28 +398,30 @@ class GroupTabs(QWidget):
 
 
 def _group_data(explanation, slices: list[slice]) -> dict:
-    """Attention maps of both images, the P group tensors and each group's share (worker).
+    """Attention maps of both images, the P group tensors, each group's share and, per image,
+    the cells that carry most of each group's share (``cells[side][p]``) (worker).
 
     A group's share of the cosine is its term ``Eq_p . Er_p / (|Eq||Er|)``, the dot product of
     the group's slices of the two L2-normalized embeddings (the terms sum over groups to the
     similarity, bias included); ``p2p_sums`` is the part of it its point-to-point tensor holds.
     """
-    from dmlviewer.core.explain.grid import upsample_stack
-    from dmlviewer.core.explain.groups import group_maps
+    from dmlviewer.core.explain.groups import concentration, group_maps
 
     tensors = [explanation.group_point_to_point(p) for p in range(len(slices))]
     eq, er = explanation.embedding("query"), explanation.embedding("reference")
     attention = [dict(explanation.attention_maps(side)) for side in SIDE_NAMES]
     peak = 0.0
+    cells: list[list[np.ndarray]] = [[], []]
     for side, name in enumerate(SIDE_NAMES):
         if len(slices) > 1:
-            grid_maps = group_maps(explanation, name)
+            grid_maps = group_maps(explanation, name).astype(np.float32)
             peak = max(peak, float(grid_maps.max()))
-            shape = explanation.image_shape_query if name == "query" else explanation.image_shape_reference
-            attention[side][GROUP_DECOMPOSITION] = upsample_stack(grid_maps, tuple(shape))
+            attention[side][GROUP_DECOMPOSITION] = grid_maps  # the grid itself, stretched over the image
+            cells[side] = [concentration(m) for m in grid_maps]
     return {
         "attention": attention,
         "decomposition_max": peak if peak > 0 else 1.0,
+        "cells": cells,
         "tensors": tensors,
         "shares": [float(np.dot(eq[sl], er[sl])) for sl in slices],
         "p2p_sums": [float(t.sum(dtype=np.float64)) for t in tensors],

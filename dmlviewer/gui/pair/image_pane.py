@@ -26,11 +26,12 @@ import re
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath
+from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout,
+                               QWidget)
 
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
-from dmlviewer.gui.common.widgets import ElidedRichLabel
+from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
 
 #: Distinct colours for numbered markers (correspondences).
 MARKER_COLORS = [
@@ -165,6 +166,13 @@ class ImagePane(QWidget):
             item.hide()
             self.view.addItem(item, ignoreBounds=True)
         self._marker_labels: list[pg.TextItem] = []
+        # Outlines of grid cells over the map (where a sparse group map's share is, issue 42 item 6).
+        self.cells_item = QGraphicsPathItem()
+        self.cells_item.setPen(pg.mkPen("#ffffff", width=2, cosmetic=True))
+        self.cells_item.setZValue(15)
+        self.cells_item.hide()
+        self.view.addItem(self.cells_item, ignoreBounds=True)
+        self.cells: np.ndarray | None = None  # the outlined cells (grid mask), None when none
         # Named lines over the image (the cross-view orientation lines, issue 25) and their legend,
         # a line under the view (issue 31 item 6): drawn in the view, it covered the lower half of
         # an aerial image that filled a half-height pane (two models), and the map hovered there.
@@ -256,8 +264,26 @@ class ImagePane(QWidget):
         self.overlay_item.setImage(values, autoLevels=False, levels=levels)
         self._fit_overlay(values.shape[:2])
 
+    def set_cells(self, mask: np.ndarray | None) -> None:
+        """Outline the cells of a grid (``h x w`` booleans over the photograph) that are True,
+        adjacent cells as one region; None or no True cell: no outline."""
+        if mask is None or self.shape is None or not np.any(mask):
+            self.cells = None
+            self.cells_item.hide()
+            return
+        mask = np.asarray(mask, dtype=bool)
+        (h, w), (height, width) = mask.shape, self.shape
+        path = QPainterPath()
+        for i, j in zip(*np.nonzero(mask)):
+            path.addRect(QRectF(j * width / w, i * height / h, width / w, height / h))
+        self.cells = mask
+        self.cells_item.setPath(path.simplified())  # the regions' outlines, not every cell's
+        self.cells_item.show()
+
     def set_rgba(self, rgba: np.ndarray) -> None:
         """Overlay an H x W x 4 uint8 image that is already colour-mapped (no levels, no LUT)."""
+        if self.cells is not None:  # outlines belong to a static map, not to a hover map
+            self.set_cells(None)
         if self.overlay_item.lut is not None:
             self.overlay_item.setLookupTable(None, update=False)
         self.overlay_item.setImage(rgba, autoLevels=False, levels=None)
@@ -272,6 +298,7 @@ class ImagePane(QWidget):
         bar turns transparent but keeps its place: hiding it widened the view, so the photograph
         jumped each time a map was computing (Grad-CAM weights, occlusion) and back after."""
         self.overlay_item.hide()
+        self.set_cells(None)
         self.colorbar.setOpacity(0.0)
         self.readout.hide()
 
@@ -296,11 +323,12 @@ class ImagePane(QWidget):
         self._colorbar_key = key
 
     def _fit_colorbar_label(self) -> None:
-        """The colour bar's title elided to the bar's length (a pane of half the height, as
-        when comparing two models, cut it off mid-word); the bar's tooltip has it whole."""
+        """The colour bar's title shortened at a word end to the bar's length (a pane of half
+        the height, as when comparing two models, cut it off mid-word); the bar's tooltip has it
+        whole."""
         axis, label = self.colorbar.axis, self._colorbar_label
         room = axis.geometry().height() - 4
-        text = QFontMetricsF(axis.label.font()).elidedText(label, Qt.ElideRight, max(room, 0.0)) if label else ""
+        text = elide_words(QFontMetricsF(axis.label.font()), label, max(room, 0.0), Qt.ElideRight) if label else ""
         if text != axis.labelText:
             axis.setLabel(text)
             axis.resizeEvent()  # pyqtgraph centres the title only on a resize: centre this one

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QHBoxLayout, QHeade
                                QTableView, QVBoxLayout, QWidget)
 
 from dmlviewer.core.session import Session
+from dmlviewer.gui.common.widgets import elide_words
 from dmlviewer.gui.window.session_links import SessionLinks
 from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 
@@ -249,8 +250,7 @@ class ThumbnailDelegate(QStyledItemDelegate):
         text_rect = QRect(rect.x(), img_rect.bottom() + 2, rect.width(), self.TEXT_H)
         painter.setFont(option.font)
         painter.setPen(palette.text().color())
-        text = option.fontMetrics.elidedText(str(index.data(Qt.DisplayRole) or ""), Qt.ElideMiddle,
-                                             text_rect.width() - 4)
+        text = elide_words(option.fontMetrics, str(index.data(Qt.DisplayRole) or ""), text_rect.width() - 4)
         painter.drawText(text_rect, Qt.AlignHCenter | Qt.AlignVCenter, text)
         painter.restore()
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
+from PySide6.QtWidgets import (QHBoxLayout, QListWidget, QListWidgetItem, QPushButton,
                                QSpinBox, QStyle, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from dmlviewer.core.data.lookup import PathIndex
@@ -49,7 +49,7 @@ from dmlviewer.core.session import Session
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.window.session_links import SessionLinks
 from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
-from dmlviewer.gui.common.widgets import ElidedLabel
+from dmlviewer.gui.common.widgets import ElidedLabel, WrappedLabel, elide_words
 from dmlviewer.gui.jobs.latest import LatestRunner
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class _ResultDelegate(QStyledItemDelegate):
         lines = str(index.data(_TEXT) or "").split("\n")
         fm = option.fontMetrics
         painter.drawText(text_rect, Qt.AlignHCenter | Qt.AlignTop,
-                         "\n".join(fm.elidedText(line, Qt.ElideRight, text_rect.width() - 2) for line in lines))
+                         "\n".join(elide_words(fm, line, text_rect.width() - 2, Qt.ElideRight) for line in lines))
         painter.restore()
 
 
@@ -129,8 +129,7 @@ class RetrievalPanel(QWidget):
         self.k_spin.setRange(1, 100)
         self.k_spin.setValue(min(100, self.session.display.neighbours))
         self.k_spin.setPrefix("top ")
-        self.source = QLabel("No features loaded")
-        self.source.setWordWrap(True)
+        self.source = WrappedLabel("No features loaded")  # a long file name must not widen the dock
         self.extract_button = QPushButton("Compute features")
         self.extract_button.setToolTip("Embed the open dataset with the current model (background job, "
                                        "saved as HDF5 in the cache) and retrieve from it")

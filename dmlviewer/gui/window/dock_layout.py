@@ -1,6 +1,7 @@
 """Where the main window's docks go: the default layout, View > Reset Layout, the layout saved
 with the window, and the pair view before the docks when the window is resized (issue 23
-item 7).
+item 7) or the Jobs dock opens (issue 42 item 4: a tab beside Retrieval where its bottom strip
+would shrink the photographs below :data:`MIN_IMAGE_PX`).
 
 The pair view has priority: the side docks get the width they need and, below
 :data:`NARROW_WIDTH`, share one column (the Retrieval dock a tab beside the Dataset dock); the
@@ -19,6 +20,10 @@ from dmlviewer.gui.common.widgets import clamp_to_screen
 #: Below this window width the Retrieval dock shares the Dataset dock's column (as a tab),
 #: so that the pair view keeps at least about half of the width (issue 23 item 7).
 NARROW_WIDTH = 1100
+#: Least side (pixels) of a photograph of the pair view that the Jobs dock's strip at the bottom
+#: may leave; where it would leave less (two models' rows on a 768-px screen: about 160 px), the
+#: Jobs dock opens as a tab beside the Retrieval dock instead (issue 42 item 4).
+MIN_IMAGE_PX = 250
 #: ``QMainWindow.saveState``'s version of the saved dock layout: bumped when the layout changes
 #: incompatibly (old saved states are then ignored)
 STATE_VERSION = 1
@@ -35,6 +40,18 @@ class DockLayout(QObject):
         #: restored layout, taken as made for the width it has).
         self.narrow: bool | None = None
         self._watching = False
+        # Once the window has laid out a change (the Jobs dock opened, a second model's row
+        # added, the docks rearranged), the Jobs dock's strip must still leave the photographs
+        # their room (issue 42 item 4).
+        self._room_check = QTimer(self, singleShot=True, interval=50)
+        self._room_check.timeout.connect(self._make_room_for_images)
+        jobs = self._jobs_dock()
+        if jobs is not None:
+            jobs.visibilityChanged.connect(self._jobs_shown)
+        self._first_panes = [view.panes[0] for view in (getattr(window, "pair_view", None),
+                                                        getattr(window, "group_tabs", None)) if view is not None]
+        for pane in self._first_panes:  # a pane shrinks when a row is added or a dock grows
+            pane.installEventFilter(self)
 
     def _jobs_dock(self):
         return getattr(getattr(self.window, "tools", None), "jobs_dock", None)
@@ -104,7 +121,35 @@ class DockLayout(QObject):
             w.addDockWidget(Qt.RightDockWidgetArea, w.retrieval_dock)
         w.resizeDocks([w.browser_dock, w.retrieval_dock], [browser, 250 if compact else 300], Qt.Horizontal)
 
+    def _jobs_shown(self, visible: bool) -> None:
+        """The Jobs dock was opened: once the window has laid it out, it leaves the bottom for a
+        tab beside the Retrieval dock where its strip squeezes a photograph below
+        :data:`MIN_IMAGE_PX`."""
+        if visible:
+            self._room_check.start()
+
+    def _make_room_for_images(self) -> None:
+        w, jobs = self.window, self._jobs_dock()
+        if (jobs is None or not jobs.isVisible() or jobs.isFloating()
+                or w.dockWidgetArea(jobs) != Qt.BottomDockWidgetArea or w.retrieval_dock.isFloating()):
+            return
+        if smallest_image(self._shown_panes()) >= MIN_IMAGE_PX:
+            return
+        w.tabifyDockWidget(w.retrieval_dock, jobs)  # the Retrieval dock's column (or its tab group)
+        jobs.raise_()
+
+    def _shown_panes(self) -> list:
+        """The image panes of the window's current tab (the pair view's rows or the group tab's)."""
+        current = getattr(getattr(self.window, "tabs", None), "currentWidget", lambda: None)()
+        panes = getattr(current, "all_panes", None) or getattr(current, "panes", None) or ()
+        return [p for p in panes if p.isVisible()]
+
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
+        if event.type() == QEvent.Resize and obj in self._first_panes:
+            jobs = self._jobs_dock()
+            if jobs is not None and jobs.isVisible() and not jobs.isFloating():
+                self._room_check.start()
+            return False
         if obj is self.window and event.type() == QEvent.Resize and self.window.isVisible():
             narrow = self.window.width() < NARROW_WIDTH
             if self.narrow is None:  # a restored layout: taken as made for this width
@@ -113,3 +158,17 @@ class DockLayout(QObject):
                 self.narrow = narrow
                 QTimer.singleShot(0, self.default_sizes)
         return False
+
+
+def smallest_image(panes) -> float:
+    """The smallest side (pixels) of the photographs of ``panes`` when fitted to their views
+    (what Fit shows: the view's size over the photograph's aspect, whatever the zoom); infinite
+    without a photograph."""
+    sides = []
+    for pane in panes:
+        if pane.shape is None:
+            continue
+        (height, width), box = pane.shape, pane.view.sceneBoundingRect()
+        scale = min(box.width() / width, box.height() / height)
+        sides.append(scale * min(height, width))
+    return min(sides, default=float("inf"))
