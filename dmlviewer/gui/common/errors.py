@@ -52,6 +52,7 @@ FIELD_LABELS = {
     "model_args": "“Keyword arguments”", "weights": "“Weights file”", "feature_layer": "“Feature layer”",
     "reference_weights": "“Reference weights”", "input_shapes": "“Input shapes”",
     "output": "output= in Python or --model-output on the command line",
+    "output_forms": "an index, e.g. 1, or a key; in Python also a function",
     "size": "the pair view's “Resolution”",
 }
 
