@@ -64,8 +64,8 @@ _EXPLAINED = {
     "ModelError": "Change what the message names and open the model again.",
     "DatasetError": "Choose a folder of images in one of the layouts the README's “Datasets” lists.",
     "ImageError": "Replace or remove that image file.",
-    "StoreError": "Compute the features again (Retrieval ▸ Compute features), or open a feature file "
-                  "dmlviewer wrote.",
+    "StoreError": "Compute the features again (the Retrieval dock's “Compute features”), or open a feature "
+                  "file dmlviewer wrote.",
     "FolderBusy": "Wait until the other run ends, or choose another folder.",
     "TrainingError": "Change what the message names and start again.",
     "UsageError": "Change what the message names and try again.",
