@@ -168,6 +168,7 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     assert panel.mismatch() and panel.results == [] and panel.list.count() == 0
     assert "another checkpoint" in panel.source.text() and panel.extract_button.isVisible()
     assert "<b>Features of another model.</b>" in panel.source.text()
+    assert panel.extract_button.text() == "Compute features of the open model"
     assert "another checkpoint" in window.statusBar().currentMessage()
 
     # Issue 42 item 3: a feature file of another dataset is headed as such, as its text says.
@@ -180,7 +181,7 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     qtbot.wait(200)
     text = panel.source.text()
     assert "computed from another dataset" in text and "<b>Features of another dataset.</b>" in text
-    assert "another model" not in text
+    assert "another model" not in text and panel.extract_button.text() == "Compute features of the open dataset"
 
 
 def test_during_an_extraction_compute_waits_and_reopening_the_dataset_keeps_computing(
