@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: how the Python door names the fields of the core's errors (:mod:`dmlviewer.core.fields`): its
 #: keyword arguments
-PYTHON_NAMES = {"output": "output=", "size": "size=", "transform": "transform=", "feature_layer": "feature_layer=",
+PYTHON_NAMES = {"output": "output=", "output_forms": "an index, e.g. 1, a key or a function", "size": "size=", "transform": "transform=", "feature_layer": "feature_layer=",
                 "input_shapes": "size= (a pair, one per branch)"}
 
 

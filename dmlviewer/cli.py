@@ -45,6 +45,13 @@ class UsageError(Exception):
     """A bad argument or a missing input file: reported in one line, exit status 2."""
 
 
+def states_default(action: argparse.Action) -> bool:
+    """Whether ``action``'s default is one to state: not None, a flag's False or suppressed
+    (compared by identity: 0 equals False, and ``--seed``'s default 0 went unsaid)."""
+    default = action.default
+    return not (default is None or default is False or default is argparse.SUPPRESS)
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Help that states every option's default (unless the help already does, or there is
     none to state)."""
@@ -52,7 +59,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (action.option_strings and default not in (None, False, argparse.SUPPRESS)
+        if (action.option_strings and states_default(action)
                 and "default" not in text.lower() and text is not argparse.SUPPRESS):
             shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
             shown = shown.replace("%", "%%")

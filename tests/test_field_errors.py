@@ -87,7 +87,8 @@ def test_python_door_refuses_a_tuple_without_output(fx):
         dmlviewer.explain(net, *fx["images"], size=32)
     message = str(caught.value)
     assert len(message.splitlines()) == 1
-    assert "tuple of 2 elements (0: 2 x 10, 1: 2 x 6)" in message and "with output= (its index" in message
+    assert "tuple of 2 elements (0: 2 x 10, 1: 2 x 6)" in message
+    assert "with output= (an index, e.g. 1, a key or a function)" in message  # Python takes a function
     e = dmlviewer.explain(net, *fx["images"], size=32, output=1)  # the embedding, said: explained
     from dmlviewer.core.data.transforms import Preprocess
 
@@ -119,6 +120,7 @@ def test_command_line_says_model_output(fx, capsys, tmp_path):
     code, err = _cli(capsys, argv)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "tuple of 2 elements (0: 2 x 10, 1: 2 x 6): say which one is the embedding with --model-output" in err
+    assert err.endswith("with --model-output (an index, e.g. 1, or a key)")  # no function on the command line
     code, err = _cli(capsys, [*argv, "--model-output", "1"])
     assert code == 0, err
     assert (tmp_path / "e.npz").exists()

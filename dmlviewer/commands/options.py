@@ -13,6 +13,8 @@ from typing import Iterable
 #: ``--model-args``); every other field is named by that rule (:func:`option`).
 CLI_OPTIONS = {
     "output": "--model-output",
+    # not an option: what --model-output takes, where the core's message says it (no function here)
+    "output_forms": "an index, e.g. 1, or a key",
     # a two-branch run sizes both branches with --image-size and batches --classes-per-batch pairs
     "batch_pairs": "--classes-per-batch", "reference_size": "--image-size", "query_shape": "--image-size",
 }

@@ -13,6 +13,7 @@ SIGTERM) cancels cleanly: the loop stops after the current batch and saves a che
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -189,13 +190,36 @@ def _metrics_text(metrics: dict) -> str:
     return " ".join(f"{k} {metrics[k]:.4f}" for k in keys if k in metrics)
 
 
+class _Shown(logging.Filter):
+    """Remembers the messages of the log records that a handler writes (it filters nothing), so
+    that the printer does not echo a training's ``log`` event whose record stderr already shows
+    (each warning was printed twice, issue 42 item 10)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.messages.add(record.getMessage())
+        return True
+
+
 class _Printer:
     """Progress lines on stderr: every ``log_every`` steps, and whenever ``PRINT_EVERY_S`` have
-    passed without a line (long steps, evaluations)."""
+    passed without a line (long steps, evaluations); a ``log`` event only when no log record on
+    stderr said it (:class:`_Shown`, attached to the root logger's handlers while it lives)."""
 
     def __init__(self, config) -> None:
         self.config = config
         self.last = time.monotonic()
+        self.shown = _Shown()
+        self._handlers = list(logging.getLogger().handlers)
+        for handler in self._handlers:
+            handler.addFilter(self.shown)
+
+    def close(self) -> None:
+        for handler in self._handlers:
+            handler.removeFilter(self.shown)
 
     def write(self, text: str) -> None:
         sys.stderr.write(text + "\n")
@@ -223,7 +247,9 @@ class _Printer:
             best = " (best so far)" if d.get("best") else ""
             self.write(f"epoch {d['epoch']} test: {_metrics_text(d['metrics'])}{val}{best}")
         elif event.kind in ("log", "checkpoint"):
-            self.write(f"{event.message or event.data}")
+            text = f"{event.message or event.data}"
+            if text not in self.shown.messages:
+                self.write(text)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -267,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
     except TrainingError as exc:
         sys.stderr.write(f"dmlviewer train: error: {worded(exc, names)}\n")
         return 1
+    finally:
+        printer.close()
     wall = time.perf_counter() - start
     state = "cancelled" if result["cancelled"] else "done"
     chosen = (f"selected epoch {result['selected_epoch']} on {result['selected_on']}"

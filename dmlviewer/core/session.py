@@ -60,6 +60,14 @@ RECENT_MODELS = 10
 _MAX_TEXT = 4096
 
 
+#: A short heading for each cause of :meth:`Session.features_mismatch`, agreeing with its sentence.
+FEATURES_MISMATCH_HEADINGS = {
+    "dataset": "Features of another dataset.",
+    "unrecorded": "Features of an unknown model.",
+    "model": "Features of another model.",
+}
+
+
 class SessionError(ValueError):
     """A remembered session that cannot be used as given (one line saying which field)."""
 
@@ -261,23 +269,30 @@ class Session:
     def features_problem(self, features: Any = None) -> str | None:
         """Why ``features`` (default: the open ones) must not be shown with the open dataset and
         model, in one sentence (None: they may)."""
+        found = self.features_mismatch(features)
+        return None if found is None else found[1]
+
+    def features_mismatch(self, features: Any = None) -> tuple[str, str] | None:
+        """Why ``features`` (default: the open ones) must not be shown: (its cause, a key of
+        :data:`FEATURES_MISMATCH_HEADINGS`, and the sentence of :meth:`features_problem`);
+        None when they may be shown."""
         features = self.features if features is None else features
         if features is None:
             return None
         if not self.features_fit(features):
             root = str((getattr(features, "attrs", None) or {}).get("dataset_root") or "") or "another folder"
-            return (f"These features were computed from another dataset ({root}) than the open one: "
-                    "their neighbours are not shown.")
+            return "dataset", (f"These features were computed from another dataset ({root}) than the open one: "
+                               "their neighbours are not shown.")
         if self.model is None:
             return None
         stored = str((getattr(features, "attrs", None) or {}).get("checkpoint_sha256", "") or "")
         if not stored:
-            return ("These features do not say which checkpoint computed them, so they may belong to "
-                    "another model: their neighbours are not shown.")
+            return "unrecorded", ("These features do not say which checkpoint computed them, so they may "
+                                  "belong to another model: their neighbours are not shown.")
         sha = self.model_sha
         if sha and stored != sha:
-            return (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than the "
-                    f"open one ({sha[:12]}…): their neighbours are not shown.")
+            return "model", (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than "
+                             f"the open one ({sha[:12]}…): their neighbours are not shown.")
         return None
 
     # -- jobs and freshness

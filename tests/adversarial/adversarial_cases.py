@@ -565,7 +565,7 @@ def api_dmlviewer_view(fx: dict, tmp: Path) -> str:
     QSettings.setPath(QSettings.IniFormat, QSettings.UserScope, str(tmp / "settings"))
     dialogs: list = []
     saved = errors.show_error
-    errors.show_error = lambda parent, title, message, details=None: dialogs.append((title, message, details))
+    errors.show_error = lambda parent, title, message, details=None, **_options: dialogs.append((title, message, details))
     try:
         try:
             view(fx["ck_payload_zip"], block=False).close()
@@ -694,7 +694,7 @@ def gui_open(fx: dict, tmp: Path, what: str, path: str) -> dict:
     dialogs: list = []
     escaped: list = []
     saved = (errors.show_error, QFileDialog.getExistingDirectory, QFileDialog.getOpenFileName, sys.excepthook)
-    errors.show_error = lambda parent, title, message, details=None: dialogs.append((title, message, details))
+    errors.show_error = lambda parent, title, message, details=None, **_options: dialogs.append((title, message, details))
     QFileDialog.getExistingDirectory = staticmethod(lambda *a, **k: path)
     QFileDialog.getOpenFileName = staticmethod(lambda *a, **k: (path, ""))
     sys.excepthook = lambda *exc: escaped.append("".join(__import__("traceback").format_exception(*exc)))

@@ -19,7 +19,9 @@ Each case is classified:
   that must not change, no temporary file left;
 - ``traceback``: a Python traceback reached the user (or an undocumented exception the API);
 - ``crash``: the worker process died (a signal, the memory limit);
-- ``hang``: the case did not end within its timeout;
+- ``hang``: the case did not end within its limit: its timeout (the time it may take on an idle
+  machine) x :data:`HANG_MARGIN` x the machine's slowness measured in this run (:class:`Pace`), so
+  that a busy machine is not a hang (issue 42 item 12);
 - ``payload``: code from a pickle payload ran (a marker file appeared);
 - ``corrupt``: a file that had to stay intact changed, a temporary file was left, a file
   written was unreadable after SIGKILL;
@@ -59,6 +61,35 @@ def namespaces_available() -> bool:
         return subprocess.run(["unshare", "-Urm", "true"], capture_output=True, timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+#: The hang limit is this many times a case's timeout on the measured pace: generous, since a
+#: hang never ends and a slow case does, and the limit only keeps a hang from stopping the run.
+HANG_MARGIN = 2.0
+#: Cases between two timings of the no-op (the load of a shared machine changes during a run).
+PACE_EVERY = 10
+
+
+class Pace:
+    """How much slower than an idle core the worker runs now: the wall / CPU time of the no-op
+    case (``adversarial_worker.time_noop``) timed in this run, at the start and every
+    :data:`PACE_EVERY` cases; at least 1. A case's limit is its timeout x :data:`HANG_MARGIN`
+    x this slowness, so the verdict does not depend on the machine's speed."""
+
+    def __init__(self) -> None:
+        self.slowness = 1.0
+        self.timings: list[dict] = []
+
+    def measure(self, worker: "Worker") -> float:
+        timing = worker.noop()
+        if timing is not None:
+            self.timings.append(timing)
+            self.slowness = max(1.0, timing["wall"] / max(timing["cpu"], 1e-3))
+        return self.slowness
+
+    def limit(self, case) -> float:
+        """Seconds ``case`` may run before it counts as a hang."""
+        return case.timeout * HANG_MARGIN * self.slowness
 
 
 class Worker:
@@ -108,17 +139,28 @@ class Worker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode()
 
-    def run(self, case, n: int) -> dict:
+    def noop(self) -> dict | None:
+        """Time the no-op case in the worker (``{"wall", "cpu"}`` seconds); None if it died."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
-        self.proc.stdin.write((json.dumps({"id": case.id, "n": n}) + "\n").encode())
+        self.proc.stdin.write(b'{"noop": true}\n')
         self.proc.stdin.flush()
-        line = self._read_line(case.timeout + 30)
+        line = self._read_line(600)
+        return json.loads(line)["noop"] if line is not None else None
+
+    def run(self, case, n: int, limit: float | None = None) -> dict:
+        """Run ``case`` (SIGALRM after ``limit`` seconds, default its timeout)."""
+        limit = case.timeout if limit is None else limit
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        self.proc.stdin.write((json.dumps({"id": case.id, "n": n, "limit": limit}) + "\n").encode())
+        self.proc.stdin.flush()
+        line = self._read_line(limit + 30 * limit / case.timeout)
         if line is not None:
-            return json.loads(line)
+            return {**json.loads(line), "limit": round(limit, 1)}
         if self.proc.poll() is None:  # a hang even SIGALRM did not end
             self.kill()
-            return {"id": case.id, "hang": True}
+            return {"id": case.id, "hang": True, "limit": round(limit, 1)}
         code = self.proc.returncode
         stderr = self.proc.stderr.read().decode(errors="replace")[-20000:]
         self.proc = None
@@ -146,7 +188,9 @@ def classify(case, r: dict) -> tuple[str, str]:
         stack = r.get("stderr", "")
         return "crashes", f"worker died (exit {r.get('returncode')}): {stack[stack.find('Fatal Python'):][:3000]}"
     if r.get("hang") or r.get("timed_out"):
-        return "hangs", f"no end within {case.timeout} s"
+        limit = r.get("limit", case.timeout)
+        return "hangs", (f"no end within {limit} s (its timeout {case.timeout:g} s x {HANG_MARGIN:g} x the "
+                         f"machine's slowness {limit / case.timeout / HANG_MARGIN:.1f})")
     if r.get("payload"):
         return "payloads", "a pickle payload ran"
     report = r.get("value") if case.process and isinstance(r.get("value"), dict) else {}
@@ -228,13 +272,16 @@ def run(only: str | None = None, log=print) -> dict:
         for name in ("DMLVIEWER_MAX_IMAGE_PIXELS", "DMLVIEWER_FOLLOW_EXTERNAL_LINKS"):
             env.pop(name, None)
         worker = Worker(fixtures_json, scratch, mounts, env)
+        pace = Pace()
         results: dict = {}
         try:
             for n, case in enumerate(cases):
                 if case.needs == "mounts" and not mounts:
                     results[case.id] = {"skipped": "no unprivileged mount namespace here (unshare -Urm)"}
                 else:
-                    results[case.id] = worker.run(case, n)
+                    if n % PACE_EVERY == 0 or worker.proc is None:
+                        log(f"pace: the worker runs {pace.measure(worker):.1f}x slower than an idle core")
+                    results[case.id] = worker.run(case, n, pace.limit(case))
                 column, detail = classify(case, results[case.id])
                 results[case.id].update(column=column, detail=detail)
                 log(f"{column:10s} {case.id} ({results[case.id].get('seconds', '-')} s): {detail[:160]}")
@@ -250,7 +297,7 @@ def run(only: str | None = None, log=print) -> dict:
             row["tried"] += 1
             row[column] += 1
         return {"cases": results, "summary": summary, "mounts": bool(mounts),
-                "seconds": round(time.monotonic() - started, 1)}
+                "seconds": round(time.monotonic() - started, 1), "pace": pace.timings}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -266,7 +313,10 @@ def format_summary(report: dict) -> str:
         lines.append(f"{name:{width}s} " + " ".join(f"{row[c]:10d}" for c in (*COLUMNS, "skipped")))
     mode = ("full and read-only disks: real small file systems (unshare -Urm)" if report["mounts"]
             else "full and read-only disks: skipped (no mount namespace); write errors simulated with RLIMIT_FSIZE")
-    return "\n".join(lines + [mode, f"{report['seconds']} s"])
+    slowness = [t["wall"] / max(t["cpu"], 1e-3) for t in report.get("pace", [])]
+    pace = (f"hang limits: timeout x {HANG_MARGIN:g} x the slowness measured by the no-op case "
+            f"({min(slowness):.1f}x to {max(slowness):.1f}x an idle core)" if slowness else "")
+    return "\n".join(lines + [mode, *([pace] if pace else []), f"{report['seconds']} s"])
 
 
 def main() -> int:

@@ -2,10 +2,11 @@
 
 Started by ``adversarial_runner`` as ``python adversarial_worker.py FIXTURES.json SCRATCH``
 (inside a user and mount namespace with a small and a read-only file system when the machine
-allows it). Reads one JSON request per line on stdin (``{"id": ..., "n": ...}``), answers one
+allows it). Reads one JSON request per line on stdin (``{"id": ..., "n": ..., "limit": ...}``,
+or ``{"noop": true}``: :func:`time_noop`), answers one
 JSON line per case on its original stdout. Each case's stdout and stderr are captured at the
-file-descriptor level (C libraries included); a case is stopped after its timeout by
-``SIGALRM`` (the runner kills the whole worker when even that does not return: a hang), and
+file-descriptor level (C libraries included); a case is stopped after its limit (its timeout
+scaled by the runner, see ``adversarial_runner.Pace``) by ``SIGALRM`` (the runner kills the whole worker when even that does not return: a hang), and
 the worker's address space is limited so that an allocation bomb fails fast instead of
 taking the machine (the runner records a crash when the worker dies).
 """
@@ -64,7 +65,9 @@ def _fmt(value, fx: dict):
     return value
 
 
-def run_case(case, fx: dict) -> dict:
+def run_case(case, fx: dict, limit: float | None = None) -> dict:
+    """Run ``case``, stopped by SIGALRM after ``limit`` seconds (default: its timeout; the
+    runner passes it scaled by the machine's measured slowness)."""
     from dmlviewer.cli import main
     from dmlviewer.core.data import DatasetError, ImageError
     from dmlviewer.core.evaluate import StoreError
@@ -93,7 +96,7 @@ def run_case(case, fx: dict) -> dict:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
         signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, case.timeout)
+        signal.setitimer(signal.ITIMER_REAL, case.timeout if limit is None else limit)
         try:
             if case.argv is not None:
                 try:
@@ -148,6 +151,24 @@ def run_case(case, fx: dict) -> dict:
     return result
 
 
+#: how many times the no-op builds the command line's parser and formats its help (about 0.1 s
+#: of CPU time on a 2020s core)
+NOOP_ROUNDS = 20
+
+
+def time_noop() -> dict:
+    """The no-op case (issue 42 item 12): a fixed amount of pure-Python work (the command
+    line's parser built and its help formatted), timed in wall and CPU seconds of this process.
+    Wall / CPU is how much slower than an idle core this worker runs now; the runner scales the
+    cases' hang limits by it."""
+    from dmlviewer.cli import build_parser
+
+    wall, cpu = time.monotonic(), time.process_time()
+    for _ in range(NOOP_ROUNDS):
+        build_parser().format_help()
+    return {"noop": {"wall": time.monotonic() - wall, "cpu": time.process_time() - cpu}}
+
+
 def main() -> int:
     fixtures = json.loads(Path(sys.argv[1]).read_text())
     scratch = Path(sys.argv[2])
@@ -166,9 +187,12 @@ def main() -> int:
     proto.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
+        if request.get("noop"):
+            proto.write(json.dumps(time_noop()) + "\n")
+            continue
         case = by_id[request["id"]]
         fx = {**fixtures, "tmp": str(scratch / "cases" / str(request["n"]))}
-        proto.write(json.dumps(run_case(case, fx), default=str) + "\n")
+        proto.write(json.dumps(run_case(case, fx, request.get("limit", case.timeout)), default=str) + "\n")
     return 0
 
 

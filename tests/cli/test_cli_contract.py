@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -27,9 +29,17 @@ def test_every_option_is_described_with_its_default():
                 continue
             assert action.help, f"{name} {action.option_strings or action.dest} has no description"
             shown = formatter._get_help_string(action)
-            if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            if action.option_strings and not (action.default is None or action.default is False
+                                              or action.default is argparse.SUPPRESS):  # 0 is stated
                 assert "default" in shown.lower(), f"{name} {action.option_strings}: {shown!r} hides its default"
         parser.format_help()  # every help string formats (no stray %)
+
+
+def test_a_default_of_zero_is_stated():
+    """Issue 42 item 10: ``make-demo-data --help`` names ``--seed``'s default 0 (0 == False hid it)."""
+    done = subprocess.run([sys.executable, "-m", "dmlviewer", "make-demo-data", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "random seed (default: 0)" in " ".join(done.stdout.split())
 
 
 def test_region_help_says_order_and_units():

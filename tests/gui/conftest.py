@@ -111,7 +111,7 @@ def dialogs(monkeypatch) -> list[tuple[str, str, str | None]]:
     from dmlviewer.gui.common import errors
 
     calls: list[tuple[str, str, str | None]] = []
-    monkeypatch.setattr(errors, "show_error", lambda parent, title, message, details=None:
+    monkeypatch.setattr(errors, "show_error", lambda parent, title, message, details=None, **_options:
                         calls.append((title, message, details)))
     return calls
 

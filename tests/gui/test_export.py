@@ -229,6 +229,7 @@ def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(r
     from dmlviewer.gui.jobs import report_job
 
     opened = []
+    monkeypatch.setattr(report_job, "OPENER", None)  # QDesktopServices.openUrl, recorded
     monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)
     out = tmp_path / "report.html"
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "HTML page (*.html)"))
@@ -239,3 +240,39 @@ def test_tools_report_writes_the_report_in_the_job_queue_and_opens_the_browser(r
     text = out.read_text(encoding="utf-8")
     assert "Retrieval failures · model A" in text and "<script" not in text
     assert report_job.report_models(ready)[0].name == "A"
+
+
+@pytest.mark.parametrize("opener", ["fails", "openUrl says no"])
+def test_tools_report_says_where_the_report_is_when_no_browser_opens_it(ready, tmp_path, monkeypatch, qtbot, qapp,
+                                                                         opener):
+    """Issue 42 item 7: the opener ends in failure (a real process exiting 3, as xdg-open does
+    when Chromium refuses to run as root), or QDesktopServices.openUrl returns False: a notice
+    names the file, Copy Path puts it on the clipboard and Show Folder opens its folder."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QDesktopServices
+
+    from dmlviewer.gui.jobs import report_job
+
+    opened = []
+    if opener == "fails":
+        monkeypatch.setattr(report_job, "OPENER", [sys.executable, "-c", "import sys; sys.exit(3)"], raising=False)
+        monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or True)
+    else:
+        monkeypatch.setattr(report_job, "OPENER", None, raising=False)
+        monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()) or False)
+    out = tmp_path / "report.html"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "HTML page (*.html)"))
+    action = next(a for a in ready.tools_menu.actions() if a.text() == "&Report on the Test Split…")
+    action.trigger()
+    qtbot.waitUntil(lambda: getattr(ready, "report_notice", None) is not None and ready.report_notice.isVisible()
+                    or bool(ready.dialogs), timeout=120000)
+    assert not ready.dialogs and out.exists()
+    box = ready.report_notice
+    assert "no browser opened it" in box.text() and str(out) in box.informativeText()
+    buttons = {b.text(): b for b in box.buttons()}
+    opened.clear()
+    qtbot.mouseClick(buttons["Copy Path"], Qt.LeftButton)
+    assert qapp.clipboard().text() == str(out) and box.isVisible()  # the box stays for the other offer
+    qtbot.mouseClick(buttons["Show Folder"], Qt.LeftButton)
+    assert opened == [str(out.parent)]
+    box.done(0)

@@ -26,14 +26,69 @@ def test_corrupt_checkpoint_and_missing_dataset_give_dialogs_and_a_usable_window
     assert window.open_checkpoint(bad) is False
     assert window.open_dataset(tmp_path / "no-such-folder") is False
     assert [title for title, _, _ in window.dialogs] == ["Cannot open checkpoint", "Cannot open dataset"]
-    for _, message, details in window.dialogs:
-        assert message and details and "Traceback" in details
-    assert "corrupt.pt" in window.dialogs[0][1] or "corrupt.pt" in window.dialogs[0][2]
+    for _, message, details in window.dialogs:  # expected refusals: the file, the reason, what to do
+        assert message and details and "Traceback" not in details
+        assert "Reason: " in details and "What to do: " in details
+    assert f"File: {bad}" in window.dialogs[0][2] and "no-such-folder" in window.dialogs[1][2]
     assert window.model is None and window.dataset is None
     # Still usable: the right files open afterwards.
     assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
     wait_ready(window.pair_view)
     assert len(window.dialogs) == 2
+
+
+def test_a_text_file_named_pt_is_one_log_line_and_a_dialog_that_says_what_to_do(qtbot, qapp, tmp_path, caplog,
+                                                                               demo_root, small_ckpt, wait_ready):
+    """Issue 42 item 2: a user's mistake (a text file named .pt, as model A and as model B) is
+    one log line each, no traceback on stderr, and the real dialog's details say the file, the
+    reason and what to do; a bug keeps its traceback."""
+    import logging
+
+    from PySide6.QtWidgets import QMessageBox
+
+    from dmlviewer.core.models.source import ModelSource
+    from dmlviewer.gui.window.main_window import MainWindow
+
+    notes = tmp_path / "notes.pt"
+    notes.write_text("my notes, not a model\n" * 20)
+    win = MainWindow()
+    qtbot.addWidget(win)
+    win.show()
+    caplog.set_level(logging.INFO)
+
+    def dialog_details() -> str:
+        qtbot.waitUntil(lambda: any(isinstance(w, QMessageBox) and w.isVisible() for w in qapp.topLevelWidgets()
+                                    + win.findChildren(QMessageBox)), timeout=30000)
+        box = next(w for w in qapp.topLevelWidgets() + win.findChildren(QMessageBox)
+                   if isinstance(w, QMessageBox) and w.isVisible())
+        details = box.detailedText()
+        box.done(0)
+        qtbot.waitUntil(lambda: not box.isVisible())
+        return details
+
+    try:
+        assert win.open_checkpoint(notes) is False
+        details_a = dialog_details()
+        assert win.open_dataset(demo_root) and win.open_checkpoint(small_ckpt)
+        wait_ready(win.pair_view)
+        win.open_compare(ModelSource.from_text(str(notes)))
+        details_b = dialog_details()
+        for details in (details_a, details_b):
+            assert "Traceback" not in details
+            assert f"File: {notes}" in details and "Reason: refusing to load" in details
+            assert "What to do: Open a checkpoint written by dmlviewer" in details
+        refusals = [r for r in caplog.records if "refusing to load" in r.getMessage()]
+        assert len(refusals) == 2 and all(r.exc_info is None and "\n" not in r.getMessage() for r in refusals)
+        assert "Traceback" not in caplog.text
+        # a bug is no refusal: its traceback is kept, in the log and the details
+        caplog.clear()
+        try:
+            raise RuntimeError("a bug")
+        except RuntimeError as exc:
+            errors.report_exception(win, "Oops", exc)
+        assert "Traceback" in dialog_details() and "Traceback" in caplog.text
+    finally:
+        win.shutdown()
 
 
 def test_unreadable_pair_image_is_a_problem_and_a_dialog(window, tmp_path, demo_root):

@@ -135,10 +135,11 @@ def test_hover_benchmark_measures_real_events(qapp):
 
 
 def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, demo_root, small_ckpt, agroup_ckpt,
-                                                                       wait_ready, qtbot):
+                                                                       wait_ready, qtbot, tmp_path):
     """Features carry the checkpoint's sha256: after opening another checkpoint the panel drops
     the old model's neighbours at once and re-extracts with the new model; a feature file of
     another model opened by hand is flagged and its neighbours are not shown."""
+    from dmlviewer.core.data import make_demo_data
     from dmlviewer.core.evaluate.retrieval import retrieve
     from dmlviewer.gui.window import settings
 
@@ -166,7 +167,21 @@ def test_another_checkpoint_never_shows_the_previous_models_neighbours(window, d
     qtbot.wait(200)
     assert panel.mismatch() and panel.results == [] and panel.list.count() == 0
     assert "another checkpoint" in panel.source.text() and panel.extract_button.isVisible()
+    assert "<b>Features of another model.</b>" in panel.source.text()
+    assert panel.extract_button.text() == "Compute features of the open model"
     assert "another checkpoint" in window.statusBar().currentMessage()
+
+    # Issue 42 item 3: a feature file of another dataset is headed as such, as its text says.
+    other = tmp_path / "other"
+    make_demo_data(other, classes=3, per_class=3, size=64, seed=1)
+    assert window.open_dataset(other)
+    qtbot.waitUntil(lambda: window.features is not None and "other-" in Path(window.features_path).name
+                    and window.jobs.extract_job is None, timeout=60000)
+    assert window.open_features(first_path)
+    qtbot.wait(200)
+    text = panel.source.text()
+    assert "computed from another dataset" in text and "<b>Features of another dataset.</b>" in text
+    assert "another model" not in text and panel.extract_button.text() == "Compute features of the open dataset"
 
 
 def test_during_an_extraction_compute_waits_and_reopening_the_dataset_keeps_computing(

@@ -452,6 +452,21 @@ def _read_safetensors(path: Path) -> dict:
         raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from None
 
 
+def weights_head_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path``'s first bytes show it is no weights file (neither ``torch.save``'s zip or
+    pickle nor safetensors), in words ("is not a weights file, it looks like a text file"); None
+    when it may be one. Reads at most 4 KB, so a form can check a file before anything is built
+    (``train --pretrained`` is refused before the data split, issue 42 item 10)."""
+    from dmlviewer.core.files import sniff
+
+    path = Path(path)
+    if _is_safetensors(path):
+        return None
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    return None if _torch_container(head) else f"is not a weights file, it looks like {sniff(head)}"
+
+
 def read_weights_file(path: str | os.PathLike) -> dict:
     """``torch.load(path, weights_only=True)`` on CPU (or a ``.safetensors`` file, tensors only);
     anything else is refused with ``CheckpointError`` saying what the file looks like and what a

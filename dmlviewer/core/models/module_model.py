@@ -65,7 +65,9 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
     dict or an object: the first of ``embedding embeddings features feature pooler_output
     image_embeds``), an int (index into a tuple/list), a str (dict key or attribute), or a
     callable. A tuple or list of several elements (``(logits, embedding)``) is never guessed:
-    :class:`ModelFieldError` on ``output`` names the elements' shapes (issue 31 item 11).
+    :class:`ModelFieldError` on ``output`` names the elements' shapes (issue 31 item 11), and
+    ``{output_forms}`` where each door says what it takes (a function only in Python, issue 42
+    item 10).
     """
     if callable(output):
         value = output(result)
@@ -78,7 +80,7 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
             kind = type(result).__name__
             raise ModelFieldError("output", f"the model returned a {kind} of {len(result)} elements "
                                   f"({describe_elements(result)}): say which one is the embedding with {{field}} "
-                                  "(its index, e.g. 1, or a function)")
+                                  "({output_forms})", also=("output_forms",))
         else:
             value = None
             for key in _OUTPUT_KEYS:
@@ -90,7 +92,7 @@ def select_output(result: Any, output: OutputSelector) -> torch.Tensor:
                     break
             if value is None:
                 raise ModelFieldError("output", f"the model returned a {type(result).__name__}: say which part is the "
-                                      "embedding with {field} (an index, a key or a function)")
+                                      "embedding with {field} ({output_forms})", also=("output_forms",))
     elif isinstance(output, int):
         try:
             value = result[output]

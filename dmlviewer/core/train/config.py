@@ -237,6 +237,15 @@ def pretrained_problem(backbone: str, pretrained: str | None) -> FieldsError | N
     if problem:
         return FieldsError(f"{{pretrained}} file not found: {literal(pretrained)}" if problem == "file not found"
                            else f"{{pretrained}} {literal(pretrained)} {literal(problem)}")
+    from dmlviewer.core.models.backbones import weights_head_problem
+
+    try:  # its first bytes, before any data is read or model built
+        problem = weights_head_problem(pretrained)
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror or exc})"
+    if problem:
+        return FieldsError(f"{{pretrained}} {literal(pretrained)} {literal(problem)}; give a weights file "
+                           "(torch.save or safetensors), imagenet or none")
     return None
 
 

@@ -166,11 +166,16 @@ class Trainer:
         usable = self.num_classes - len(thin)
         self.classes_per_batch, self.images_per_class = c.classes_per_batch, c.images_per_class
         if c.classes_per_batch > usable >= 2:
-            # a small training set: every class in each batch, the batch size kept
+            # a small training set: every class in each batch, the batch size kept as far as the
+            # classes hold images (beyond that a batch only repeats them: issue 42 item 10)
+            values, counts = np.unique(labels, return_counts=True)
+            sizes = counts[~np.isin(values, thin)]
             self.classes_per_batch = usable
-            self.images_per_class = max(c.images_per_class, c.batch_size // usable)
-            message = (f"only {usable} training classes with at least two images: batches of {usable} classes x "
-                       f"{self.images_per_class} images instead of {c.classes_per_batch} x {c.images_per_class}")
+            self.images_per_class = max(c.images_per_class, min(c.batch_size // usable, int(sizes.max())))
+            held = f"{sizes.min()}" if sizes.min() == sizes.max() else f"{sizes.min()} to {sizes.max()}"
+            message = (f"only {usable} training classes with at least two images ({held} images each): batches of "
+                       f"{usable} classes x {self.images_per_class} images instead of {c.classes_per_batch} x "
+                       f"{c.images_per_class}")
             log.warning(message)
             yield Progress("log", message=message, data={"classes_per_batch": self.classes_per_batch,
                                                          "images_per_class": self.images_per_class})
@@ -205,8 +210,7 @@ class Trainer:
         if c.resume:
             model, info = load_checkpoint(c.checkpoint_path, self.device)
             self.resume_info = info
-            saved = self._resumable(info)
-            check_options([(k, getattr(saved, k), getattr(c, k)) for k in c.differences(saved)])
+            self._resumable(info)
         else:
             seed_everything(c.seed)
             model = build_model(c.model_config(), self.device)
@@ -253,6 +257,8 @@ class Trainer:
         elif Path(saved.dataset).resolve() != Path(c.dataset).resolve():
             raise TrainingError(f"cannot resume on another dataset: the run trained on {saved.dataset}, not "
                                 f"{c.dataset}")
+        # the options first: a finished run resumed with another --dim is told which option differs
+        check_options([(k, getattr(saved, k), getattr(c, k)) for k in c.differences(saved)])
         check_unfinished(int(info.get("epoch", 0)), bool(int(extra["sampler"].get("start", 0))), c.epochs, c.out)
         return saved
 

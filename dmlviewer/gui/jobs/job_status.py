@@ -4,7 +4,9 @@
 (``Job.fraction``, which never moves back across phases), "ETA" while it runs, "cancelling…"
 once asked to stop, and the last job's end ("cancelled: …", "failed: …", the state first so
 that eliding the name never hides it) for :attr:`JobStatus.ENDED_SHOWN_S` seconds when nothing
-runs (then the bar is clear: the Jobs view keeps the record, issue 31 item 3); a
+runs (then the bar is clear: the Jobs view keeps the record, issue 31 item 3; the end is
+forgotten when its own timer fires, not when a wall clock agrees, since Qt's coarse timers fire
+up to 5 % early and a 10.05 s check at 9.6 s left it on screen for good, issue 42 item 1); a
 "Jobs" button opens and closes the Jobs dock, so the dock can stay hidden and the pair view
 keeps the height. It is compact, so that the hover or pinned-point message beside it reads whole
 in a 1366-px window while a job runs: a short bar, the job's name elided before its state
@@ -16,8 +18,6 @@ instead of cutting it ("[pinne"); :class:`FittedLabel` does the same for the per
 """
 
 from __future__ import annotations
-
-import time
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QToolButton, QWidget
@@ -129,7 +129,10 @@ class JobStatus(QWidget):
         row.addWidget(self.label)
         row.addWidget(self.bar)
         row.addWidget(self.button)
-        self._last_ended: Job | None = None
+        self._last_ended: Job | None = None  # said until _ended_timer fires
+        self._ended_timer = QTimer(self)
+        self._ended_timer.setSingleShot(True)
+        self._ended_timer.timeout.connect(self._forget_ended)
         self._giving_way: list[tuple[FittedLabel, int, int]] = []  # (label, its width, while a job runs)
         self._dirty = True
         self._timer = QTimer(self)
@@ -151,9 +154,13 @@ class JobStatus(QWidget):
 
     def _on_ended(self, job: Job, *_args) -> None:
         self._last_ended = job
+        self._ended_timer.start(int(self.ENDED_SHOWN_S * 1000))  # a later end restarts it
         self.refresh()
-        # cleared once it has been said long enough (the refresh then finds it expired)
-        QTimer.singleShot(int(self.ENDED_SHOWN_S * 1000) + 50, self.refresh)
+
+    def _forget_ended(self) -> None:
+        """The last job's end has been said long enough: the bar is clear of it."""
+        self._last_ended = None
+        self.refresh()
 
     def give_way(self, label: FittedLabel, width: int = GIVE_WAY_WIDTH) -> None:
         """While a job runs, ``label`` is at most ``width`` px wide (elided first), so that the
@@ -167,8 +174,7 @@ class JobStatus(QWidget):
         if job is not None:
             return f"{job.name}{self.state_text()}"
         last = self._last_ended
-        if (last is not None and last.state in (JobState.CANCELLED, JobState.FAILED)
-                and time.time() - (last.ended_at or 0.0) < self.ENDED_SHOWN_S):
+        if last is not None and last.state in (JobState.CANCELLED, JobState.FAILED):
             return f"{last.state}: {last.name}"
         return ""
 

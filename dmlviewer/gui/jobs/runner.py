@@ -73,6 +73,52 @@ class _JobThread(QThread):
 
 #: Job threads that have not finished yet, kept referenced until they have.
 _LIVE_THREADS: set[_JobThread] = set()
+#: Longest the interpreter's exit waits, in all, for running jobs to notice their cancel and stop.
+EXIT_WAIT_S = 30.0
+
+
+def stop_jobs_at_exit(timeout_s: float | None = None) -> list[_JobThread]:
+    """Registered with ``atexit`` when the first job starts (issue 42 item 9): a script or program
+    that ends while a job runs cancels every running job and joins its thread, at most
+    ``timeout_s`` (default :data:`EXIT_WAIT_S`) in all, a child process terminated after that.
+    A ``QThread`` destroyed while it runs aborts the interpreter (exit 134), and a job stopped
+    by its cancel cleans up as it does in the app (a feature file being written is removed). A
+    thread that outlives the wait is detached: never freed, so never destroyed while it runs.
+    Returns the threads left running."""
+    deadline = time.monotonic() + (EXIT_WAIT_S if timeout_s is None else timeout_s)
+    running = [thread for thread in list(_LIVE_THREADS) if thread.isRunning()]
+    for thread in running:
+        thread.job.cancel_token.cancel()
+        thread.forward_cancel()
+    left = []
+    for thread in running:
+        if thread.wait(max(0, int((deadline - time.monotonic()) * 1000))):
+            continue
+        if thread.job.process:
+            thread.kill_process()
+            if thread.wait(int(ChildProcess.JOIN_S * 2000)):
+                continue
+        left.append(thread)
+    for thread in left:
+        import ctypes
+
+        log.warning("job %s (%s) did not stop at exit: its thread is left running", thread.job.id, thread.job.name)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(thread))  # never freed: never destroyed while it runs
+    return left
+
+
+_exit_hook = False
+
+
+def _stop_jobs_at_exit_once() -> None:
+    """Register :func:`stop_jobs_at_exit` (once, at the first job: after the exit handlers of
+    what the job uses, e.g. ``dmlviewer.view``'s temporary dataset, so that it runs before them)."""
+    global _exit_hook
+    if not _exit_hook:
+        import atexit
+
+        atexit.register(stop_jobs_at_exit)
+        _exit_hook = True
 
 
 class JobRunner(QObject):
@@ -192,6 +238,7 @@ class JobRunner(QObject):
         job.started_at = time.time()
         thread = _JobThread(job)  # no Qt parent: it must outlive a runner deleted mid-job
         _LIVE_THREADS.add(thread)
+        _stop_jobs_at_exit_once()
         thread.event.connect(self._on_event)
         thread.ended.connect(self._on_ended)
         thread.finished.connect(self._reap_thread)

@@ -83,7 +83,7 @@ class WindowJobs:
             features = read_features(path)
         except Exception as exc:  # noqa: BLE001
             if not quiet:
-                errors.report_exception(self.window, "Cannot open features", exc)
+                errors.report_exception(self.window, "Cannot open features", exc, path=str(path))
             return False
         if not self.session.features_fit(features):
             log.info("not opening %s: computed from another dataset than %s", path, self.window.dataset_path)

@@ -460,8 +460,13 @@ class RetrievalPanel(QWidget):
             self.extract_button.setEnabled(False)
             return
         if mismatch:
-            self.source.setText(f"<span style='color:#eb5757'><b>Features of another model.</b></span> {mismatch}")
-            self.extract_button.setText("Compute features of the open model")
+            from dmlviewer.core.session import FEATURES_MISMATCH_HEADINGS
+
+            cause = self.session.features_mismatch()[0]  # the heading agrees with the sentence (issue 42 item 3)
+            self.source.setText(f"<span style='color:#eb5757'><b>{FEATURES_MISMATCH_HEADINGS[cause]}</b></span> "
+                                f"{mismatch}")
+            self.extract_button.setText("Compute features of the open dataset" if cause == "dataset"
+                                        else "Compute features of the open model")
         else:
             self.source.setText(self._features_text() if has else
                                 "No features loaded: open an HDF5 feature file, or compute them.")

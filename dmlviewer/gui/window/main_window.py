@@ -379,7 +379,7 @@ class MainWindow(QMainWindow):
                 dataset = open_dataset(path, format=fmt)
                 listing_fingerprint(dataset)  # its identity (one stat a file), kept on it for the session
         except Exception as exc:  # noqa: BLE001 - every failure reaches the user
-            errors.report_exception(self, "Cannot open dataset", exc)
+            errors.report_exception(self, "Cannot open dataset", exc, path=path)
             return False
         self._apply_dataset(dataset, path, fmt)
         return True
@@ -541,7 +541,8 @@ class MainWindow(QMainWindow):
         if getattr(exc, "bare_state_dict", False) and source is not None and source.kind == "checkpoint":
             self.offer_import(source.path)
             return
-        errors.report_exception(self, title, exc)
+        path = None if source is None else (source.path if source.kind == "checkpoint" else source.weights)
+        errors.report_exception(self, title, exc, path=path)
 
     def offer_import(self, path: str) -> QMessageBox:
         """Say that ``path`` holds weights without an architecture and offer to import it
@@ -578,7 +579,7 @@ class MainWindow(QMainWindow):
             with _busy():
                 features = open_features(path)  # lazy: rows are read when needed
         except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot open features", exc)
+            errors.report_exception(self, "Cannot open features", exc, path=path)
             return False
         self._apply_features(features, path)
         return True
