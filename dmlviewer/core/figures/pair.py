@@ -16,7 +16,11 @@ import cv2
 import numpy as np
 
 from dmlviewer.core.explain.grid import grid_to_pixel, upsample
+from dmlviewer.core.explain.matches import match_shares_text
 from dmlviewer.core.explain.methods import label as method_label
+from dmlviewer.core.scene.colormaps import DIVERGING
+from dmlviewer.core.scene.levels import levels, sign_part
+from dmlviewer.core.scene.scene import similarity_split
 
 from .figure import COLORMAP, ColorBar, Figure, Panel, fit, overlay
 
@@ -25,17 +29,6 @@ PANEL_SIDE = 128
 #: line colours of the drawn matches (RGB)
 MATCH_COLOURS = ((255, 255, 255), (255, 220, 0), (0, 255, 120), (255, 80, 200), (0, 200, 255),
                  (255, 140, 0), (170, 120, 255), (120, 255, 255))
-
-
-def similarity_split(expl) -> str:
-    """The similarity as the sum of its point-to-point part and the three bias terms (seed 000
-    Eq. 3), worded as the pair view's line, with the decomposition rule."""
-    p2p = float(np.asarray(expl.point_to_point, dtype=np.float64).sum())
-    rule = "exact decomposition" if expl.rule == "exact" else "first-order (Jacobian) decomposition"
-    return (f"Similarity (cosine) {expl.similarity:+.4f} = point-to-point {p2p:+.4f} "
-            f"+ query cells · reference bias {expl.bias_query:+.4f} "
-            f"+ reference cells · query bias {expl.bias_reference:+.4f} + bias · bias {expl.bias_both:+.4f} "
-            f"({rule})")
 
 
 def cell_centres(grid: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
@@ -73,10 +66,6 @@ def _side_px(scale: float) -> int:
     return max(8, round(PANEL_SIDE * scale))
 
 
-#: the colour map of signed maps (diverging, as the app's)
-DIVERGING = "twilight_shifted"
-
-
 def map_panel(image: np.ndarray, grid_map: np.ndarray, caption: str, scale: float = 1.0,
               colormap: str = COLORMAP, high: float | None = None, sign: str = "positive") -> Panel:
     """``image`` with ``grid_map`` (a feature-grid map) upsampled to the panel's size and
@@ -84,12 +73,12 @@ def map_panel(image: np.ndarray, grid_map: np.ndarray, caption: str, scale: floa
     a colour bar from 0 to its maximum (or ``high``), or both (``"signed"``) on a diverging bar
     symmetric about 0."""
     shown = fit(image, _side_px(scale))
-    heat = upsample(np.asarray(grid_map, dtype=np.float32), shown.shape[:2])
+    part = sign_part(grid_map, sign)
+    heat = upsample(part, shown.shape[:2])
+    # the bar's ends are the grid's cell values (core.scene.levels), not a statistic of the resized map
+    top = float(high) if high is not None else levels(part, sign)[1]
     if sign == "signed":
-        top = float(high) if high is not None else float(np.abs(heat).max(initial=0.0))
         return Panel(overlay(shown, heat, top, DIVERGING, low=-top), caption, ColorBar(-top, top, DIVERGING))
-    heat = np.maximum(-heat if sign == "negative" else heat, 0.0)
-    top = float(high) if high is not None else float(heat.max(initial=0.0))
     return Panel(overlay(shown, heat, top, colormap), caption, ColorBar(0.0, top, colormap))
 
 
@@ -125,9 +114,7 @@ def matches_panel(expl, image_q: np.ndarray, image_r: np.ndarray, count: int = 5
                  max(1, round(1.5 * scale)), cv2.LINE_AA)
         _mark(canvas, a, k + 1, scale, colour)
         _mark(canvas, b, k + 1, scale, colour)
-    similarity = expl.similarity if expl.similarity != 0 else float("nan")
-    shares = ", ".join(f"{k + 1}: {m['score'] / similarity:.1%}" for k, m in enumerate(found))
-    return Panel(canvas, f"Top {len(found)} matches (share of the similarity) {shares}" if found else "No match")
+    return Panel(canvas, match_shares_text(found, expl.point_to_point, float(expl.similarity)))
 
 
 def strongest_points(expl, count: int = 3) -> list[tuple[int, float, float, float]]:
