@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 from pathlib import Path
 from typing import Iterator
 
@@ -139,7 +140,7 @@ def _draw(scene: Scene, scale: float, vector: bool):
     from matplotlib.patches import ConnectionPatch
 
     measure = _Measure()
-    width = 2 * MARGIN + 2 * PANE_WIDTH + PANE_GAP
+    width = math.ceil((2 * MARGIN + 2 * PANE_WIDTH + PANE_GAP) / (72.0 / PNG_PPI)) * (72.0 / PNG_PPI)
     text_width = width - 2 * MARGIN
     items: list = []  # (kind, args) placed from the top, in points
     y = MARGIN
@@ -173,7 +174,9 @@ def _draw(scene: Scene, scale: float, vector: bool):
         for line in measure.wrap(note, text_width, FONT):
             y += FONT * LINE
             items.append(("text", MARGIN, y, line, FONT, "normal", "note"))
-    height_total = y + MARGIN
+    # whole pixels at scale 1, so a K-times figure has exactly K times the pixels
+    unit = 72.0 / PNG_PPI
+    height_total = math.ceil((y + MARGIN) / unit) * unit
     fig = Figure(figsize=(width / 72.0, height_total / 72.0), dpi=72)
     fig.patch.set_facecolor("white")
 
