@@ -1,7 +1,7 @@
 """A pair's explanation drawn as figure panels, from the data at the export resolution.
 
-Used by the report (:mod:`dmlviewer.core.report`) and by the app's Export View, so a figure in
-a paper and the report show the same thing. Everything is drawn from a
+Used by the report (:mod:`dmlviewer.core.report`) and the group tab's Export View (the pair view exports
+its headless scene, :mod:`dmlviewer.core.scene`). Everything is drawn from a
 :class:`~dmlviewer.core.explain.pair.PairExplanation`: the overall maps are upsampled from the
 feature grid straight to the panel size (not from a screen grab), the top matches are the
 tensor's strongest cell pairs (:meth:`~PairExplanation.correspondences`), and the partial maps
@@ -10,7 +10,7 @@ of the query's strongest points are rows of the point-to-point tensor (seed 000 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import cv2
 import numpy as np
@@ -20,7 +20,6 @@ from dmlviewer.core.explain.matches import match_shares_text
 from dmlviewer.core.explain.methods import label as method_label
 from dmlviewer.core.scene.colormaps import DIVERGING
 from dmlviewer.core.scene.levels import levels, sign_part
-from dmlviewer.core.scene.scene import similarity_split
 
 from .figure import COLORMAP, ColorBar, Figure, Panel, fit, overlay
 
@@ -162,51 +161,6 @@ def pair_panels(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequen
     if points:
         row.extend(partial_panels(expl, image_q, image_r, points, scale, colormap))
     return row
-
-
-def pair_view_figure(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequence[str] = ("Query", "Reference"),
-                     method: str = "decomposition", sign: str = "positive", colormap: str = COLORMAP,
-                     scale: float = 1.0, matches: int = 5, compare=None, names: Sequence[str] = ("A", "B"),
-                     shared_scale: bool = False, title: str = "",
-                     difference: Mapping[str, np.ndarray] | None = None) -> Figure:
-    """The app's pair view as a figure (Export View): a row of the query's and reference's
-    overall maps of ``method`` with their colour bars and captions and the top ``matches``, a
-    second row for model B's explanation ``compare`` of the same images when comparing
-    (``shared_scale``: one colour bar for both rows, as the view's *Shared scale*), and the
-    similarity line of each model. ``difference`` (A's overall maps minus B's, ``side -> map``,
-    as the view's *Difference A − B* shows them): the second row is this difference on one
-    colour bar symmetric about 0 (the largest ``|A − B|`` of both images) instead of B's maps.
-    Drawn from the explanations at ``scale`` times the panel size."""
-    high = None
-    if compare is not None and shared_scale and sign != "signed" and difference is None:
-        parts = [np.maximum(-g if sign == "negative" else g, 0.0) for e in (expl, compare)
-                 for g in (e.overall_grid(method, "query"), e.overall_grid(method, "reference"))]
-        high = max(float(p.max(initial=0.0)) for p in parts)
-    rows, notes = [], []
-    for e, name in ((expl, names[0]), (compare, names[1])):
-        if e is None:
-            continue
-        prefix = f"{name}: " if compare is not None else ""
-        if e is compare and difference is not None:
-            rows.append(difference_panels(difference, image_q, image_r,
-                                          [f"{names[0]} − {name}: {c} · {method_label(method)}" for c in captions],
-                                          scale))
-        else:
-            rows.append(pair_panels(e, image_q, image_r, [prefix + c for c in captions], method, scale, matches,
-                                    0, colormap, sign, high))
-        notes.append(prefix + similarity_split(e))
-    return Figure(title, rows, notes, scale)
-
-
-def difference_panels(difference: Mapping[str, np.ndarray], image_q: np.ndarray, image_r: np.ndarray,
-                      captions: Sequence[str], scale: float = 1.0) -> list[Panel]:
-    """Both images with a difference of maps (``side -> map``, e.g. A's overall map minus B's)
-    on one diverging colour bar symmetric about 0: ``[-m, m]``, ``m`` the largest ``|value|``
-    of both maps (1 where both are 0), as the pair view draws its *Difference* row."""
-    maps = [np.asarray(difference[side], dtype=np.float32) for side in ("query", "reference")]
-    top = max(float(np.nanmax(np.abs(m))) if m.size else 0.0 for m in maps) or 1.0
-    return [map_panel(image, m, caption, scale, high=top, sign="signed")
-            for image, m, caption in zip((image_q, image_r), maps, captions)]
 
 
 def group_figure(expl, image_q: np.ndarray, image_r: np.ndarray, slices: Sequence[slice], group: int,

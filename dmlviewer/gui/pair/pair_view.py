@@ -1218,6 +1218,11 @@ class PairView(QWidget):
         self.panes[REFERENCE].set_markers([m["reference_xy"] for m in matches])
         self.lines.matches = matches
         self.lines.setVisible(bool(matches))
+        if matches:  # what the shares are of, as the report and the figures say it (issue 42 item 8)
+            from dmlviewer.core.explain.matches import match_shares_text
+
+            self.status_message.emit(match_shares_text(matches, self.explanation.point_to_point,
+                                                       float(self.explanation.similarity)))
         self._update_lines()
 
     def _update_lines(self, *_args) -> None:
