@@ -37,7 +37,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path)
     args = parser.parse_args(argv)
 
-
     from dmlviewer.cli import main as cli
     from dmlviewer.core.data import make_demo_data, open_dataset
     from dmlviewer.core.data.images import load_dataset_image
