@@ -144,8 +144,13 @@ def ET_groups(svg: bytes) -> list[str]:
 def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     group = export.group_target(ready.group_tabs, ready.pair_view)
     assert group is not None
-    svg = export.write_figure(group.figure(1), tmp_path / "group.svg").read_text(encoding="utf-8")
+    scene = group.figure(1)
+    svg = export.write_figure(scene, tmp_path / "group.svg").read_text(encoding="utf-8")
     assert any(t.startswith("Group 1 of 4: contributes") for t in _texts(svg))
+    # the tab's panes: the same levels (one scale for every group, the grid's largest cell) and colours
+    for pane, screen in zip(scene.rows[0].panes, ready.group_tabs.panes):
+        assert screen._colorbar_key[0] == pane.overlay.colormap == "viridis (light)"
+        assert screen._colorbar_key[2:4] == pytest.approx(pane.overlay.levels, rel=1e-6)
 
     import pyqtgraph as pg
 

@@ -21,7 +21,7 @@ from dmlviewer.core.explain.methods import label as method_label
 from dmlviewer.core.scene.colormaps import DIVERGING
 from dmlviewer.core.scene.levels import levels, sign_part
 
-from .figure import COLORMAP, ColorBar, Figure, Panel, fit, overlay
+from .figure import COLORMAP, ColorBar, Panel, fit, overlay
 
 #: a panel's longer side at scale 1, in pixels
 PANEL_SIDE = 128
@@ -161,27 +161,3 @@ def pair_panels(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequen
     if points:
         row.extend(partial_panels(expl, image_q, image_r, points, scale, colormap))
     return row
-
-
-def group_figure(expl, image_q: np.ndarray, image_r: np.ndarray, slices: Sequence[slice], group: int,
-                 captions: Sequence[str] = ("Query", "Reference"), colormap: str = COLORMAP,
-                 scale: float = 1.0) -> Figure:
-    """A group attention tab as a figure: group ``group``'s decomposition map on both images (its
-    point-to-point tensor summed over the other image, :func:`~dmlviewer.core.explain.groups.group_maps`),
-    on one colour scale for every group of the pair (as the tab shows them), and its share of
-    the similarity (the dot product of the group's slices of the normalized embeddings)."""
-    from dmlviewer.core.explain.groups import group_maps
-
-    if not 0 <= group < len(slices):
-        raise ValueError(f"group {group} out of range: the model has {len(slices)} group(s)")
-    maps = {side: group_maps(expl, side) for side in ("query", "reference")}
-    high = max(float(np.maximum(m, 0.0).max(initial=0.0)) for m in maps.values()) or 1.0
-    row = [map_panel(image, maps[side][group], f"{caption} · group {group + 1}", scale, colormap, high)
-           for image, side, caption in ((image_q, "query", captions[0]), (image_r, "reference", captions[1]))]
-    eq, er = expl.embedding("query"), expl.embedding("reference")
-    share = float(np.dot(eq[slices[group]], er[slices[group]]))
-    total = float(expl.similarity)
-    part = f" ({share / total:.1%} of it)" if abs(total) > 1e-12 else ""
-    note = (f"Group {group + 1} of {len(slices)}: contributes {share:+.4f} to the similarity {total:+.4f}{part}; "
-            f"its point-to-point terms sum to {float(expl.group_point_to_point(group).sum(dtype=np.float64)):+.4f}.")
-    return Figure(f"Group {group + 1} · decomposition maps", [row], [note], scale)

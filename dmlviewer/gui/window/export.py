@@ -7,9 +7,10 @@ point and the pair view's rows' explanations (rows A and B or the difference, me
 scale mode, colour map, opacity, the pinned point's partial map, matches on or off, the
 orientation guides), drawn by matplotlib (:mod:`dmlviewer.core.scene.draw`): PNG, SVG and PDF,
 at 1x-4x only the pixels change. Maps not yet computed are never computed here (on the GUI
-thread): Export View says so instead. The group tab and the plots are still
-:class:`~dmlviewer.core.figures.Figure` objects (:func:`~dmlviewer.core.figures.pair.group_figure`,
-a :class:`~dmlviewer.core.figures.Plot` from a plot's curves and points, or
+thread): Export View says so instead. The group tab is a scene too
+(:func:`dmlviewer.core.scene.group.group_scene`). The plots are still
+:class:`~dmlviewer.core.figures.Figure` objects (a :class:`~dmlviewer.core.figures.Plot` from a
+plot's curves and points, or
 :class:`~dmlviewer.core.figures.Bars` from its bars) laid out by the core's SVG writer, which
 this module turns into PNG (rendering the SVG at its size) and PDF (``QPdfWriter``). Files are
 written to a temporary name and renamed. Each tool window's plot has the entry in its own right-click menu
@@ -105,7 +106,7 @@ def pair_view_target(view, session=None) -> Target | None:
 
 def group_target(tabs, view) -> Target | None:
     """The group attention tab shown (a grouping model's explained pair)."""
-    from dmlviewer.core.figures.pair import group_figure
+    from dmlviewer.core.scene.group import group_scene
 
     expl = getattr(tabs, "explanation", None)
     model = getattr(tabs, "model", None)
@@ -115,9 +116,8 @@ def group_target(tabs, view) -> Target | None:
     group = int(getattr(tabs, "group", 0))
     images = view.images
     return Target(f"Group attention (group {group + 1})",
-                  lambda scale: group_figure(expl, images.query, images.reference, slices, group,
-                                             (_plain(images.query_title), _plain(images.reference_title)),
-                                             scale=scale))
+                  lambda scale: group_scene(expl, (images.query, images.reference), slices, group,
+                                            (_plain(images.query_title), _plain(images.reference_title))))
 
 
 def _bar_items(plot_item) -> list:
@@ -359,11 +359,8 @@ def export_view(window, preferred: str | None = None, source: object = None) -> 
         return None
     if not Path(path).suffix and chosen in FORMATS:
         path += FORMATS[chosen]
-    import contextlib
-
     try:
-        with getattr(window, "model_lock", None) or contextlib.nullcontext():  # a map computed on demand runs the model
-            figure = target.figure(scale)
+        figure = target.figure(scale)  # from maps already computed: nothing runs the model here
         written = write_figure(figure, path, scale)
         if dialog.copy.isChecked():
             copy_figure(figure, scale)
