@@ -6,9 +6,10 @@ scene or the colour table; no pyplot, so nothing global but the rc values of one
 embedded in PDF, a fixed hash salt so two drawings of one scene name their parts alike).
 
 Layout, in points (1/72 in), the same at every scale: a row per model, two panes side by side
-(the photograph with its overlay composited at the output's pixel density, the colour bar under
-it from a ``Normalize`` over the overlay's levels, whose end ticks are the levels themselves, and
-the caption broken between words by the font's real text widths), then the match text, the
+(216 pt wide, a tall image narrower so that a pane is at most 270 pt high): the photograph with
+its overlay composited at the output's pixel density, the colour bar under it from a
+``Normalize`` over the overlay's levels, whose end ticks are the levels themselves, and the
+caption broken between words by the font's real text widths; then the match text, the
 similarity lines and the notes. Match lines, markers, the pinned point and the guides are
 vectors. The overlay: the grid data upsampled bilinearly (the alignment of
 :func:`~dmlviewer.core.explain.grid.upsample`, as on screen) to the pane's pixel size, coloured
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Sizes in points.
 PANE_WIDTH = 216.0
+#: A tall image is drawn narrower, so that no pane is higher than this.
+PANE_HEIGHT = 270.0
 PANE_GAP = 14.0
 MARGIN = 10.0
 BAR_HEIGHT = 7.0
@@ -156,12 +159,13 @@ def _draw(scene: Scene, scale: float, vector: bool):
         for j, pane in enumerate(row.panes):
             x = MARGIN + j * (PANE_WIDTH + PANE_GAP)
             h, w = pane.image.shape[:2]
-            height = PANE_WIDTH * h / w
-            panes_at.append((row, pane, x, y, height))
+            height = min(PANE_WIDTH * h / w, PANE_HEIGHT)
+            pane_width = height * w / h
+            panes_at.append((row, pane, x, y, pane_width, height))
             cursor = y + height
             if pane.overlay is not None:
                 cursor += 3
-                items.append(("bar", x, cursor, pane.overlay, row.name, pane.side))
+                items.append(("bar", x, cursor, pane_width, pane.overlay, row.name, pane.side))
                 cursor += BAR_HEIGHT + SMALL * LINE * 2 + 2
             for text, size in ((pane.caption, FONT), (pane.readout, FONT), (pane.message, SMALL)):
                 for line in measure.wrap(text, PANE_WIDTH, size) if text else []:
@@ -184,11 +188,11 @@ def _draw(scene: Scene, scale: float, vector: bool):
         return [x / width, 1.0 - (top + h) / height_total, w / width, h / height_total]
 
     axes = {}
-    for row, pane, x, top, h in panes_at:
-        ax = fig.add_axes(box(x, top, PANE_WIDTH, h))
+    for row, pane, x, top, pane_width, h in panes_at:
+        ax = fig.add_axes(box(x, top, pane_width, h))
         ax.set_gid(f"pane {row.name} {pane.side}")
         ih, iw = pane.image.shape[:2]
-        pixels = (max(1, round(h / 72.0 * density)), max(1, round(PANE_WIDTH / 72.0 * density)))
+        pixels = (max(1, round(h / 72.0 * density)), max(1, round(pane_width / 72.0 * density)))
         ax.imshow(composite(pane, pixels), extent=(0, iw, ih, 0), interpolation="none", aspect="auto")
         ax.set_xlim(0, iw)
         ax.set_ylim(ih, 0)
@@ -224,8 +228,8 @@ def _draw(scene: Scene, scale: float, vector: bool):
             if gid:
                 t.set_gid(gid)
             continue
-        _, x, top, overlay, name, side = item
-        cax = fig.add_axes(box(x, top, PANE_WIDTH, BAR_HEIGHT))
+        _, x, top, bar_width, overlay, name, side = item
+        cax = fig.add_axes(box(x, top, bar_width, BAR_HEIGHT))
         cax.set_gid(f"colorbar {name} {side}")
         low, high = overlay.levels
         cmap = ListedColormap(rgb(overlay.colormap) / 255.0)
