@@ -12,7 +12,9 @@ Completeness holds in the file: ``point_to_point.sum() + bias_query + bias_refer
 headless scene as the app's Export View (``core.scene``), at ``--figure-scale K`` (1-4: only
 the pixels change), with the display options by their session names (``--sign``, ``--scale``,
 ``--colormap``, ``--opacity``), ``--point X,Y`` (a pinned query point in image pixels: its
-partial map on the reference) and ``--matches N`` (the N strongest matches drawn, 0: none).
+partial map on the reference) and ``--matches N`` (the N strongest matches drawn, 0: none);
+``--figure-source`` also writes the figure's arrays (``FILE.npz``, beside it) and a short
+matplotlib script (``FILE.py``) that redraws it (``core.scene.source``).
 
 ``--method grad_transfer`` needs ``--features F.h5`` holding ``grad_weights`` (seed 002): the
 Grad-CAM weights of the file's labelled images; when the file has none they are computed from the
@@ -54,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="pixels of the figure's maps and PNG, 1 to 4 times (default: 1); the text is the same")
     figure.add_argument("--point", metavar="X,Y", help="a pinned query point in image pixels: its partial map "
                                                        "is drawn on the reference (default: none)")
+    figure.add_argument("--figure-source", action="store_true",
+                        help="also write FILE's arrays (.npz) and a short matplotlib script (.py) that redraws it")
     figure.add_argument("--matches", type=int_range(0, 50), default=0, metavar="N",
                         help="draw the N strongest matches (default: 0, none)")
     for name, default in (("sign", "positive"), ("scale", "map"), ("colormap", "jet"), ("opacity", 0.6)):
@@ -84,8 +88,8 @@ def figure_options(args: argparse.Namespace) -> tuple:
         except ValueError:
             raise UsageError(f"--point: {args.point!r} is not X,Y (two numbers, image pixels)") from None
         point = (x, y)
-    if args.figure is None and (args.point is not None or args.matches):
-        raise UsageError("--point and --matches draw on the figure: give --figure FILE too")
+    if args.figure is None and (args.point is not None or args.matches or args.figure_source):
+        raise UsageError("--point, --matches and --figure-source draw on the figure: give --figure FILE too")
     return display, point
 
 
@@ -113,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         if Path(args.figure).suffix.lower() not in FORMATS:
             raise UsageError(f"--figure {args.figure}: give a .png, .svg or .pdf file")
         check_output_file(args.figure, "--figure")
+        if args.figure_source and Path(args.figure).with_suffix(".npz").resolve() == out.resolve():
+            raise UsageError(f"--figure-source would write {out} over --out: give the figure another name")
     from dmlviewer.core.explain import Explanation, explain_pair
 
     try:
@@ -130,14 +136,15 @@ def run(args: argparse.Namespace) -> int:
     log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
     if args.figure is not None:
         drawn = draw_figure(pair, display, point, Path(args.query), Path(args.reference), args.figure,
-                            args.figure_scale)
+                            args.figure_scale, args.figure_source)
         log.info("wrote %s", drawn)
     return 0
 
 
-def draw_figure(pair, display, point, query: Path, reference: Path, figure: str, scale: int) -> Path:
+def draw_figure(pair, display, point, query: Path, reference: Path, figure: str, scale: int,
+                source: bool = False) -> Path:
     """The pair view's figure of ``pair`` (one row) with ``display`` and the pinned query
-    ``point``, written to ``figure``."""
+    ``point``, written to ``figure`` (``source``: and its ``.npz`` and ``.py`` beside it)."""
     from dmlviewer.cli import UsageError
     from dmlviewer.core.data.images import load_image
     from dmlviewer.core.explain.inputs import as_rgb
@@ -153,6 +160,10 @@ def draw_figure(pair, display, point, query: Path, reference: Path, figure: str,
         pinned = (0, point[0], point[1])
     scene = build_scene(display, images, [RowSource("A", pair)], (f"Query {query.name}", f"Reference {reference.name}"),
                         pinned)
+    if source:
+        from dmlviewer.core.scene.source import write_source
+
+        write_source(scene, figure)
     return write(scene, figure, scale)
 
 

@@ -91,6 +91,27 @@ def test_explain_figure_text_is_the_same_at_every_scale_and_its_bar_ends_at_the_
     assert "partial map of the pinned query point" in text and "Top 3 matches" in text
 
 
+def test_explain_figure_source_redraws_the_figure_with_matplotlib(setup, tmp_path):
+    """``--figure-source``: FILE.npz holds the figure's arrays (the grid maps and their levels)
+    and FILE.py redraws it with matplotlib alone, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    figure = tmp_path / "pair.pdf"
+    assert main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0), "--reference",
+                 _image(setup, 5), "--out", str(tmp_path / "pair.npz.out"), "--device", "cpu", "--figure",
+                 str(figure), "--figure-source", "--sign", "negative", "--point", "10,12", "--matches", "2"]) == 0
+    source = np.load(tmp_path / "pair.npz")
+    explained = np.load(tmp_path / "pair.npz.out.npz")
+    grid = np.maximum(-explained["overall_query_grid"], 0)
+    assert np.allclose(source["r0_query_overlay"], grid) and source["r0_query_levels"][1] == pytest.approx(grid.max())
+    assert source["r0_matches"].shape == (2, 5) and np.isfinite(source["r0_query_point"]).all()
+    done = subprocess.run([sys.executable, str(tmp_path / "pair.py"), str(tmp_path / "redrawn.png")],
+                          capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "redrawn.png").stat().st_size > 1000
+
+
 def test_explain_figure_png_has_the_scales_pixels(setup):
     from PIL import Image
 
@@ -113,10 +134,11 @@ def test_explain_figure_png_has_the_scales_pixels(setup):
     (["--figure", "x.svg", "--figure-scale", "5"], "must be an integer from 1 to 4"),
     (["--figure", "x.svg", "--point", "a,b"], "--point: 'a,b' is not X,Y"),
     (["--figure", "x.svg", "--point", "500,3"], "--point: (500, 3) is outside the query image (64 x 64 pixels)"),
-    (["--point", "3,3"], "--point and --matches draw on the figure: give --figure FILE too"),
+    (["--figure", "o.svg", "--figure-source"], "--figure-source would write"),
+    (["--point", "3,3"], "--point, --matches and --figure-source draw on the figure: give --figure FILE too"),
 ])
 def test_explain_figure_bad_values_exit_2_in_one_line(setup, bad, says, capsys, tmp_path):
-    bad = [str(tmp_path / b) if b.startswith("x.") else b for b in bad]
+    bad = [str(tmp_path / b) if b.startswith(("x.", "o.")) else b for b in bad]
     rc = main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0), "--reference",
                _image(setup, 5), "--out", str(tmp_path / "o.npz"), "--device", "cpu", *bad])
     err = capsys.readouterr().err

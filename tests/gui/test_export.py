@@ -183,6 +183,8 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
 
     def choose(dialog):
         dialog.scale.setCurrentIndex(1)  # 2x
+        assert dialog.source.isEnabled()  # the pair view is a scene: its source can be written
+        dialog.source.setChecked(True)
         return QDialog.Accepted
 
     monkeypatch.setattr(export.ExportDialog, "exec", choose)
@@ -190,6 +192,8 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     QApplication.clipboard().clear()
     action.trigger()
     assert out.exists()
+    source = np.load(tmp_path / "view.npz")  # the figure's source beside it
+    assert int(source["rows"]) == 1 and (tmp_path / "view.py").exists()
     image = QImage(str(out))
     from dmlviewer.core.scene.draw import PANE_WIDTH, PNG_PPI
 

@@ -325,14 +325,23 @@ class ExportDialog(QDialog):
                               "(SVG and PDF keep the text as text at any scale)")
         self.copy = QCheckBox("Also copy to the clipboard")
         self.copy.setChecked(True)
+        self.source = QCheckBox("Also write the figure's source (.npz and a matplotlib .py)")
+        self.source.setToolTip("Beside the file: its arrays and a short script that redraws it, to restyle for a paper")
         form = QFormLayout(self)
         form.addRow("View", self.what)
         form.addRow("Scale", self.scale)
         form.addRow(self.copy)
+        form.addRow(self.source)
+        self.what.currentIndexChanged.connect(self._source_possible)
+        self._source_possible()
         buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _source_possible(self) -> None:
+        """A figure source is written for the scenes (pair view, group tab), not for plots."""
+        self.source.setEnabled(self.found[self.what.currentIndex()].source is None if self.found else False)
 
     def chosen(self) -> tuple[Target, float]:
         return self.found[self.what.currentIndex()], float(self.scale.currentData())
@@ -362,6 +371,10 @@ def export_view(window, preferred: str | None = None, source: object = None) -> 
     try:
         figure = target.figure(scale)  # from maps already computed: nothing runs the model here
         written = write_figure(figure, path, scale)
+        if isinstance(figure, Scene) and dialog.source.isEnabled() and dialog.source.isChecked():
+            from dmlviewer.core.scene.source import write_source
+
+            write_source(figure, written)
         if dialog.copy.isChecked():
             copy_figure(figure, scale)
     except (OSError, ValueError) as exc:
