@@ -207,3 +207,21 @@ def test_captions_break_only_between_words_in_svg_and_pdf(pair, tmp_path):
             if word.startswith(("011.", "001.", "(runs")):
                 assert word in words or word.rstrip(")") in words or word in {w + ")" for w in words}, word
     assert "011.square_red_checker/img_0042.png," in pdf.split()
+
+
+def test_orientation_guides_and_the_pin_are_vectors_on_their_panes(pair):
+    from dmlviewer.core.scene import Guide
+    from dmlviewer.core.scene.draw import draw
+
+    images, ea, eb = pair
+    guides = {"reference": [Guide("north: 0°", [20.0, 20.0], [45.0, 0.0], "#e0e0e0"),
+                            Guide("true heading: 90°", [20.0, 40.0], [45.0, 45.0], "#ffffff", True)]}
+    scene = build_scene(DisplayOptions(), images, [RowSource("A", ea), RowSource("B", eb)], pinned=(0, 5.0, 6.0),
+                        guides=guides)
+    fig = draw(scene)
+    panes = {ax.get_gid(): ax for ax in fig.axes}
+    for name in ("A", "B"):  # the pin on every row's query (issue 42 item 5: B's row had none)
+        reference = panes[f"pane {name} reference"]
+        assert [line.get_label() for line in reference.lines] == ["north: 0°", "true heading: 90°"]
+        assert reference.lines[1].get_linestyle() == "--"
+        assert [line.get_gid() for line in panes[f"pane {name} query"].lines] == [f"pinned {name} query"]
