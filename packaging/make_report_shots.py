@@ -6,8 +6,9 @@
   (20 failures), as headless Chromium shows it (1280 x 1000, the top of the page: header,
   metrics and the first failure).
 - ``export_pair.png``: the pair view of the report's first failure (the query and its wrong
-  top-1) as File > Export View writes it at 2x: the figure of
-  :func:`dmlviewer.core.figures.pair.pair_view_figure`, rendered by ``gui/window/export.py``.
+  top-1) as File > Export View writes it at 2x with the default display options and Matches
+  on: the scene of :func:`dmlviewer.core.scene.build_scene` drawn by
+  :mod:`dmlviewer.core.scene.draw`.
 
 The demo data are generated into a temporary folder unless ``--dataset`` names them. Needs
 Chromium (``python3 -m dmlviewer.system_check --offscreen --install`` installs it).
@@ -36,17 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path)
     args = parser.parse_args(argv)
 
-    from PySide6.QtWidgets import QApplication
-
     from dmlviewer.cli import main as cli
     from dmlviewer.core.data import make_demo_data, open_dataset
     from dmlviewer.core.data.images import load_dataset_image
     from dmlviewer.core.explain.pair import explain_pair
-    from dmlviewer.core.figures.pair import pair_view_figure
+    from dmlviewer.core.display import DisplayOptions
+    from dmlviewer.core.scene import RowSource, build_scene
+    from dmlviewer.core.scene.draw import write
     from dmlviewer.core.models import load_checkpoint
     from dmlviewer.core.report import retrieval_failures
     from dmlviewer.core.evaluate.store import read_features
-    from dmlviewer.gui.window.export import write_figure
     from dmlviewer.resources import resource_path
     from dmlviewer.system_check import browser_path
 
@@ -67,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
                         f"--screenshot={args.out / 'report.png'}", html.as_uri()], check=True, capture_output=True,
                        timeout=300)
 
-        app = QApplication.instance() or QApplication([])  # noqa: F841 - QSvgRenderer needs one
         dataset = open_dataset(root)
         features = read_features(work / "test.h5", include_raw=False)
         index = {p: i for i, p in enumerate(dataset.paths)}
@@ -78,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         image_q, image_w = load_dataset_image(dataset, q), load_dataset_image(dataset, w)
         expl = explain_pair(model.eval(), image_q, image_w)
         names = [f"{dataset.class_names[int(dataset.labels[i])]}" for i in (q, w)]
-        figure = pair_view_figure(expl, image_q, image_w, (f"Query · {names[0]}", f"Wrong top-1 · {names[1]}"),
-                                  scale=2.0, title="Export View of the pair view (2x)")
-        write_figure(figure, args.out / "export_pair.png")
+        display = DisplayOptions()
+        display.matches = True
+        scene = build_scene(display, (image_q, image_w), [RowSource("A", expl)],
+                            (f"Query · {names[0]}", f"Wrong top-1 · {names[1]}"),
+                            title="Export View of the pair view (2x)")
+        write(scene, args.out / "export_pair.png", 2.0)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -3,8 +3,18 @@
 Keys: ``similarity``, ``point_to_point`` (h1 x w1 x h2 x w2, divided by |Eq||Er|), ``bias_query``,
 ``bias_reference``, ``bias_both`` (Eq. 3 of seed 000; ``bias_query`` = sum_ij Cq_ij . Br / Z, the
 term that varies over the query), ``overall_query``, ``overall_reference`` (full-resolution signed
-maps of ``--method``), ``grid_query``, ``grid_reference``. Completeness holds in the file:
-``point_to_point.sum() + bias_query + bias_reference + bias_both == similarity``.
+maps of ``--method``), ``overall_query_grid``, ``overall_reference_grid`` (the same maps at
+grid resolution, the values colour bars are read from), ``grid_query``, ``grid_reference``.
+Completeness holds in the file: ``point_to_point.sum() + bias_query + bias_reference + bias_both
+== similarity``.
+
+``--figure FILE`` (.png, .svg, .pdf; issue 39) also draws the pair view's figure from the same
+headless scene as the app's Export View (``core.scene``), at ``--figure-scale K`` (1-4: only
+the pixels change), with the display options by their session names (``--sign``, ``--scale``,
+``--colormap``, ``--opacity``), ``--point X,Y`` (a pinned query point in image pixels: its
+partial map on the reference) and ``--matches N`` (the N strongest matches drawn, 0: none);
+``--figure-source`` also writes the figure's arrays (``FILE.npz``, beside it) and a short
+matplotlib script (``FILE.py``) that redraws it (``core.scene.source``).
 
 ``--method grad_transfer`` needs ``--features F.h5`` holding ``grad_weights`` (seed 002): the
 Grad-CAM weights of the file's labelled images; when the file has none they are computed from the
@@ -40,7 +50,47 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--size", type=int_range(16, MAX_IMAGE_SIZE), metavar="S",
                    help="network input size in pixels (default: the model's image_size)")
     add_device(p)
+    figure = p.add_argument_group("figure (the pair view's picture, as Export View draws it)")
+    figure.add_argument("--figure", metavar="FILE", help="also draw the figure to FILE (.png, .svg or .pdf)")
+    figure.add_argument("--figure-scale", type=int_range(1, 4), default=1, metavar="K",
+                        help="pixels of the figure's maps and PNG, 1 to 4 times (default: 1); the text is the same")
+    figure.add_argument("--point", metavar="X,Y", help="a pinned query point in image pixels: its partial map "
+                                                       "is drawn on the reference (default: none)")
+    figure.add_argument("--figure-source", action="store_true",
+                        help="also write FILE's arrays (.npz) and a short matplotlib script (.py) that redraws it")
+    figure.add_argument("--matches", type=int_range(0, 50), default=0, metavar="N",
+                        help="draw the N strongest matches (default: 0, none)")
+    for name, default in (("sign", "positive"), ("scale", "map"), ("colormap", "jet"), ("opacity", 0.6)):
+        figure.add_argument(f"--{name}", default=default, help=f"display option {name!r} (default: {default})")
     p.set_defaults(func=run)
+
+
+def figure_options(args: argparse.Namespace) -> tuple:
+    """The display options and pinned point of ``--figure`` (``UsageError`` naming the option)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.display import DisplayError, DisplayOptions, check
+
+    display = DisplayOptions()
+    values = {"method": args.method, "sign": args.sign, "scale": args.scale, "colormap": args.colormap,
+              "opacity": args.opacity, "matches": args.matches > 0, "match_count": max(args.matches, 1)}
+    for name, value in values.items():
+        try:
+            if name == "method":  # every explain method has overall maps; the pair view offers the same
+                display.method = value
+                continue
+            setattr(display, name, check(name, value))
+        except DisplayError as exc:
+            raise UsageError(f"--{name}{str(exc)[len(name):]}") from None  # the core's message names the field
+    point = None
+    if args.point is not None:
+        try:
+            x, y = (float(v) for v in args.point.split(","))
+        except ValueError:
+            raise UsageError(f"--point: {args.point!r} is not X,Y (two numbers, image pixels)") from None
+        point = (x, y)
+    if args.figure is None and (args.point is not None or args.matches or args.figure_source):
+        raise UsageError("--point, --matches and --figure-source draw on the figure: give --figure FILE too")
+    return display, point
 
 
 def npz_path(out: str) -> Path:
@@ -60,6 +110,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--method grad_transfer needs --features F.h5 (the labelled images' grad weights)")
     if args.features and args.method != "grad_transfer":
         raise UsageError("--features is only used with --method grad_transfer")
+    display, point = figure_options(args)
+    if args.figure is not None:
+        from dmlviewer.core.scene.draw import FORMATS
+
+        if Path(args.figure).suffix.lower() not in FORMATS:
+            raise UsageError(f"--figure {args.figure}: give a .png, .svg or .pdf file")
+        check_output_file(args.figure, "--figure")
+        if args.figure_source and Path(args.figure).with_suffix(".npz").resolve() == out.resolve():
+            raise UsageError(f"--figure-source would write {out} over --out: give the figure another name")
     from dmlviewer.core.explain import Explanation, explain_pair
 
     try:
@@ -75,7 +134,37 @@ def run(args: argparse.Namespace) -> int:
     pair = explain_pair(model, Path(args.query), Path(args.reference), device, size=args.size, grad_bank=bank)
     written = Explanation.from_pair(pair, args.method).save(out)  # atomic: never a half-written npz
     log.info("similarity %.4f; decomposition %s; wrote %s", pair.similarity, pair.rule_detail, written)
+    if args.figure is not None:
+        drawn = draw_figure(pair, display, point, Path(args.query), Path(args.reference), args.figure,
+                            args.figure_scale, args.figure_source)
+        log.info("wrote %s", drawn)
     return 0
+
+
+def draw_figure(pair, display, point, query: Path, reference: Path, figure: str, scale: int,
+                source: bool = False) -> Path:
+    """The pair view's figure of ``pair`` (one row) with ``display`` and the pinned query
+    ``point``, written to ``figure`` (``source``: and its ``.npz`` and ``.py`` beside it)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.data.images import load_image
+    from dmlviewer.core.explain.inputs import as_rgb
+    from dmlviewer.core.scene import RowSource, build_scene
+    from dmlviewer.core.scene.draw import write
+
+    images = (as_rgb(load_image(query)), as_rgb(load_image(reference)))
+    pinned = None
+    if point is not None:
+        h, w = pair.image_shape_query
+        if not (0 <= point[0] < w and 0 <= point[1] < h):
+            raise UsageError(f"--point: ({point[0]:g}, {point[1]:g}) is outside the query image ({w} x {h} pixels)")
+        pinned = (0, point[0], point[1])
+    scene = build_scene(display, images, [RowSource("A", pair)], (f"Query {query.name}", f"Reference {reference.name}"),
+                        pinned)
+    if source:
+        from dmlviewer.core.scene.source import write_source
+
+        write_source(scene, figure)
+    return write(scene, figure, scale)
 
 
 def check_two_branch_options(model, size: int | None, method: str | None = None) -> None:

@@ -15,7 +15,7 @@ from dmlviewer.core.explain.localization import embed_images
 from dmlviewer.core.models import build_model, default_config, save_checkpoint
 
 NPZ_KEYS = {"similarity", "point_to_point", "bias_query", "bias_reference", "bias_both",
-            "overall_query", "overall_reference", "grid_query", "grid_reference", "method", "rule", "rule_detail"}
+            "overall_query", "overall_reference", "overall_query_grid", "overall_reference_grid", "grid_query", "grid_reference", "method", "rule", "rule_detail"}
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,103 @@ def test_explain_npz_satisfies_completeness(setup, method):
     assert z["point_to_point"].shape == (4, 4, 4, 4)
     assert list(z["grid_query"]) == [4, 4] and list(z["grid_reference"]) == [4, 4]
     assert z["overall_query"].shape == (64, 64) and z["overall_reference"].shape == (64, 64)
+    assert z["overall_query_grid"].shape == (4, 4) and z["overall_reference_grid"].shape == (4, 4)
     if method == "decomposition":  # the overall map is the tensor summed over the other image
         grid = z["point_to_point"].sum(axis=(2, 3))
         assert float(z["overall_query"].mean()) == pytest.approx(float(grid.mean()), rel=0.05, abs=1e-6)
+
+
+def _svg_texts(path) -> list[str]:
+    import xml.etree.ElementTree as ET
+
+    return [t.text or "" for t in ET.parse(path).iter("{http://www.w3.org/2000/svg}text")]
+
+
+def _bar_labels(path, gid: str) -> list[str]:
+    import xml.etree.ElementTree as ET
+
+    group = next(g for g in ET.parse(path).iter("{http://www.w3.org/2000/svg}g") if g.get("id") == gid)
+    return [t.text for t in group.iter("{http://www.w3.org/2000/svg}text")]
+
+
+@pytest.mark.parametrize("sign", ["positive", "signed"])
+def test_explain_figure_text_is_the_same_at_every_scale_and_its_bar_ends_at_the_largest_cell(setup, sign):
+    """Issue 39: ``--figure`` at 1x and 4x writes SVGs with identical text; the query colour
+    bar's top label is the largest cell of ``overall_query_grid`` (its positive part, or its
+    largest |value| when signed), not a statistic of a resized map."""
+    written = {}
+    for k in (1, 4):
+        out, figure = setup["folder"] / f"fig{k}.npz", setup["folder"] / f"fig{k}_{sign}.svg"
+        rc = main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0),
+                   "--reference", _image(setup, 5), "--out", str(out), "--device", "cpu", "--figure", str(figure),
+                   "--figure-scale", str(k), "--sign", sign, "--colormap", "plasma", "--opacity", "0.8",
+                   "--point", "20,30", "--matches", "3"])
+        assert rc == 0
+        written[k] = figure
+    assert _svg_texts(written[1]) == _svg_texts(written[4])
+    grid = np.load(setup["folder"] / "fig1.npz")["overall_query_grid"]
+    top = float(np.abs(grid).max()) if sign == "signed" else float(np.maximum(grid, 0).max())
+    labels = _bar_labels(written[1], "colorbar A query")
+    assert labels[-1] == "similarity share per cell" and labels[-2] == f"{top:.3g}"
+    if sign == "signed":
+        assert labels[0] == f"{-top:.3g}"
+    text = " ".join(_svg_texts(written[1]))
+    assert "partial map of the pinned query point" in text and "Top 3 matches" in text
+
+
+def test_explain_figure_source_redraws_the_figure_with_matplotlib(setup, tmp_path):
+    """``--figure-source``: FILE.npz holds the figure's arrays (the grid maps and their levels)
+    and FILE.py redraws it with matplotlib alone, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    figure = tmp_path / "pair.pdf"
+    assert main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0), "--reference",
+                 _image(setup, 5), "--out", str(tmp_path / "pair.npz.out"), "--device", "cpu", "--figure",
+                 str(figure), "--figure-source", "--sign", "negative", "--point", "10,12", "--matches", "2"]) == 0
+    source = np.load(tmp_path / "pair.npz")
+    explained = np.load(tmp_path / "pair.npz.out.npz")
+    grid = np.maximum(-explained["overall_query_grid"], 0)
+    assert np.allclose(source["r0_query_overlay"], grid) and source["r0_query_levels"][1] == pytest.approx(grid.max())
+    assert source["r0_matches"].shape == (2, 5) and np.isfinite(source["r0_query_point"]).all()
+    done = subprocess.run([sys.executable, str(tmp_path / "pair.py"), str(tmp_path / "redrawn.png")],
+                          capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "redrawn.png").stat().st_size > 1000
+
+
+def test_explain_figure_png_has_the_scales_pixels(setup):
+    from PIL import Image
+
+    sizes = []
+    for k in (1, 2):
+        figure = setup["folder"] / f"px{k}.png"
+        assert main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0),
+                     "--reference", _image(setup, 5), "--out", str(setup["folder"] / "px.npz"), "--device", "cpu",
+                     "--figure", str(figure), "--figure-scale", str(k)]) == 0
+        sizes.append(Image.open(figure).size)
+    assert sizes[1] == (2 * sizes[0][0], 2 * sizes[0][1])
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["--figure", "x.gif"], "--figure x.gif: give a .png, .svg or .pdf file"),
+    (["--figure", "x.svg", "--sign", "both"], "--sign: 'both' is not one of positive, negative, signed"),
+    (["--figure", "x.svg", "--opacity", "2"], "--opacity: 2.0 is outside 0 to 1"),
+    (["--figure", "x.svg", "--colormap", "gray"], "--colormap: 'gray' is not one of"),
+    (["--figure", "x.svg", "--scale", "row"], "--scale: 'row' is not one of map, pair"),
+    (["--figure", "x.svg", "--figure-scale", "5"], "must be an integer from 1 to 4"),
+    (["--figure", "x.svg", "--point", "a,b"], "--point: 'a,b' is not X,Y"),
+    (["--figure", "x.svg", "--point", "500,3"], "--point: (500, 3) is outside the query image (64 x 64 pixels)"),
+    (["--figure", "o.svg", "--figure-source"], "--figure-source would write"),
+    (["--point", "3,3"], "--point, --matches and --figure-source draw on the figure: give --figure FILE too"),
+])
+def test_explain_figure_bad_values_exit_2_in_one_line(setup, bad, says, capsys, tmp_path):
+    bad = [str(tmp_path / b) if b.startswith(("x.", "o.")) else b for b in bad]
+    rc = main(["explain", "--checkpoint", setup["checkpoint"], "--query", _image(setup, 0), "--reference",
+               _image(setup, 5), "--out", str(tmp_path / "o.npz"), "--device", "cpu", *bad])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert says.replace("x.gif", str(tmp_path / "x.gif")) in err
 
 
 def test_explain_grad_transfer_leaves_the_feature_file_alone_unless_asked(setup):

@@ -126,3 +126,12 @@ def test_a_scatter_series_is_drawn_as_points_without_a_line():
     assert len(lines) == 1 and len(lines[0].split()) == 2  # the curve's line only
     # 40 points and their legend mark, plus the curve's 2 markers
     assert len(re.findall(r"<circle ", svg)) == 40 + 1 + 2
+
+
+def test_the_svg_writer_breaks_captions_between_words_only():
+    """The report's panels (still laid out by core/figures/svg.py) cut "011.square_red_ch / ecker"."""
+    from dmlviewer.core.figures.svg import wrap
+
+    text = "Reference 011.square_red_checker/img_0042.png from runs/a4/checkpoint.pt"
+    lines = wrap(text, 60, 12)
+    assert len(lines) > 1 and " ".join(lines).split() == text.split()

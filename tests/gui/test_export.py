@@ -19,7 +19,6 @@ from PySide6.QtWidgets import QDialog, QFileDialog
 
 from _isolated import app_env
 
-from dmlviewer.core.figures.pair import PANEL_SIDE
 from dmlviewer.gui.window import export
 
 pypdf = pytest.importorskip("pypdf")
@@ -38,46 +37,120 @@ def _texts(svg: str) -> list[str]:
     return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
 
 
-def test_pair_view_exports_text_as_text_and_maps_at_the_export_resolution(ready, tmp_path):
-    target = export.pair_view_target(ready.pair_view)
-    assert target is not None
-    images = ready.pair_view.images
-    caption = export._plain(images.query_title)
-    paths = {}
-    for scale in (1, 2):
-        figure = target.figure(scale)
-        for suffix in (".svg", ".pdf", ".png"):
-            paths[scale, suffix] = export.write_figure(figure, tmp_path / f"pair{scale}{suffix}")
-    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+def _svg_texts(svg: bytes) -> list[str]:
+    import xml.etree.ElementTree as ET
 
-    expl = ready.pair_view.explanation
-    similarity = f"{expl.similarity:+.4f}"
-    for scale in (1, 2):
-        svg = paths[scale, ".svg"].read_text(encoding="utf-8")
-        texts = " ".join(_texts(svg))
-        assert caption.split(" ")[0] in texts and "Decomposition" in texts and similarity in texts
-        # the maps are drawn at the export resolution: the longer side is PANEL_SIDE x scale
-        sizes = {(int(w), int(h)) for w, h in re.findall(r'<image x="[\d.]+" y="[\d.]+" width="(\d+)" '
-                                                         r'height="(\d+)"', svg)}
-        assert max(max(size) for size in sizes) >= PANEL_SIDE * scale
-        pdf = pypdf.PdfReader(io.BytesIO(paths[scale, ".pdf"].read_bytes()))
-        text = " ".join(pdf.pages[0].extract_text().split())  # pypdf may space words with tabs
-        assert "Decomposition" in text and similarity in text and "Similarity (cosine)" in text
-        pictures = [(im.image.width, im.image.height) for im in pdf.pages[0].images]
-        assert max(max(size) for size in pictures) >= PANEL_SIDE * scale  # not resampled to the screen
+    return [t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text")]
+
+
+def _svg_group(svg: bytes, gid: str):
+    import xml.etree.ElementTree as ET
+
+    return next((g for g in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}g") if g.get("id") == gid), None)
+
+
+def _check_scene_is_the_screen(view, scene, session) -> None:
+    """Every pane of the scene shows what the screen pane shows: the same options, the same
+    colour-bar levels as the screen (the partial map on "Each map": the screen's 0..1 bar of
+    the map's peak, and the read-out's peak), each bar's top a grid cell's value."""
+    from dmlviewer.core.scene.colormaps import shown_map
+    from dmlviewer.core.scene.levels import sign_part
+
+    d = session.display
+    assert scene.display == d.to_dict()
+    assert len(scene.rows) == len([r for r in view.rows if r.state == "ready"])
+    pinned = session.pinned
+    for row, screen_row in zip(scene.rows, view.rows):
+        for j, (pane, screen) in enumerate(zip(row.panes, screen_row.panes)):
+            o = pane.overlay
+            key = screen._colorbar_key
+            signed = d.sign == "signed" or o.kind == "difference"
+            assert o.colormap == shown_map(d.colormap, signed) and key[:2] == (d.colormap, signed)
+            assert o.opacity == pytest.approx(d.opacity) == pytest.approx(screen.overlay_item.opacity())
+            if o.kind == "partial" and d.scale == "map":
+                assert key[2:4] == ((-1.0, 1.0) if signed else (0.0, 1.0))
+                assert f"peak {o.levels[1]:.2g}" in screen.readout.text()
+            else:
+                assert key[2:4] == pytest.approx(o.levels, rel=1e-6), (row.name, pane.side, o.kind)
+            if o.kind == "overall":  # the data's largest cell, not a statistic of a resized map
+                grid = sign_part(screen_row.explanation.overall_grid(d.method, pane.side), d.sign)
+                top = float(np.abs(grid).max()) if signed else float(grid.max())
+                if not d.shared_scale:
+                    assert o.levels[1] == pytest.approx(top, rel=1e-6)
+            assert (pane.point is not None) == (pinned is not None and pinned[0] == j)
+            if o.kind != "difference":
+                assert (o.kind == "partial") == (pinned is not None and pinned[0] != j)
+    assert [(m.query_xy, m.reference_xy) for m in scene.rows[0].matches] == \
+        [(tuple(m["query_xy"]), tuple(m["reference_xy"])) for m in (view.lines.matches if d.matches else [])]
+
+
+def test_export_view_is_what_is_on_screen_for_random_view_states(ready, qtbot, tmp_path):
+    """Issue 39: method, sign, scale mode, colour map, opacity, pinned point, matches, set on the
+    session (the old export fixed matches=5 and ignored the pin, scale mode and opacity): the
+    exported scene's panes and colour bars are the screen's and the data's, and the figure is
+    the same at 1x, 2x and 4x but for its pixels."""
+    from dmlviewer.core.scene.draw import figure_bytes, level_text
+
+    view, session = ready.pair_view, ready.session
+    rng = np.random.default_rng(39)
+    h, w = view.explanation.image_shape_query
+    for state in range(4):
+        d = session.display
+        d.method = ["decomposition", "decomposition_bias", "gradcam", "decomposition"][state]
+        d.sign = ["positive", "signed", "negative", "positive"][state]
+        d.scale = ["map", "pair", "map", "pair"][state]
+        d.colormap = str(rng.choice(["jet", "inferno", "viridis", "turbo", "plasma"]))
+        d.opacity = float(rng.uniform(0.3, 1.0))
+        d.matches = state % 2 == 0
+        session.set_pinned((int(rng.integers(0, 2)), float(rng.uniform(0, w - 1)), float(rng.uniform(0, h - 1)))
+                           if state != 1 else None)
+        qtbot.waitUntil(lambda: view._maps_state(view.rows[0]) == "done", timeout=60000)
+        qtbot.waitUntil(lambda: view.link.pinned == session.pinned, timeout=10000)
+        target = export.pair_view_target(view, session)
+        scene = target.figure(1)
+        _check_scene_is_the_screen(view, scene, session)
+        svgs = {k: figure_bytes(scene, "svg", k) for k in ((1, 2, 4) if state == 0 else (1,))}
+        assert len({tuple(_svg_texts(svg)) for svg in svgs.values()}) == 1
+        svg = svgs[1]
+        for row in scene.rows:
+            for pane in row.panes:
+                group = _svg_group(svg, f"colorbar {row.name} {pane.side}")
+                labels = [t.text for t in group.iter("{http://www.w3.org/2000/svg}text")][:-1]
+                assert labels[0] == level_text(pane.overlay.levels[0])
+                assert labels[-1] == level_text(pane.overlay.levels[1])
+                assert (_svg_group(svg, f"pinned {row.name} {pane.side}") is not None) == (pane.point is not None)
+        lines = [g for g in ET_groups(svg) if g.startswith("match A ")]
+        assert len(lines) == len(scene.rows[0].matches) == (len(view.lines.matches) if d.matches else 0)
+    # the files: PNG at 2x has twice the pixels; the PDF keeps text as text and maps sharp at 300 dpi
+    paths = {(k, suffix): export.write_figure(scene, tmp_path / f"pair{k}{suffix}", k)
+             for k in (1, 2) for suffix in (".png", ".pdf")}
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
     one, two = QImage(str(paths[1, ".png"])), QImage(str(paths[2, ".png"]))
-    assert abs(two.width() - 2 * one.width()) <= 2 and abs(two.height() - 2 * one.height()) <= 2
-    # the same figure: the 2x image shrunk to 1x looks like the 1x image
-    small = two.scaled(one.width(), one.height())
-    a, b = (np.asarray(im.convertToFormat(QImage.Format_RGB888).constBits()).astype(float) for im in (one, small))
-    assert a.shape == b.shape and np.abs(a - b).mean() < 25
+    assert (two.width(), two.height()) == (2 * one.width(), 2 * one.height())
+    pdf = pypdf.PdfReader(io.BytesIO(paths[1, ".pdf"].read_bytes()))
+    text = " ".join(pdf.pages[0].extract_text().split())
+    assert "Similarity (cosine)" in text and f"{view.explanation.similarity:+.4f}" in text
+    page_inches = float(pdf.pages[0].mediabox.width) / 72
+    widest = max(im.image.width for im in pdf.pages[0].images)
+    assert widest / (page_inches * 0.45) >= 300  # a pane is under half the page wide
+
+
+def ET_groups(svg: bytes) -> list[str]:
+    import xml.etree.ElementTree as ET
+
+    return [g.get("id") or "" for g in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}g")]
 
 
 def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     group = export.group_target(ready.group_tabs, ready.pair_view)
     assert group is not None
-    svg = export.write_figure(group.figure(1), tmp_path / "group.svg").read_text(encoding="utf-8")
+    scene = group.figure(1)
+    svg = export.write_figure(scene, tmp_path / "group.svg").read_text(encoding="utf-8")
     assert any(t.startswith("Group 1 of 4: contributes") for t in _texts(svg))
+    # the tab's panes: the same levels (one scale for every group, the grid's largest cell) and colours
+    for pane, screen in zip(scene.rows[0].panes, ready.group_tabs.panes):
+        assert screen._colorbar_key[0] == pane.overlay.colormap == "viridis (light)"
+        assert screen._colorbar_key[2:4] == pytest.approx(pane.overlay.levels, rel=1e-6)
 
     import pyqtgraph as pg
 
@@ -110,6 +183,8 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
 
     def choose(dialog):
         dialog.scale.setCurrentIndex(1)  # 2x
+        assert dialog.source.isEnabled()  # the pair view is a scene: its source can be written
+        dialog.source.setChecked(True)
         return QDialog.Accepted
 
     monkeypatch.setattr(export.ExportDialog, "exec", choose)
@@ -117,8 +192,12 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     QApplication.clipboard().clear()
     action.trigger()
     assert out.exists()
+    source = np.load(tmp_path / "view.npz")  # the figure's source beside it
+    assert int(source["rows"]) == 1 and (tmp_path / "view.py").exists()
     image = QImage(str(out))
-    assert image.width() >= 2 * PANEL_SIDE * 2  # two panels side by side at 2x
+    from dmlviewer.core.scene.draw import PANE_WIDTH, PNG_PPI
+
+    assert image.width() >= 2 * (2 * PANE_WIDTH / 72 * PNG_PPI)  # two panes side by side at 2x
     assert not QApplication.clipboard().image().isNull()
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
@@ -204,22 +283,21 @@ def test_the_difference_row_exports_as_shown(window, demo_root, small_ckpt, wait
     assert view.difference
     diff = view.difference_maps(1)
     top = max(float(np.abs(d).max()) for d in diff.values())
-    figure = export.pair_view_target(view).figure(1)
-    assert len(figure.rows) == 2
-    row = figure.rows[1]
-    assert [p.caption.split(":")[0] for p in row] == ["A − B", "A − B"]
-    for panel in row:
-        assert panel.colorbar.low == pytest.approx(-top) and panel.colorbar.high == pytest.approx(top)
-    # the drawn panel is the difference, not B's map
-    from dmlviewer.core.figures.pair import map_panel
+    scene = export.pair_view_target(view, window.session).figure(1)
+    assert len(scene.rows) == 2
+    row = scene.rows[1]
+    assert [p.caption.split(":")[0] for p in row.panes] == ["A − B", "A − B"]
+    for pane, screen in zip(row.panes, view.rows[1].panes):
+        assert pane.overlay.kind == "difference" and pane.overlay.signed
+        assert pane.overlay.levels == pytest.approx(screen._colorbar_key[2:4], rel=1e-6)
+        assert pane.overlay.levels[1] >= top * (1 - 1e-6)  # grid cells: at least the upsampled maps' largest
+    # the drawn data is A's grid map minus B's, not B's map
+    a_grid = view.rows[0].explanation.overall_grid(view.method, "query")
+    b_grid = view.rows[1].explanation.overall_grid(view.method, "query")
+    from dmlviewer.core.scene.levels import sign_part
 
-    query = view.images.query
-    want = map_panel(query, diff["query"], "", 1.0, high=top, sign="signed").image
-    assert np.array_equal(row[0].image, want)
-    b_map = map_panel(query, view.rows[1].explanation.overall(view.method, "query", view.sign), "", 1.0,
-                      high=top, sign="signed").image
-    assert not np.array_equal(row[0].image, b_map)
-    texts = _texts(export.write_figure(figure, tmp_path / "diff.svg").read_text(encoding="utf-8"))
+    assert np.allclose(row.panes[0].overlay.data, sign_part(a_grid, view.sign) - sign_part(b_grid, view.sign))
+    texts = _texts(export.write_figure(scene, tmp_path / "diff.svg").read_text(encoding="utf-8"))
     assert any(t.startswith("A − B: ") for t in texts)
 
 

@@ -123,14 +123,16 @@ def test_overall_maps_of_each_method_come_from_the_core(loaded, qtbot, method):
         np.testing.assert_array_equal(pane.overlay_image(), view.explanation.overall(method, side, "positive"))
         lo, hi = pane.overlay_item.levels
         peak = float(pane.overlay_image().max())
-        assert lo == 0.0 and hi == pytest.approx(peak if peak > 0 else 1.0)
+        # the levels are the grid's cells (issue 39), not the maximum of the map upsampled to the photo
+        cell = float(np.maximum(view.explanation.overall_grid(method, side), 0).max())
+        assert lo == 0.0 and hi == pytest.approx(cell if cell > 0 else 1.0) and hi >= peak
         assert pane.message.isVisible() == (peak == 0)  # the "no positive part" notice
     view.sign_combo.setCurrentIndex(view.sign_combo.findData("signed"))
     q = view.panes[QUERY]
     signed = view.explanation.overall(method, "query", "signed")
     np.testing.assert_array_equal(q.overlay_image(), signed)
-    m = float(np.abs(signed).max())
-    assert tuple(q.overlay_item.levels) == pytest.approx((-m, m))
+    m = float(np.abs(view.explanation.overall_grid(method, "query")).max())
+    assert tuple(q.overlay_item.levels) == pytest.approx((-m, m)) and m >= float(np.abs(signed).max())
 
 
 def test_matches_are_drawn_as_numbered_markers_on_both_panes(loaded):

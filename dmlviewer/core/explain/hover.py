@@ -31,25 +31,12 @@ import numpy as np
 
 from dmlviewer.core.explain.grid import bilinear_weights
 
-_COLORMAPS = {
-    "jet": cv2.COLORMAP_JET,
-    "inferno": cv2.COLORMAP_INFERNO,
-    "viridis": cv2.COLORMAP_VIRIDIS,
-    "turbo": cv2.COLORMAP_TURBO,
-    "twilight_shifted": cv2.COLORMAP_TWILIGHT_SHIFTED,  # diverging, for signed maps
-}
-
-
 def colormap_lut(name: str = "jet", alpha: int = 255) -> np.ndarray:
-    """A 256 x 4 uint8 RGBA look-up table from one of OpenCV's colour maps."""
-    if name not in _COLORMAPS:
-        raise ValueError(f"unknown colour map {name!r}; choose one of {', '.join(sorted(_COLORMAPS))}")
-    ramp = np.arange(256, dtype=np.uint8).reshape(256, 1)
-    bgr = cv2.applyColorMap(ramp, _COLORMAPS[name]).reshape(256, 3)
-    lut = np.empty((256, 4), dtype=np.uint8)
-    lut[:, :3] = bgr[:, ::-1]
-    lut[:, 3] = alpha
-    return lut
+    """A 256 x 4 uint8 RGBA look-up table of colour map ``name`` from the core's one table
+    (:mod:`dmlviewer.core.scene.colormaps`), one ``alpha`` for every entry."""
+    from dmlviewer.core.scene.colormaps import opaque_lut
+
+    return opaque_lut(name, alpha)
 
 
 #: Share of a pair's points whose strongest contribution may saturate the whole-pair scale.

@@ -73,3 +73,30 @@ def top_matches(
         work[_neighbours(a, grid_query, radius), :] = -np.inf
         work[:, _neighbours(b, grid_reference, radius)] = -np.inf
     return found
+
+
+def match_totals(point_to_point: np.ndarray) -> tuple[float, float]:
+    """``(positive, negative)``: the sums of the positive and of the negative entries of the
+    point-to-point tensor (Eq. 3); ``positive + negative`` is its total."""
+    p = np.asarray(point_to_point, dtype=np.float64)
+    return float(p[p > 0].sum()), float(p[p < 0].sum())
+
+
+def match_shares(matches: list[dict], point_to_point: np.ndarray) -> list[float]:
+    """Each match's score as a share of the tensor's positive total (issue 42 item 8): the
+    shares of all positive cell pairs add up to 1, so the top matches' shares never pass 100 %,
+    however much negative terms cancel (as a share of the similarity they did: 93.5 % + 72.6 % …
+    when +13.25 of positive terms cancelled against −12.49 for a similarity of 0.807)."""
+    positive, _ = match_totals(point_to_point)
+    return [float(m["score"]) / positive if positive > 0 else float("nan") for m in matches]
+
+
+def match_shares_text(matches: list[dict], point_to_point: np.ndarray, similarity: float) -> str:
+    """The one wording of the top matches' shares, for the report, the figures and the pair
+    view's Matches read-out: what each share is of, with the positive and negative totals."""
+    if not matches:
+        return "No match (no cell pair contributes positively)"
+    positive, negative = match_totals(point_to_point)
+    shares = ", ".join(f"{k + 1}: {s:.1%}" for k, s in enumerate(match_shares(matches, point_to_point)))
+    return (f"Top {len(matches)} matches, each as a share of the positive cell-pair total {positive:+.4g} "
+            f"(negative {negative:+.4g}, similarity {similarity:+.4g}): {shares}")

@@ -4,7 +4,8 @@
 Fields: ``similarity`` (cosine), ``point_to_point`` (``hq x wq x hr x wr``, per position-pair
 contributions divided by ``|Eq||Er|``, seed 000 Eq. 2-3), ``bias_query``, ``bias_reference``,
 ``bias_both`` (the three bias terms of Eq. 3, same scaling), ``overall_query``,
-``overall_reference`` (full-resolution signed maps of ``method``), ``grid_query``,
+``overall_reference`` (full-resolution signed maps of ``method``), ``overall_query_grid``,
+``overall_reference_grid`` (the same maps on the feature grids), ``grid_query``,
 ``grid_reference``, and ``rule`` (``"exact"`` or ``"first order"``) with ``rule_detail``.
 Completeness: ``point_to_point.sum() + bias_query + bias_reference + bias_both == similarity``
 to float tolerance (exactly, up to rounding, whatever the rule: a first-order rule moves the
@@ -33,6 +34,8 @@ class Explanation:
     bias_both: float
     overall_query: np.ndarray
     overall_reference: np.ndarray
+    overall_query_grid: np.ndarray
+    overall_reference_grid: np.ndarray
     grid_query: tuple[int, int]
     grid_reference: tuple[int, int]
     method: str
@@ -46,7 +49,10 @@ class Explanation:
             similarity=float(pair.similarity), point_to_point=pair.point_to_point_4d(),
             bias_query=float(pair.bias_query), bias_reference=float(pair.bias_reference),
             bias_both=float(pair.bias_both), overall_query=pair.overall(method, "query"),
-            overall_reference=pair.overall(method, "reference"), grid_query=tuple(pair.grid_query),
+            overall_reference=pair.overall(method, "reference"),
+            overall_query_grid=np.asarray(pair.overall_grid(method, "query"), dtype=np.float32),
+            overall_reference_grid=np.asarray(pair.overall_grid(method, "reference"), dtype=np.float32),
+            grid_query=tuple(pair.grid_query),
             grid_reference=tuple(pair.grid_reference), method=method, rule=pair.rule,
             rule_detail=pair.rule_detail,
         )

@@ -1,7 +1,7 @@
 """A pair's explanation drawn as figure panels, from the data at the export resolution.
 
-Used by the report (:mod:`dmlviewer.core.report`) and by the app's Export View, so a figure in
-a paper and the report show the same thing. Everything is drawn from a
+Used by the report (:mod:`dmlviewer.core.report`) and the group tab's Export View (the pair view exports
+its headless scene, :mod:`dmlviewer.core.scene`). Everything is drawn from a
 :class:`~dmlviewer.core.explain.pair.PairExplanation`: the overall maps are upsampled from the
 feature grid straight to the panel size (not from a screen grab), the top matches are the
 tensor's strongest cell pairs (:meth:`~PairExplanation.correspondences`), and the partial maps
@@ -10,32 +10,24 @@ of the query's strongest points are rows of the point-to-point tensor (seed 000 
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import cv2
 import numpy as np
 
 from dmlviewer.core.explain.grid import grid_to_pixel, upsample
+from dmlviewer.core.explain.matches import match_shares_text
 from dmlviewer.core.explain.methods import label as method_label
+from dmlviewer.core.scene.colormaps import DIVERGING
+from dmlviewer.core.scene.levels import levels, sign_part
 
-from .figure import COLORMAP, ColorBar, Figure, Panel, fit, overlay
+from .figure import COLORMAP, ColorBar, Panel, fit, overlay
 
 #: a panel's longer side at scale 1, in pixels
 PANEL_SIDE = 128
 #: line colours of the drawn matches (RGB)
 MATCH_COLOURS = ((255, 255, 255), (255, 220, 0), (0, 255, 120), (255, 80, 200), (0, 200, 255),
                  (255, 140, 0), (170, 120, 255), (120, 255, 255))
-
-
-def similarity_split(expl) -> str:
-    """The similarity as the sum of its point-to-point part and the three bias terms (seed 000
-    Eq. 3), worded as the pair view's line, with the decomposition rule."""
-    p2p = float(np.asarray(expl.point_to_point, dtype=np.float64).sum())
-    rule = "exact decomposition" if expl.rule == "exact" else "first-order (Jacobian) decomposition"
-    return (f"Similarity (cosine) {expl.similarity:+.4f} = point-to-point {p2p:+.4f} "
-            f"+ query cells · reference bias {expl.bias_query:+.4f} "
-            f"+ reference cells · query bias {expl.bias_reference:+.4f} + bias · bias {expl.bias_both:+.4f} "
-            f"({rule})")
 
 
 def cell_centres(grid: tuple[int, int], shape: tuple[int, int]) -> np.ndarray:
@@ -73,10 +65,6 @@ def _side_px(scale: float) -> int:
     return max(8, round(PANEL_SIDE * scale))
 
 
-#: the colour map of signed maps (diverging, as the app's)
-DIVERGING = "twilight_shifted"
-
-
 def map_panel(image: np.ndarray, grid_map: np.ndarray, caption: str, scale: float = 1.0,
               colormap: str = COLORMAP, high: float | None = None, sign: str = "positive") -> Panel:
     """``image`` with ``grid_map`` (a feature-grid map) upsampled to the panel's size and
@@ -84,12 +72,12 @@ def map_panel(image: np.ndarray, grid_map: np.ndarray, caption: str, scale: floa
     a colour bar from 0 to its maximum (or ``high``), or both (``"signed"``) on a diverging bar
     symmetric about 0."""
     shown = fit(image, _side_px(scale))
-    heat = upsample(np.asarray(grid_map, dtype=np.float32), shown.shape[:2])
+    part = sign_part(grid_map, sign)
+    heat = upsample(part, shown.shape[:2])
+    # the bar's ends are the grid's cell values (core.scene.levels), not a statistic of the resized map
+    top = float(high) if high is not None else levels(part, sign)[1]
     if sign == "signed":
-        top = float(high) if high is not None else float(np.abs(heat).max(initial=0.0))
         return Panel(overlay(shown, heat, top, DIVERGING, low=-top), caption, ColorBar(-top, top, DIVERGING))
-    heat = np.maximum(-heat if sign == "negative" else heat, 0.0)
-    top = float(high) if high is not None else float(heat.max(initial=0.0))
     return Panel(overlay(shown, heat, top, colormap), caption, ColorBar(0.0, top, colormap))
 
 
@@ -125,9 +113,7 @@ def matches_panel(expl, image_q: np.ndarray, image_r: np.ndarray, count: int = 5
                  max(1, round(1.5 * scale)), cv2.LINE_AA)
         _mark(canvas, a, k + 1, scale, colour)
         _mark(canvas, b, k + 1, scale, colour)
-    similarity = expl.similarity if expl.similarity != 0 else float("nan")
-    shares = ", ".join(f"{k + 1}: {m['score'] / similarity:.1%}" for k, m in enumerate(found))
-    return Panel(canvas, f"Top {len(found)} matches (share of the similarity) {shares}" if found else "No match")
+    return Panel(canvas, match_shares_text(found, expl.point_to_point, float(expl.similarity)))
 
 
 def strongest_points(expl, count: int = 3) -> list[tuple[int, float, float, float]]:
@@ -175,72 +161,3 @@ def pair_panels(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequen
     if points:
         row.extend(partial_panels(expl, image_q, image_r, points, scale, colormap))
     return row
-
-
-def pair_view_figure(expl, image_q: np.ndarray, image_r: np.ndarray, captions: Sequence[str] = ("Query", "Reference"),
-                     method: str = "decomposition", sign: str = "positive", colormap: str = COLORMAP,
-                     scale: float = 1.0, matches: int = 5, compare=None, names: Sequence[str] = ("A", "B"),
-                     shared_scale: bool = False, title: str = "",
-                     difference: Mapping[str, np.ndarray] | None = None) -> Figure:
-    """The app's pair view as a figure (Export View): a row of the query's and reference's
-    overall maps of ``method`` with their colour bars and captions and the top ``matches``, a
-    second row for model B's explanation ``compare`` of the same images when comparing
-    (``shared_scale``: one colour bar for both rows, as the view's *Shared scale*), and the
-    similarity line of each model. ``difference`` (A's overall maps minus B's, ``side -> map``,
-    as the view's *Difference A − B* shows them): the second row is this difference on one
-    colour bar symmetric about 0 (the largest ``|A − B|`` of both images) instead of B's maps.
-    Drawn from the explanations at ``scale`` times the panel size."""
-    high = None
-    if compare is not None and shared_scale and sign != "signed" and difference is None:
-        parts = [np.maximum(-g if sign == "negative" else g, 0.0) for e in (expl, compare)
-                 for g in (e.overall_grid(method, "query"), e.overall_grid(method, "reference"))]
-        high = max(float(p.max(initial=0.0)) for p in parts)
-    rows, notes = [], []
-    for e, name in ((expl, names[0]), (compare, names[1])):
-        if e is None:
-            continue
-        prefix = f"{name}: " if compare is not None else ""
-        if e is compare and difference is not None:
-            rows.append(difference_panels(difference, image_q, image_r,
-                                          [f"{names[0]} − {name}: {c} · {method_label(method)}" for c in captions],
-                                          scale))
-        else:
-            rows.append(pair_panels(e, image_q, image_r, [prefix + c for c in captions], method, scale, matches,
-                                    0, colormap, sign, high))
-        notes.append(prefix + similarity_split(e))
-    return Figure(title, rows, notes, scale)
-
-
-def difference_panels(difference: Mapping[str, np.ndarray], image_q: np.ndarray, image_r: np.ndarray,
-                      captions: Sequence[str], scale: float = 1.0) -> list[Panel]:
-    """Both images with a difference of maps (``side -> map``, e.g. A's overall map minus B's)
-    on one diverging colour bar symmetric about 0: ``[-m, m]``, ``m`` the largest ``|value|``
-    of both maps (1 where both are 0), as the pair view draws its *Difference* row."""
-    maps = [np.asarray(difference[side], dtype=np.float32) for side in ("query", "reference")]
-    top = max(float(np.nanmax(np.abs(m))) if m.size else 0.0 for m in maps) or 1.0
-    return [map_panel(image, m, caption, scale, high=top, sign="signed")
-            for image, m, caption in zip((image_q, image_r), maps, captions)]
-
-
-def group_figure(expl, image_q: np.ndarray, image_r: np.ndarray, slices: Sequence[slice], group: int,
-                 captions: Sequence[str] = ("Query", "Reference"), colormap: str = COLORMAP,
-                 scale: float = 1.0) -> Figure:
-    """A group attention tab as a figure: group ``group``'s decomposition map on both images (its
-    point-to-point tensor summed over the other image, :func:`~dmlviewer.core.explain.groups.group_maps`),
-    on one colour scale for every group of the pair (as the tab shows them), and its share of
-    the similarity (the dot product of the group's slices of the normalized embeddings)."""
-    from dmlviewer.core.explain.groups import group_maps
-
-    if not 0 <= group < len(slices):
-        raise ValueError(f"group {group} out of range: the model has {len(slices)} group(s)")
-    maps = {side: group_maps(expl, side) for side in ("query", "reference")}
-    high = max(float(np.maximum(m, 0.0).max(initial=0.0)) for m in maps.values()) or 1.0
-    row = [map_panel(image, maps[side][group], f"{caption} · group {group + 1}", scale, colormap, high)
-           for image, side, caption in ((image_q, "query", captions[0]), (image_r, "reference", captions[1]))]
-    eq, er = expl.embedding("query"), expl.embedding("reference")
-    share = float(np.dot(eq[slices[group]], er[slices[group]]))
-    total = float(expl.similarity)
-    part = f" ({share / total:.1%} of it)" if abs(total) > 1e-12 else ""
-    note = (f"Group {group + 1} of {len(slices)}: contributes {share:+.4f} to the similarity {total:+.4f}{part}; "
-            f"its point-to-point terms sum to {float(expl.group_point_to_point(group).sum(dtype=np.float64)):+.4f}.")
-    return Figure(f"Group {group + 1} · decomposition maps", [row], [note], scale)

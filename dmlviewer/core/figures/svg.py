@@ -24,15 +24,13 @@ CHAR_WIDTH = 0.6  # average glyph width as a share of the font size, for wrappin
 
 
 def wrap(text: str, width_px: float, font_px: float) -> list[str]:
-    """``text`` broken into lines of at most ``width_px`` (estimated glyph widths)."""
+    """``text`` broken into lines of at most ``width_px`` (estimated glyph widths), between words
+    only: a word longer than a line (a file name) stays whole on its own line."""
     per_line = max(8, int(width_px / (font_px * CHAR_WIDTH)))
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line = ""
-        words = []
-        for word in paragraph.split(" "):  # a word longer than a line (a file name) is cut
-            words.extend(word[k:k + per_line] for k in range(0, max(len(word), 1), per_line))
-        for word in words:
+        for word in paragraph.split(" "):
             if line and len(line) + 1 + len(word) > per_line:
                 lines.append(line)
                 line = word

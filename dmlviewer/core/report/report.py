@@ -39,7 +39,8 @@ import torch
 from dmlviewer.core.explain.methods import label as method_label
 from dmlviewer.core.figures import html
 from dmlviewer.core.figures.figure import Figure, Plot
-from dmlviewer.core.figures.pair import box_share, pair_panels, similarity_split
+from dmlviewer.core.figures.pair import box_share, pair_panels
+from dmlviewer.core.scene import similarity_split
 from dmlviewer.core.figures.svg import figure_svg
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 

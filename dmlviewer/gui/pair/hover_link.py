@@ -95,7 +95,9 @@ class HoverLink(QObject):
         return [row for row in self.rows if row.shown]
     # -- pin
     def pin(self, side: int, x: float, y: float) -> None:
-        self.pinned = (side, x, y)
+        previous, self.pinned = self.pinned, (side, x, y)
+        if previous is not None and previous[0] != side:  # its partial map is on this side: overall maps back
+            self.restore()
         for row in self._shown():
             row.panes[side].set_pin((x, y))
             row.panes[1 - side].set_pin(None)

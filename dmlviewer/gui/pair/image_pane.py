@@ -431,6 +431,7 @@ class ImagePane(QWidget):
         for _, item in self._guide_items:
             self.view.removeItem(item)
         self._guide_items = []
+        self.guide_specs = [tuple(g) for g in guides]  # as given, for Export View's scene
         entries = []
         for name, xs, ys, colour, dashed in guides:
             pen = pg.mkPen(colour, width=2, style=Qt.DashLine if dashed else Qt.SolidLine, cosmetic=True)

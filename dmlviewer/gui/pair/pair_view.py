@@ -61,6 +61,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QHBoxLayout, QLabel, QSlide
 
 from dmlviewer.core.display import DisplayOptions, check
 from dmlviewer.core.explain.methods import label as method_label, methods
+from dmlviewer.core.scene.scene import overall_levels
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.pair.colormaps import SEQUENTIAL, overlay_lut
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE, SIDE_NAMES, HoverLink
@@ -130,14 +131,6 @@ def _ray(shape: tuple[int, int], azimuth: float) -> tuple[list[float], list[floa
     h, w = shape
     radius, a = min(h, w) / 2.0, math.radians(azimuth)
     return [w / 2.0, w / 2.0 + radius * math.sin(a)], [h / 2.0, h / 2.0 - radius * math.cos(a)]
-
-
-def display_levels(values: np.ndarray, sign: str) -> tuple[float, float]:
-    """Fixed levels for drawing a map split by ``sign`` (set once per map, never per hover):
-    ``(0, max)`` for one sign, ``(-m, m)`` with ``m = max |value|`` for signed maps."""
-    m = float(np.nanmax(np.abs(values))) if values.size else 0.0
-    m = m if m > 0 else 1.0
-    return (-m, m) if sign == "signed" else (0.0, m)
 
 
 def rule_text(rule: str, detail: str = "") -> tuple[str, str]:
@@ -1072,7 +1065,8 @@ class PairView(QWidget):
                 diff = self.difference_maps(k)
                 if diff is None:
                     continue
-                levels = display_levels(np.concatenate([d.ravel() for d in diff.values()]), "signed")
+                levels = overall_levels([self.rows[0].explanation, row.explanation], self.method, self.sign,
+                                        difference=True)
                 for pane, side in zip(row.panes, SIDE_NAMES):
                     pane.show_message(None)
                     pane.set_map(diff[side], levels)
@@ -1080,8 +1074,8 @@ class PairView(QWidget):
                 continue
             for pane, side in zip(row.panes, SIDE_NAMES):
                 pane.show_message(None)
-                together = [m[side] for m in maps if m is not None] if shared else []
-                levels = display_levels(np.stack(together) if len(together) > 1 else shown[side], self.sign)
+                together = [r.explanation for r, m in zip(self.rows, maps) if m is not None] if shared else []
+                levels = overall_levels(together or [row.explanation], self.method, self.sign, side)
                 pane.set_map(shown[side], levels)
                 if not np.any(shown[side]):
                     pane.show_message(f"this map has no {self.sign} part")
@@ -1224,6 +1218,11 @@ class PairView(QWidget):
         self.panes[REFERENCE].set_markers([m["reference_xy"] for m in matches])
         self.lines.matches = matches
         self.lines.setVisible(bool(matches))
+        if matches:  # what the shares are of, as the report and the figures say it (issue 42 item 8)
+            from dmlviewer.core.explain.matches import match_shares_text
+
+            self.status_message.emit(match_shares_text(matches, self.explanation.point_to_point,
+                                                       float(self.explanation.similarity)))
         self._update_lines()
 
     def _update_lines(self, *_args) -> None:

@@ -1,15 +1,19 @@
 """File > Export View (issue 33 item 1): the pair view, a group attention tab or a plot as a
 figure file (PNG at 1x-4x, SVG, PDF) and on the clipboard.
 
-The figure is drawn by the core from the data at the export resolution
-(:func:`dmlviewer.core.figures.pair.pair_view_figure`, :func:`~dmlviewer.core.figures.pair.group_figure`,
-a :class:`~dmlviewer.core.figures.Plot` from a plot's curves and points, or
-:class:`~dmlviewer.core.figures.Bars` from its bars), the same drawing as the report's,
-never grabbed from the screen; so it is the same on any screen. This module only turns the
-core's SVG into the other formats with Qt: PNG by rendering the SVG at its size (a 2x figure is
-drawn twice as large, so it has twice the pixels), PDF through ``QPdfWriter`` (text stays text,
-the maps are the SVG's embedded images at their resolution). Files are written to a temporary
-name and renamed. Each tool window's plot has the entry in its own right-click menu
+The pair view is exported as what is on screen (issue 39): the headless scene
+(:func:`dmlviewer.core.scene.build_scene`) made from the session's display options and pinned
+point and the pair view's rows' explanations (rows A and B or the difference, method, sign,
+scale mode, colour map, opacity, the pinned point's partial map, matches on or off, the
+orientation guides), drawn by matplotlib (:mod:`dmlviewer.core.scene.draw`): PNG, SVG and PDF,
+at 1x-4x only the pixels change. Maps not yet computed are never computed here (on the GUI
+thread): Export View says so instead. The group tab is a scene too
+(:func:`dmlviewer.core.scene.group.group_scene`). The plots are still
+:class:`~dmlviewer.core.figures.Figure` objects (a :class:`~dmlviewer.core.figures.Plot` from a
+plot's curves and points, or
+:class:`~dmlviewer.core.figures.Bars` from its bars) laid out by the core's SVG writer, which
+this module turns into PNG (rendering the SVG at its size) and PDF (``QPdfWriter``). Files are
+written to a temporary name and renamed. Each tool window's plot has the entry in its own right-click menu
 (:func:`add_plot_entry`, through ``widgets.style_plot``).
 """
 
@@ -30,6 +34,7 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QComboBox, QDialog, QDia
 
 from dmlviewer.core.figures import Bars, Figure, Plot, figure_svg
 from dmlviewer.core.figures.svg import dimensions
+from dmlviewer.core.scene import Scene
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +49,7 @@ class Target:
     """Something that can be exported: its name in the dialog and the figure at a scale."""
 
     name: str
-    figure: Callable[[float], Figure]
+    figure: Callable[[float], Figure | Scene]
     source: object = None  # the plot's PlotItem, for a plot's own menu entry
 
 
@@ -55,51 +60,53 @@ def _plain(text: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", text or "")).strip()
 
 
-def _colormap(name: str | None) -> str:
-    from dmlviewer.core.explain.hover import _COLORMAPS
-    from dmlviewer.core.figures.figure import COLORMAP
-
-    return name if name in _COLORMAPS else COLORMAP
-
-
 # ---------------------------------------------------------------------------------- targets
-def pair_view_target(view) -> Target | None:
-    """The pair view (both model rows while comparing; with *Difference A − B* the second row is
-    that difference, as on screen), when its pair is explained."""
-    from dmlviewer.core.figures.pair import pair_view_figure
+def pair_view_scene(view, session=None) -> Scene:
+    """The scene of what the pair view shows: the session's display options and pinned point
+    (the view's own without a session), each row whose maps of the method are computed.
+    ``ValueError`` (said in a dialog) when model A's maps are still being computed or failed:
+    nothing is computed here, on the GUI thread."""
+    from dmlviewer.core.explain.methods import label as method_label
+    from dmlviewer.core.scene import Guide, RowSource, build_scene
 
+    method, images = view.method, view.images
+    name = method_label(method)
+    first = view.rows[0]
+    state = view._maps_state(first)
+    if state in ("missing", "absent"):
+        raise ValueError(f"the {name} maps are still being computed: export again once they are shown")
+    if state == "failed":
+        raise ValueError(f"{name} is unavailable for this pair: {first.overall.get(method)}")
+    sources, notes = [], []
+    for row in view.rows if view.comparing else view.rows[:1]:
+        row_state = view._maps_state(row)
+        if row_state == "done":
+            tensor = view._hover_tensor(row)
+            sources.append(RowSource(row.letter, row.explanation, "" if row.name == row.letter else row.name,
+                                     None if tensor is row.explanation.point_to_point else tensor))
+        elif row.state == "ready" and method not in row.methods:
+            notes.append(f"{name} is shown for model A only: row {row.letter} left out.")
+        else:
+            notes.append(f"Model {row.letter}: its {name} maps are not computed yet; row left out.")
+    guides = {side: [Guide(*spec) for spec in getattr(pane, "guide_specs", [])]
+              for side, pane in zip(("query", "reference"), first.panes)}
+    pinned = session.pinned if session is not None else view.link.pinned
+    scene = build_scene(view.display, (images.query, images.reference), sources,
+                        (_plain(images.query_title), _plain(images.reference_title)), pinned, guides)
+    scene.notes.extend(notes)
+    return scene
+
+
+def pair_view_target(view, session=None) -> Target | None:
+    """The pair view as on screen (:func:`pair_view_scene`), when its pair is explained."""
     if getattr(view, "state", None) != "ready" or view.explanation is None or view.images is None:
         return None
-    images = view.images
-    row_b = view.rows[1] if view.comparing else None
-    compare = row_b.explanation if row_b is not None and row_b.state == "ready" else None
-
-    def figure(scale: float) -> Figure:
-        method = view.method
-        try:
-            for e in (view.explanation, compare):
-                if e is not None:
-                    e.overall_grid(method, "query")
-        except ValueError:  # a method model B does not show: A's row only
-            compare_used = None
-        else:
-            compare_used = compare
-        # "Difference A − B": B's row shows A minus B on a symmetric scale; so does the figure
-        difference = view.difference_maps(1) if compare_used is not None and view.difference else None
-        return pair_view_figure(view.explanation, images.query, images.reference,
-                                (_plain(images.query_title), _plain(images.reference_title)), method,
-                                view.sign, _colormap(view.display.colormap), scale,
-                                matches=5, compare=compare_used,
-                                names=("A", "B" if difference is not None else
-                                       f"B {row_b.name}" if row_b is not None else "B"),
-                                shared_scale=view.shared_scale, difference=difference)
-
-    return Target("Pair view", figure)
+    return Target("Pair view", lambda scale: pair_view_scene(view, session))
 
 
 def group_target(tabs, view) -> Target | None:
     """The group attention tab shown (a grouping model's explained pair)."""
-    from dmlviewer.core.figures.pair import group_figure
+    from dmlviewer.core.scene.group import group_scene
 
     expl = getattr(tabs, "explanation", None)
     model = getattr(tabs, "model", None)
@@ -109,9 +116,8 @@ def group_target(tabs, view) -> Target | None:
     group = int(getattr(tabs, "group", 0))
     images = view.images
     return Target(f"Group attention (group {group + 1})",
-                  lambda scale: group_figure(expl, images.query, images.reference, slices, group,
-                                             (_plain(images.query_title), _plain(images.reference_title)),
-                                             scale=scale))
+                  lambda scale: group_scene(expl, (images.query, images.reference), slices, group,
+                                            (_plain(images.query_title), _plain(images.reference_title))))
 
 
 def _bar_items(plot_item) -> list:
@@ -186,14 +192,20 @@ def targets(window) -> list[Target]:
     only, without a main window)."""
     if not hasattr(window, "pair_view"):
         return plot_targets(window)
-    found = [t for t in (pair_view_target(window.pair_view), group_target(window.group_tabs, window.pair_view))
+    found = [t for t in (pair_view_target(window.pair_view, getattr(window, "session", None)), group_target(window.group_tabs, window.pair_view))
              if t is not None]
     return found + plot_targets(window)
 
 
 # ---------------------------------------------------------------------------------- writers
-def render_image(figure: Figure) -> QImage:
-    """The figure as an image at its size (the SVG's, so ``scale`` times the 1x figure)."""
+def render_image(figure: Figure | Scene, scale: float = 1.0) -> QImage:
+    """The figure as an image at its size (``scale`` times the 1x figure)."""
+    if isinstance(figure, Scene):
+        from dmlviewer.core.scene.draw import figure_bytes
+
+        image = QImage()
+        image.loadFromData(figure_bytes(figure, "png", scale), "PNG")
+        return image
     svg = figure_svg(figure)
     width, height = dimensions(svg)
     renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
@@ -218,14 +230,19 @@ def _write_pdf(svg: str, path: str) -> None:
     painter.end()
 
 
-def write_figure(figure: Figure, path: str | Path) -> Path:
-    """Write ``figure`` as PNG, SVG or PDF by ``path``'s suffix (temporary file, renamed)."""
+def write_figure(figure: Figure | Scene, path: str | Path, scale: float = 1.0) -> Path:
+    """Write ``figure`` as PNG, SVG or PDF by ``path``'s suffix (temporary file, renamed); a
+    scene by matplotlib at ``scale`` (a Figure carries its own)."""
     from dmlviewer.core.files import commit, remove, temp_path
 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in FORMATS.values():
         raise ValueError(f"{path.name}: export as .png, .svg or .pdf")
+    if isinstance(figure, Scene):
+        from dmlviewer.core.scene.draw import write
+
+        return write(figure, path, scale)
     tmp = temp_path(path)
     try:
         if suffix == ".svg":
@@ -248,12 +265,18 @@ def write_figure(figure: Figure, path: str | Path) -> Path:
 _copied: QMimeData | None = None
 
 
-def copy_figure(figure: Figure) -> None:
+def copy_figure(figure: Figure | Scene, scale: float = 1.0) -> None:
     """Put the figure on the clipboard: the image, and the SVG for programs that take it."""
     global _copied
     data = QMimeData()
-    data.setImageData(render_image(figure))
-    data.setData("image/svg+xml", QByteArray(figure_svg(figure).encode("utf-8")))
+    data.setImageData(render_image(figure, scale))
+    if isinstance(figure, Scene):
+        from dmlviewer.core.scene.draw import figure_bytes
+
+        svg = figure_bytes(figure, "svg", scale)
+    else:
+        svg = figure_svg(figure).encode("utf-8")
+    data.setData("image/svg+xml", QByteArray(svg))
     if _copied is None:
         atexit.register(_drop_copy_at_exit)
     _copied = data
@@ -302,14 +325,23 @@ class ExportDialog(QDialog):
                               "(SVG and PDF keep the text as text at any scale)")
         self.copy = QCheckBox("Also copy to the clipboard")
         self.copy.setChecked(True)
+        self.source = QCheckBox("Also write the figure's source (.npz and a matplotlib .py)")
+        self.source.setToolTip("Beside the file: its arrays and a short script that redraws it, to restyle for a paper")
         form = QFormLayout(self)
         form.addRow("View", self.what)
         form.addRow("Scale", self.scale)
         form.addRow(self.copy)
+        form.addRow(self.source)
+        self.what.currentIndexChanged.connect(self._source_possible)
+        self._source_possible()
         buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def _source_possible(self) -> None:
+        """A figure source is written for the scenes (pair view, group tab), not for plots."""
+        self.source.setEnabled(self.found[self.what.currentIndex()].source is None if self.found else False)
 
     def chosen(self) -> tuple[Target, float]:
         return self.found[self.what.currentIndex()], float(self.scale.currentData())
@@ -336,14 +368,15 @@ def export_view(window, preferred: str | None = None, source: object = None) -> 
         return None
     if not Path(path).suffix and chosen in FORMATS:
         path += FORMATS[chosen]
-    import contextlib
-
     try:
-        with getattr(window, "model_lock", None) or contextlib.nullcontext():  # a map computed on demand runs the model
-            figure = target.figure(scale)
-        written = write_figure(figure, path)
+        figure = target.figure(scale)  # from maps already computed: nothing runs the model here
+        written = write_figure(figure, path, scale)
+        if isinstance(figure, Scene) and dialog.source.isEnabled() and dialog.source.isChecked():
+            from dmlviewer.core.scene.source import write_source
+
+            write_source(figure, written)
         if dialog.copy.isChecked():
-            copy_figure(figure)
+            copy_figure(figure, scale)
     except (OSError, ValueError) as exc:
         errors.show_error(window, "Export View", f"Could not export the view: {exc}")
         return None
