@@ -64,6 +64,32 @@ class SessionError(ValueError):
     """A remembered session that cannot be used as given (one line saying which field)."""
 
 
+#: The pinned point's sides by name (``set_pinned`` takes either form).
+PIN_SIDES = {"query": 0, "reference": 1}
+
+
+def pinned_point(point: Any) -> tuple[int, float, float]:
+    """``point`` (``(side, x, y)``, side 0/1 or "query"/"reference") as the session keeps it,
+    ``(0 or 1, x, y)``, or :class:`SessionError` naming what is wrong."""
+    import math
+
+    try:
+        side, x, y = point
+    except (TypeError, ValueError):
+        raise SessionError(f"pinned: {point!r} is not (side, x, y)") from None
+    if isinstance(side, str) and side in PIN_SIDES:
+        side = PIN_SIDES[side]
+    elif isinstance(side, bool) or side not in (0, 1):
+        raise SessionError(f"pinned: side {side!r} is not 0 or 'query', 1 or 'reference'")
+    try:
+        x, y = float(x), float(y)
+    except (TypeError, ValueError):
+        raise SessionError(f"pinned: x, y {point[1]!r}, {point[2]!r} are not numbers") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise SessionError(f"pinned: x, y {x}, {y} are not finite")
+    return int(side), x, y
+
+
 # -- events -----------------------------------------------------------------------------------
 
 class SessionEvents(SignalGroup):
@@ -139,7 +165,7 @@ class Session:
         self.features_chosen = False  # the feature file was opened by the user (not computed here)
         self.device: str = device
         self.jobs: dict[Any, JobEntry] = {}
-        self.pinned: tuple | None = None  # (side, x, y) of the pinned point, None: none
+        self.pinned: tuple | None = None  # (0 query or 1 reference, x, y) of the pinned point, None: none
         self.generation = 0
         self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
@@ -213,12 +239,34 @@ class Session:
         self.events.model.emit(slot)
 
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
+        """Show the pair of dataset images ``query_index`` and ``reference_index`` (None: not
+        chosen); an index that is not one of the open dataset's raises :class:`SessionError`
+        naming it and changes nothing."""
+        query_index = self._image_index("query_index", query_index)
+        reference_index = self._image_index("reference_index", reference_index)
         if (query_index, reference_index) == (self.query_index, self.reference_index):
             return
         self.query_index, self.reference_index = query_index, reference_index
         self.events.pair.emit()
         if self.pinned is not None:
             self.set_pinned(None)
+
+    def _image_index(self, name: str, index: Any) -> int | None:
+        """``index`` as an image index of the open dataset, or :class:`SessionError` naming ``name``."""
+        if index is None:
+            return None
+        try:
+            if isinstance(index, (bool, float, str)):
+                raise TypeError
+            number = int(index)
+        except (TypeError, ValueError):
+            raise SessionError(f"{name}: {index!r} is not an image index") from None
+        listing = getattr(self.dataset, "paths", None)  # the dataset's images, as its identity reads them
+        size = None if listing is None else len(listing)
+        if number < 0 or (size is not None and number >= size):
+            raise SessionError(f"{name}: {number} is not an image of the open dataset "
+                               f"({'no dataset' if size is None else f'0 to {size - 1}'})")
+        return number
 
     def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
         """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
@@ -235,8 +283,12 @@ class Session:
         self.events.device.emit()
 
     def set_pinned(self, point: tuple | None) -> None:
-        """Pin ``point`` (``(side, x, y)``) of the pair; None releases the pin."""
-        point = None if point is None else tuple(point)
+        """Pin ``point`` of the pair: ``(side, x, y)`` with ``side`` the image the point is on,
+        0 or ``"query"`` for the query, 1 or ``"reference"`` for the reference, and ``x, y`` in
+        that image's pixels (from its top left corner); None releases the pin. The point is kept
+        as ``(0 or 1, float x, float y)``; a value that is not such a point raises
+        :class:`SessionError` naming the field and changes nothing."""
+        point = None if point is None else pinned_point(point)
         if point == self.pinned:
             return
         self.pinned = point
