@@ -347,6 +347,9 @@ def test_the_toolbar_and_the_display_options_follow_each_other(qtbot, demo_root,
     wait_ready(view)
     assert view.explanation.grid_query[0] > grid[0]
 
-    display.method = "no_such_method"  # not offered: the option goes back to what the box shows
+    from dmlviewer.core.display import DisplayError
+
+    with pytest.raises(DisplayError, match="^method: "):  # refused on assignment: nothing changes, nothing redraws
+        display.method = "no_such_method"
     assert display.method == "decomposition_bias" and view.method_combo.currentData() == "decomposition_bias"
     view.shutdown()
