@@ -15,8 +15,8 @@ the display options announce theirs on ``session.display.events``).
   another dataset drops features that do not fit it.
 - **Freshness, one rule**: a background result is shown only when :meth:`Session.accepts` the
   :class:`Stamp` taken when its work started: the dataset identity and the model of its slot
-  (and, for work that reads them, the feature file) are still what is open. No widget keeps a
-  counter of its own.
+  (and, for work that reads them, the feature file, or the pair on screen) are still what is
+  open. No widget keeps a counter of its own (issue 39 item 5).
 - **Jobs**: the background jobs working for what is open (:meth:`Session.add_job`), each with
   its kind and stamp, so that a widget can say "computing" while one runs.
 - **Last session**: :meth:`Session.to_dict` gives what can be reopened in another process
@@ -110,11 +110,14 @@ class SessionEvents(SignalGroup):
 
 @dataclass
 class ModelSlot:
-    """A model open in a slot: the model, ``info`` from ``open_model`` and its source."""
+    """A model open in a slot: the model, ``info`` from ``open_model`` and its source;
+    ``serial`` tells this opening from any other (a model without a checksum, e.g. a live
+    module, is the same model only while it stays in its slot)."""
 
     model: Any
     info: dict
     source: "ModelSource | None" = None
+    serial: int = 0
 
     @property
     def sha256(self) -> str | None:
@@ -123,15 +126,19 @@ class ModelSlot:
 
 @dataclass(frozen=True)
 class Stamp:
-    """What a job's result belongs to: the dataset (its identity), the model (weights' sha256)
-    of ``slot`` and, for work that reads them, the feature file; ``generation`` is the
-    session's count of dataset and model changes when the stamp was taken."""
+    """What a job's result belongs to: the dataset (its identity), the model (weights' sha256,
+    or for a model without one its slot's ``serial``) of ``slot`` and, for work that reads
+    them, the feature file and the pair on screen (``pair``: the session's
+    :attr:`~Session.pair_generation`); ``generation`` is the session's count of dataset and
+    model changes when the stamp was taken."""
 
     generation: int
     dataset: DatasetIdentity | None
     model_sha: str | None
     slot: str = "primary"
     features: str | None = None
+    model_serial: int | None = None
+    pair: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,10 @@ class Session:
         self.jobs: dict[Any, JobEntry] = {}
         self.pinned: tuple | None = None  # (0 query or 1 reference, x, y) of the pinned point, None: none
         self.generation = 0
+        #: counts changes of the pair on screen (another pair, dataset or input size, or
+        #: :meth:`renew_pair`): what a pair's explanation is stamped with
+        self.pair_generation = 0
+        self._serials = 0  # the last ModelSlot.serial given
         self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
 
@@ -210,6 +221,7 @@ class Session:
         self.dataset, self.dataset_path, self.dataset_format = dataset, path, fmt or None
         self.dataset_identity = identity if dataset is not None else None
         self.generation += 1
+        self.pair_generation += 1
         had_pair = self.query_index is not None or self.reference_index is not None
         self.query_index = self.reference_index = None
         stale_features = self.features is not None and dataset is not None and not self.features_fit()
@@ -234,7 +246,8 @@ class Session:
             if self.slots.pop(slot, None) is None:
                 return
         else:
-            self.slots[slot] = ModelSlot(model, dict(info or {}), source)
+            self._serials += 1
+            self.slots[slot] = ModelSlot(model, dict(info or {}), source, self._serials)
         self.generation += 1
         self.events.model.emit(slot)
 
@@ -247,6 +260,7 @@ class Session:
         if (query_index, reference_index) == (self.query_index, self.reference_index):
             return
         self.query_index, self.reference_index = query_index, reference_index
+        self.pair_generation += 1
         self.events.pair.emit()
         if self.pinned is not None:
             self.set_pinned(None)
@@ -267,6 +281,11 @@ class Session:
             raise SessionError(f"{name}: {number} is not an image of the open dataset "
                                f"({'no dataset' if size is None else f'0 to {size - 1}'})")
         return number
+
+    def renew_pair(self) -> None:
+        """The pair on screen is shown anew (other photographs than the dataset's pair, or the
+        same pair explained at another input size): explanations stamped before are stale."""
+        self.pair_generation += 1
 
     def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
         """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
@@ -333,25 +352,34 @@ class Session:
         return None
 
     # -- jobs and freshness
-    def stamp(self, slot: str = "primary", features: bool = False) -> Stamp:
+    def stamp(self, slot: str = "primary", features: bool = False, pair: bool = False) -> Stamp:
         """What a job started now works for (keep it with the job; see :meth:`accepts`);
-        ``features``: the work reads the open feature file too."""
+        ``features``: the work reads the open feature file too; ``pair``: it explains the pair
+        on screen."""
         model = self.slots.get(slot)
         return Stamp(self.generation, self.dataset_identity, None if model is None else model.sha256, slot,
-                     self._features_key() if features else None)
+                     self._features_key() if features else None, None if model is None else model.serial,
+                     self.pair_generation if pair else None)
 
     def accepts(self, stamp: Stamp | None) -> bool:
         """May a result made under ``stamp`` be shown? True while the same dataset (identity) and
         the same model weights of its slot are open (and the same feature file, for a stamp
-        taken with ``features``); False for the results of what is no longer open."""
+        taken with ``features``, and the same pair, for one taken with ``pair``); False for the
+        results of what is no longer open. The one freshness rule of the app."""
         if stamp is None:
             return False
         if stamp.features is not None and stamp.features != self._features_key():
             return False
+        if stamp.pair is not None and stamp.pair != self.pair_generation:
+            return False
         if stamp.generation == self.generation:
             return True
         now = self.stamp(stamp.slot)
-        return (stamp.dataset, stamp.model_sha) == (now.dataset, now.model_sha) and stamp.model_sha is not None
+        if stamp.dataset != now.dataset:
+            return False
+        if stamp.model_sha is not None:
+            return stamp.model_sha == now.model_sha
+        return stamp.model_serial is not None and stamp.model_serial == now.model_serial
 
     def _features_key(self) -> str:
         if self.features is None:

@@ -149,7 +149,8 @@ class PairMaps:
             link.renderers = row.renderers
             link.colorbar = self._partial_colorbar(row.scale)
             whose = f"{row.letter}’s" if self.comparing else "the"
-            link.readout = lambda p, whose=whose, each=row.scale is None: self._readout(p, whose, each)
+            link.readout = (lambda p, whose=whose, each=row.scale is None, sign=self.sign:
+                            self._readout(p, whose, each, sign))
 
     def _partial_colorbar(self, scale: float | None) -> tuple:
         """The colour bar of partial maps on ``scale`` (None: each map its own maximum)."""
@@ -165,26 +166,35 @@ class PairMaps:
         return self.display.colormap, signed, levels, label
 
     @staticmethod
-    def _readout(point, whose: str, each_map: bool) -> str | None:
+    def _readout(point, whose: str, each_map: bool, sign: str = "positive") -> str | None:
         """The hovered point's share of its model's similarity (and on "each map" the value its
-        map's top colour stands for), printed on the other pane."""
+        map's top colour stands for), printed on the other pane; an empty map (a background
+        point) says there is nothing to show instead of a peak (issue 42 item 9)."""
         if point.share is None:
             return None
         text = f"<b>{100.0 * point.share:+.1f}%</b> of {whose} similarity"
-        if each_map and point.peak is not None:
+        if point.empty:
+            text += "<br>nothing to show: " + ("its map is all zero" if sign == "signed" else f"no {sign} part here")
+        elif each_map and point.peak is not None:
             text += f"<br>peak {point.peak:.2g}"
         return text
 
-    def _describe(self, side: int | None, x: float, y: float, point, pinned: bool) -> str:
-        """The status bar's line for the point on screen (model A's share); "" when cleared."""
+    def _describe(self, side: int | None, x: float, y: float, points: list, pinned: bool) -> str:
+        """The status bar's line for the point on screen: its share of each model's similarity,
+        the model named while comparing ("A +22.49%, B +18.02% of each model's similarity",
+        issue 42 item 5); "" when cleared."""
         if side is None:
             return ""
         text = f"{SIDE_NAMES[side]} ({x:.0f}, {y:.0f})"
         first = self.rows[0]
+        shares = [(row.letter, p.share) for row, p in zip(self.rows, points) if p is not None and p.share is not None]
         if first.explanation is not None and self._hover_tensor(first) is not first.explanation.point_to_point:
             text += ": occlusion interaction (similarity that this cell and each other-image cell hold together)"
-        elif point is not None and point.share is not None:
-            text += f": {100.0 * point.share:+.2f}% of the similarity"  # short: read whole in a 1366-px status bar
+        elif self.comparing and shares:  # short: read whole in a 1366-px status bar
+            text += ": " + ", ".join(f"{k} {100.0 * share:+.2f}%" for k, share in shares)
+            text += " of each model's similarity" if len(shares) > 1 else f" of {shares[0][0]}'s similarity"
+        elif shares:
+            text += f": {100.0 * shares[0][1]:+.2f}% of the similarity"
         if pinned:
             text += "  [pinned, Esc to release]"
         return text

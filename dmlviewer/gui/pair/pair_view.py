@@ -57,6 +57,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidg
 
 from dmlviewer.core.display import DisplayOptions, check
 from dmlviewer.core.explain.methods import methods
+from dmlviewer.core.session import SLOTS, Session
 from dmlviewer.gui.pair.display_toolbar import DisplayToolbar
 from dmlviewer.gui.pair.hover_link import QUERY, HoverLink
 from dmlviewer.gui.pair.image_pane import ImagePane
@@ -109,7 +110,7 @@ class PairView(RowController, PairMaps, QWidget):
     status_message = Signal(str)  # hover/pin read-out for the status bar
     similarity_changed = Signal(object)  # float, or None while preparing
     region_query = Signal(tuple)  # (y0, x0, y1, x1) drawn on the query, pixel edges
-    _occlusion_progress = Signal(int, float)  # (row A's stamp, fraction), from the worker thread
+    _occlusion_progress = Signal(object, float)  # (row A's session stamp, fraction), from the worker thread
     grad_bank_needed = Signal()  # grad-weight transfer chosen without Grad-CAM weights at hand
 
     #: the toolbar's controls, as attributes of the view
@@ -118,10 +119,13 @@ class PairView(RowController, PairMaps, QWidget):
                          "compare_view_combo", "shared_scale_box", "compare_controls")
 
     def __init__(self, parent: QWidget | None = None, model_lock: threading.RLock | None = None,
-                 display: DisplayOptions | None = None) -> None:
+                 display: DisplayOptions | None = None, session: Session | None = None) -> None:
         super().__init__(parent)
-        #: The display options this view shows and its toolbar writes (the session's, or its own).
-        self.display = display if display is not None else DisplayOptions()
+        #: Where the models, the pair's freshness and the pinned point are kept: the app's
+        #: session, or (a view on its own) one of the view's own.
+        self.session = session if session is not None else Session()
+        #: The display options this view shows and its toolbar writes (the session's, or those given).
+        self.display = display if display is not None else self.session.display
         self._following = False  # True while a control is set to its option (it writes nothing back)
         self._quiet = False  # True while an option is set to follow its control (nothing redraws)
         self.model_lock = model_lock or threading.RLock()
@@ -138,7 +142,7 @@ class PairView(RowController, PairMaps, QWidget):
         #: one, Swap exchanges the two photographs here.
         self.swap_handler = None
 
-        self.link = HoverLink(self._show_overall, self._describe, parent=self)
+        self.link = HoverLink(self._show_overall, self._describe, parent=self, pins=self.session)
         self.link.message.connect(self.status_message)
         self.row_splitter = QSplitter(Qt.Vertical)
         self.row_splitter.setChildrenCollapsible(False)
@@ -207,7 +211,8 @@ class PairView(RowController, PairMaps, QWidget):
         if k < len(self._made):
             row = self._made[k]
         else:
-            row = PairRow(chr(ord("A") + k), methods("pair_view") if k == 0 else COMPARE_METHODS, self)
+            row = PairRow(chr(ord("A") + k), SLOTS[min(k, len(SLOTS) - 1)], self.session,
+                          methods("pair_view") if k == 0 else COMPARE_METHODS, self)
             self._made.append(row)
             row.link = self.link.add_row(row.panes)
             self.row_splitter.addWidget(row.splitter)
@@ -227,7 +232,6 @@ class PairView(RowController, PairMaps, QWidget):
     def _drop_row(self) -> None:
         """The last row goes (its model is closed): its jobs are dropped, its panes hidden."""
         row = self.rows.pop()
-        row.model = None
         row.restart()
         row.set_state("empty")
         row.splitter.hide()
@@ -331,6 +335,7 @@ class PairView(RowController, PairMaps, QWidget):
 
     def _on_size(self) -> None:
         if self.images is not None and self.model is not None:
+            self.session.renew_pair()  # explanations at the previous size are stale
             self.link.reset()
             self._prepare()
 
@@ -339,17 +344,21 @@ class PairView(RowController, PairMaps, QWidget):
         self.display.method = check("method", method)
 
     def set_model(self, model, device: str = "cpu") -> None:
-        """Use ``model`` on ``device`` for the next preparations (and re-prepare the pair). A new
-        model drops the Grad-CAM weights (:meth:`set_grad_bank` gives its own afterwards)."""
+        """Show the pair explained by ``model`` on ``device``: the session's primary model and
+        device (put there when they are not: a view on its own). A new model drops the Grad-CAM
+        weights (:meth:`set_grad_bank` gives its own afterwards) and prepares the pair again; the
+        same model (on another device) keeps what is prepared."""
         row = self.rows[0]
-        new = model is not row.model
+        if self.session.model is not model:
+            self.session.set_model(model)
+        if self.session.device != str(device):
+            self.session.set_device(str(device))
+        new = not row.prepared_for_model()
         if new:  # Grad-CAM weights belong to one model
             self.grad_bank = None
             self._grad_missing = None
-        row.model = model
-        row.device = str(device)
         self._fill_sizes(keep=not new)  # a new model starts at its own size
-        if self.images is not None:
+        if self.images is not None and (new or row.state in ("empty", "failed")):
             self._prepare()
 
     def set_pair(self, images: PairImages | None) -> None:
@@ -359,6 +368,7 @@ class PairView(RowController, PairMaps, QWidget):
         self.images_changed.emit(images)
 
     def _show_pair(self, images: PairImages | None) -> None:
+        self.session.renew_pair()  # what was prepared for the previous photographs is stale
         was_cross_view = self.images is not None and self.images.cross_view
         if images is not None and images.cross_view != was_cross_view:
             self._share_for_panorama(images.cross_view)
@@ -385,13 +395,19 @@ class PairView(RowController, PairMaps, QWidget):
 
     def set_compare_model(self, model, device: str = "cpu", name: str = "B") -> None:
         """Show ``model`` (any dmlviewer model) as model B under the open one (A), named
-        ``name`` in the titles; None stops comparing (one row again)."""
+        ``name`` in the titles; None stops comparing (one row again). The model is the session's
+        compare slot (put there when it is not: a view on its own)."""
+        slot = self.session.slot("compare")
+        if (slot.model if slot is not None else None) is not model:
+            self.session.set_model(model, slot="compare")
+        if self.session.device != str(device):
+            self.session.set_device(str(device))
         if model is None:
             while self.comparing:
                 self._drop_row()
         else:
             row = self.rows[1] if self.comparing else self._add_row()
-            row.model, row.device, row.name = model, str(device), name
+            row.name = name
         on = self.comparing
         self.compare_controls.setVisible(on)
         self.toolbar.invalidate()
@@ -400,8 +416,8 @@ class PairView(RowController, PairMaps, QWidget):
             self.row_splitter.setSizes([share] * len(self.rows))
         self._apply_colors_to_panes()
         self._update_titles()
-        if on:
-            self._prepare_row(self.rows[1])
+        if on and not (self.rows[1].prepared_for_model() and self.rows[1].state in ("preparing", "ready")):
+            self._prepare_row(self.rows[1])  # a new model B (a new name or device keeps what is prepared)
         if self.state == "ready":
             self._show_similarity_info()
             self._build_renderers()
@@ -491,6 +507,7 @@ class PairView(RowController, PairMaps, QWidget):
 
     def shutdown(self) -> None:
         self.display.events.disconnect(self._on_display, missing_ok=True)
+        self.link.close()
         for row in self._made:
             row.shutdown()
 

@@ -193,9 +193,9 @@ class RowController:
             self._show_overall()
             self.link.refresh()
 
-    def _on_occlusion_progress(self, stamp: int, fraction: float) -> None:
+    def _on_occlusion_progress(self, stamp, fraction: float) -> None:
         row = self.rows[0]
-        if row.fresh(stamp) and self.method == OCCLUSION and OCCLUSION not in row.overall:
+        if self.session.accepts(stamp) and self.method == OCCLUSION and OCCLUSION not in row.overall:
             for pane in row.panes:
                 pane.show_message(f"computing Occlusion… {100 * fraction:.0f} %")
 
