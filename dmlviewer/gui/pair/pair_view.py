@@ -29,8 +29,8 @@ under the panes says which decomposition rule the pair was explained with (exact
 order where the head is not piecewise linear at the input).
 
 *Rows* (issue 24, issue 30): each model is one :class:`~dmlviewer.gui.pair.pair_row.PairRow` of
-:attr:`PairView.rows` (its model, runners, explanation, overall maps, renderers and panes, one
-freshness stamp); model A is row 0 and :meth:`PairView.set_compare_model` adds model B as row 1
+:attr:`PairView.rows` (its session slot, runners, explanation, overall maps, renderers and panes,
+the session's stamp of its preparation); model A is row 0 and :meth:`PairView.set_compare_model` adds model B as row 1
 under it. The pair is prepared by every row's model (each in its own background runner); each
 row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
 (or reference) draws every row's partial map of that point
