@@ -6,8 +6,8 @@ of that point; a click pins the point (the partial map stays while the mouse mov
 session (``Session.pinned``, issue 39 item 5): a click or Escape sets it there, and the link
 draws whatever the session's ``events.pinned`` announces, from the panes or from Python, also
 while the pair is still being prepared (the pin's partial map follows when it is ready). A link
-without a session (the group tabs') keeps its pin in a :class:`LocalPin` of its own. Mouse moves are coalesced: the first move after a
-quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
+without a session (the group tabs') keeps its pin in a :class:`LocalPin` of its own. Mouse moves
+are coalesced: the first move after a quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
 previous drawing (the newest wins), so hovering never queues work, however long a drawing takes.
 
 Rows (issue 24, issue 30): each row is a pair of panes showing the same two photographs (one

@@ -30,9 +30,9 @@ order where the head is not piecewise linear at the input).
 
 *Rows* (issue 24, issue 30): each model is one :class:`~dmlviewer.gui.pair.pair_row.PairRow` of
 :attr:`PairView.rows` (its session slot, runners, explanation, overall maps, renderers and panes,
-the session's stamp of its preparation); model A is row 0 and :meth:`PairView.set_compare_model` adds model B as row 1
-under it. The pair is prepared by every row's model (each in its own background runner); each
-row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
+the session's stamp of its preparation); model A is row 0 and
+:meth:`PairView.set_compare_model` adds model B as row 1 under it. The pair is prepared by every
+row's model (each in its own background runner); each row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
 (or reference) draws every row's partial map of that point
 (:class:`~dmlviewer.gui.pair.hover_link.HoverLink`: one core call, ``hover_points``, gives each row's
 overlay, share and peak, and the link writes every pane). "Difference" shows A minus B
@@ -55,7 +55,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
 
-from dmlviewer.core.display import DisplayOptions, check
+from dmlviewer.core.display import DisplayOptions
 from dmlviewer.core.explain.methods import methods
 from dmlviewer.core.session import SLOTS, Session
 from dmlviewer.gui.pair.display_toolbar import DisplayToolbar
@@ -341,7 +341,7 @@ class PairView(RowController, PairMaps, QWidget):
 
     def set_method(self, method: str) -> None:
         """Show overall maps of ``method`` (a key of ``methods("pair_view")``)."""
-        self.display.method = check("method", method)
+        self.display.method = method  # checked on assignment (DisplayError names the field)
 
     def set_model(self, model, device: str = "cpu") -> None:
         """Show the pair explained by ``model`` on ``device``: the session's primary model and
