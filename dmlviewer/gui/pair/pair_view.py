@@ -346,8 +346,9 @@ class PairView(RowController, PairMaps, QWidget):
     def set_model(self, model, device: str = "cpu") -> None:
         """Show the pair explained by ``model`` on ``device``: the session's primary model and
         device (put there when they are not: a view on its own). A new model drops the Grad-CAM
-        weights (:meth:`set_grad_bank` gives its own afterwards) and prepares the pair again; the
-        same model (on another device) keeps what is prepared."""
+        weights (:meth:`set_grad_bank` gives its own afterwards); the pair is prepared again
+        (also for the same model on another device: a preparation in flight would run on the
+        device the model left)."""
         row = self.rows[0]
         if self.session.model is not model:
             self.session.set_model(model)
@@ -358,7 +359,7 @@ class PairView(RowController, PairMaps, QWidget):
             self.grad_bank = None
             self._grad_missing = None
         self._fill_sizes(keep=not new)  # a new model starts at its own size
-        if self.images is not None and (new or row.state in ("empty", "failed")):
+        if self.images is not None:
             self._prepare()
 
     def set_pair(self, images: PairImages | None) -> None:
@@ -416,8 +417,8 @@ class PairView(RowController, PairMaps, QWidget):
             self.row_splitter.setSizes([share] * len(self.rows))
         self._apply_colors_to_panes()
         self._update_titles()
-        if on and not (self.rows[1].prepared_for_model() and self.rows[1].state in ("preparing", "ready")):
-            self._prepare_row(self.rows[1])  # a new model B (a new name or device keeps what is prepared)
+        if on:
+            self._prepare_row(self.rows[1])
         if self.state == "ready":
             self._show_similarity_info()
             self._build_renderers()
