@@ -2,7 +2,10 @@
 object that the session holds, the widgets bind to and the last session saves.
 
 Each field announces its change on ``options.events.<field>`` (psygnal, as napari's and
-magicgui's models do), after the value has changed. The app's toolbar writes the fields and
+magicgui's models do), after the value has changed. Every assignment is checked first
+(:func:`check`, in ``DisplayOptions.__setattr__``, which psygnal's evented ``__setattr__``
+wraps): a bad value raises :class:`DisplayError` naming the field, and the option keeps its
+value and announces nothing. The app's toolbar writes the fields and
 follows them; a notebook sets ``session.display.sign = "signed"`` and the open window redraws.
 
 No Qt and no torch here.
@@ -34,7 +37,9 @@ class DisplayError(ValueError):
 @evented
 @dataclass
 class DisplayOptions:
-    """The pair view's options; ``input_size`` None means the model's own size."""
+    """The pair view's options; ``input_size`` None means the model's own size. Assigning a
+    field checks the value (:func:`check`): ``options.sign = "both"`` raises
+    :class:`DisplayError` ("sign: 'both' is not one of …") and changes nothing."""
 
     method: str = "decomposition"
     sign: str = "positive"
@@ -47,6 +52,13 @@ class DisplayOptions:
     matches: bool = False
     match_count: int = 8
     neighbours: int = 12
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Validation on assignment (psygnal's EventedModel needs pydantic, which the app does not
+        # ship): psygnal wraps this method, so a refused value raises before any event is emitted.
+        if name in _FIELDS:
+            value = check(name, value)
+        object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values, for the last session."""
@@ -62,10 +74,14 @@ class DisplayOptions:
             if f.name not in values:
                 continue
             try:
-                setattr(self, f.name, check(f.name, values[f.name]))
+                setattr(self, f.name, values[f.name])  # checked on assignment
             except DisplayError:
                 skipped.append(f.name)
         return skipped
+
+
+#: The fields checked on assignment.
+_FIELDS = frozenset(f.name for f in fields(DisplayOptions))
 
 
 def check(name: str, value: Any) -> Any:

@@ -15,8 +15,8 @@ the display options announce theirs on ``session.display.events``).
   another dataset drops features that do not fit it.
 - **Freshness, one rule**: a background result is shown only when :meth:`Session.accepts` the
   :class:`Stamp` taken when its work started: the dataset identity and the model of its slot
-  (and, for work that reads them, the feature file) are still what is open. No widget keeps a
-  counter of its own.
+  (and, for work that reads them, the feature file, or the pair on screen) are still what is
+  open. No widget keeps a counter of its own (issue 39 item 5).
 - **Jobs**: the background jobs working for what is open (:meth:`Session.add_job`), each with
   its kind and stamp, so that a widget can say "computing" while one runs.
 - **Last session**: :meth:`Session.to_dict` gives what can be reopened in another process
@@ -72,6 +72,32 @@ class SessionError(ValueError):
     """A remembered session that cannot be used as given (one line saying which field)."""
 
 
+#: The pinned point's sides by name (``set_pinned`` takes either form).
+PIN_SIDES = {"query": 0, "reference": 1}
+
+
+def pinned_point(point: Any) -> tuple[int, float, float]:
+    """``point`` (``(side, x, y)``, side 0/1 or "query"/"reference") as the session keeps it,
+    ``(0 or 1, x, y)``, or :class:`SessionError` naming what is wrong."""
+    import math
+
+    try:
+        side, x, y = point
+    except (TypeError, ValueError):
+        raise SessionError(f"pinned: {point!r} is not (side, x, y)") from None
+    if isinstance(side, str) and side in PIN_SIDES:
+        side = PIN_SIDES[side]
+    elif isinstance(side, bool) or side not in (0, 1):
+        raise SessionError(f"pinned: side {side!r} is not 0 or 'query', 1 or 'reference'")
+    try:
+        x, y = float(x), float(y)
+    except (TypeError, ValueError):
+        raise SessionError(f"pinned: x, y {point[1]!r}, {point[2]!r} are not numbers") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise SessionError(f"pinned: x, y {x}, {y} are not finite")
+    return int(side), x, y
+
+
 # -- events -----------------------------------------------------------------------------------
 
 class SessionEvents(SignalGroup):
@@ -92,11 +118,14 @@ class SessionEvents(SignalGroup):
 
 @dataclass
 class ModelSlot:
-    """A model open in a slot: the model, ``info`` from ``open_model`` and its source."""
+    """A model open in a slot: the model, ``info`` from ``open_model`` and its source;
+    ``serial`` tells this opening from any other (a model without a checksum, e.g. a live
+    module, is the same model only while it stays in its slot)."""
 
     model: Any
     info: dict
     source: "ModelSource | None" = None
+    serial: int = 0
 
     @property
     def sha256(self) -> str | None:
@@ -105,15 +134,19 @@ class ModelSlot:
 
 @dataclass(frozen=True)
 class Stamp:
-    """What a job's result belongs to: the dataset (its identity), the model (weights' sha256)
-    of ``slot`` and, for work that reads them, the feature file; ``generation`` is the
-    session's count of dataset and model changes when the stamp was taken."""
+    """What a job's result belongs to: the dataset (its identity), the model (weights' sha256,
+    or for a model without one its slot's ``serial``) of ``slot`` and, for work that reads
+    them, the feature file and the pair on screen (``pair``: the session's
+    :attr:`~Session.pair_generation`); ``generation`` is the session's count of dataset and
+    model changes when the stamp was taken."""
 
     generation: int
     dataset: DatasetIdentity | None
     model_sha: str | None
     slot: str = "primary"
     features: str | None = None
+    model_serial: int | None = None
+    pair: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,8 +180,12 @@ class Session:
         self.features_chosen = False  # the feature file was opened by the user (not computed here)
         self.device: str = device
         self.jobs: dict[Any, JobEntry] = {}
-        self.pinned: tuple | None = None  # (side, x, y) of the pinned point, None: none
+        self.pinned: tuple | None = None  # (0 query or 1 reference, x, y) of the pinned point, None: none
         self.generation = 0
+        #: counts changes of the pair on screen (another pair, dataset or input size, or
+        #: :meth:`renew_pair`): what a pair's explanation is stamped with
+        self.pair_generation = 0
+        self._serials = 0  # the last ModelSlot.serial given
         self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
 
@@ -192,6 +229,7 @@ class Session:
         self.dataset, self.dataset_path, self.dataset_format = dataset, path, fmt or None
         self.dataset_identity = identity if dataset is not None else None
         self.generation += 1
+        self.pair_generation += 1
         had_pair = self.query_index is not None or self.reference_index is not None
         self.query_index = self.reference_index = None
         stale_features = self.features is not None and dataset is not None and not self.features_fit()
@@ -216,17 +254,46 @@ class Session:
             if self.slots.pop(slot, None) is None:
                 return
         else:
-            self.slots[slot] = ModelSlot(model, dict(info or {}), source)
+            self._serials += 1
+            self.slots[slot] = ModelSlot(model, dict(info or {}), source, self._serials)
         self.generation += 1
         self.events.model.emit(slot)
 
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
+        """Show the pair of dataset images ``query_index`` and ``reference_index`` (None: not
+        chosen); an index that is not one of the open dataset's raises :class:`SessionError`
+        naming it and changes nothing."""
+        query_index = self._image_index("query_index", query_index)
+        reference_index = self._image_index("reference_index", reference_index)
         if (query_index, reference_index) == (self.query_index, self.reference_index):
             return
         self.query_index, self.reference_index = query_index, reference_index
+        self.pair_generation += 1
         self.events.pair.emit()
         if self.pinned is not None:
             self.set_pinned(None)
+
+    def _image_index(self, name: str, index: Any) -> int | None:
+        """``index`` as an image index of the open dataset, or :class:`SessionError` naming ``name``."""
+        if index is None:
+            return None
+        try:
+            if isinstance(index, (bool, float, str)):
+                raise TypeError
+            number = int(index)
+        except (TypeError, ValueError):
+            raise SessionError(f"{name}: {index!r} is not an image index") from None
+        listing = getattr(self.dataset, "paths", None)  # the dataset's images, as its identity reads them
+        size = None if listing is None else len(listing)
+        if number < 0 or (size is not None and number >= size):
+            raise SessionError(f"{name}: {number} is not an image of the open dataset "
+                               f"({'no dataset' if size is None else f'0 to {size - 1}'})")
+        return number
+
+    def renew_pair(self) -> None:
+        """The pair on screen is shown anew (other photographs than the dataset's pair, or the
+        same pair explained at another input size): explanations stamped before are stale."""
+        self.pair_generation += 1
 
     def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
         """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
@@ -243,8 +310,12 @@ class Session:
         self.events.device.emit()
 
     def set_pinned(self, point: tuple | None) -> None:
-        """Pin ``point`` (``(side, x, y)``) of the pair; None releases the pin."""
-        point = None if point is None else tuple(point)
+        """Pin ``point`` of the pair: ``(side, x, y)`` with ``side`` the image the point is on,
+        0 or ``"query"`` for the query, 1 or ``"reference"`` for the reference, and ``x, y`` in
+        that image's pixels (from its top left corner); None releases the pin. The point is kept
+        as ``(0 or 1, float x, float y)``; a value that is not such a point raises
+        :class:`SessionError` naming the field and changes nothing."""
+        point = None if point is None else pinned_point(point)
         if point == self.pinned:
             return
         self.pinned = point
@@ -296,25 +367,34 @@ class Session:
         return None
 
     # -- jobs and freshness
-    def stamp(self, slot: str = "primary", features: bool = False) -> Stamp:
+    def stamp(self, slot: str = "primary", features: bool = False, pair: bool = False) -> Stamp:
         """What a job started now works for (keep it with the job; see :meth:`accepts`);
-        ``features``: the work reads the open feature file too."""
+        ``features``: the work reads the open feature file too; ``pair``: it explains the pair
+        on screen."""
         model = self.slots.get(slot)
         return Stamp(self.generation, self.dataset_identity, None if model is None else model.sha256, slot,
-                     self._features_key() if features else None)
+                     self._features_key() if features else None, None if model is None else model.serial,
+                     self.pair_generation if pair else None)
 
     def accepts(self, stamp: Stamp | None) -> bool:
         """May a result made under ``stamp`` be shown? True while the same dataset (identity) and
         the same model weights of its slot are open (and the same feature file, for a stamp
-        taken with ``features``); False for the results of what is no longer open."""
+        taken with ``features``, and the same pair, for one taken with ``pair``); False for the
+        results of what is no longer open. The one freshness rule of the app."""
         if stamp is None:
             return False
         if stamp.features is not None and stamp.features != self._features_key():
             return False
+        if stamp.pair is not None and stamp.pair != self.pair_generation:
+            return False
         if stamp.generation == self.generation:
             return True
         now = self.stamp(stamp.slot)
-        return (stamp.dataset, stamp.model_sha) == (now.dataset, now.model_sha) and stamp.model_sha is not None
+        if stamp.dataset != now.dataset:
+            return False
+        if stamp.model_sha is not None:
+            return stamp.model_sha == now.model_sha
+        return stamp.model_serial is not None and stamp.model_serial == now.model_serial
 
     def _features_key(self) -> str:
         if self.features is None:

@@ -261,3 +261,55 @@ def test_jobs_are_held_with_their_stamps_and_a_feature_stamp_follows_the_feature
     s.set_model(object(), {"sha256": "2" * 64})
     assert s.running("extract") == []  # its model is gone
     assert s.end_job(7).kind == "extract" and len(heard["jobs"]) == 2 and s.end_job(7) is None
+
+
+def test_a_bad_display_option_from_python_raises_naming_the_field_and_changes_nothing():
+    """Issue 39 item 5: the display options validate on assignment, before any event."""
+    from dmlviewer.core.display import DisplayError
+
+    s = Session()
+    heard: list = []
+    s.display.events.connect(lambda info: heard.append(info.signal.name))
+    for name, bad in (("sign", "both"), ("opacity", 1.5), ("opacity", "half"), ("colormap", "rainbow"),
+                      ("match_count", 0), ("input_size", "big"), ("method", "magic")):
+        before = getattr(s.display, name)
+        with pytest.raises(DisplayError, match=f"^{name}: "):
+            setattr(s.display, name, bad)
+        assert getattr(s.display, name) == before
+    assert heard == []
+    s.display.opacity = "0.25"  # a good value is kept as the field holds it, announced once
+    assert s.display.opacity == 0.25 and heard == ["opacity"]
+    with pytest.raises(DisplayError, match="opacity"):
+        DisplayOptions(opacity=2.0)
+
+
+def test_set_pinned_takes_side_names_or_numbers_and_refuses_anything_else_without_an_event():
+    """Issue 42 item 9 and issue 39 item 5: ``(side, x, y)`` with side 0/"query" or
+    1/"reference"; a bad point raises naming the field, stores nothing and emits nothing."""
+    s = Session()
+    heard = _record(s)
+    s.set_pinned(("query", 40, 41))
+    assert s.pinned == (0, 40.0, 41.0)
+    s.set_pinned((0, 40.0, 41.0))  # the same point: no second event
+    s.set_pinned(["reference", "12", 3])
+    assert s.pinned == (1, 12.0, 3.0) and len(heard["pinned"]) == 2
+    for bad, says in ((("left", 1, 2), "side 'left'"), ((2, 1, 2), "side 2"), ((0, "a", 2), "not numbers"),
+                      ((0, float("inf"), 2), "not finite"), ((0, 1), "is not \\(side, x, y\\)"), (7, "is not")):
+        with pytest.raises(SessionError, match=f"^pinned: .*{says}"):
+            s.set_pinned(bad)
+    assert s.pinned == (1, 12.0, 3.0) and len(heard["pinned"]) == 2
+    s.set_pinned(None)
+    assert s.pinned is None and len(heard["pinned"]) == 3
+
+
+def test_set_pair_refuses_an_index_that_is_not_an_image_of_the_open_dataset(tmp_path):
+    s = Session()
+    s.set_dataset(_dataset(4), str(tmp_path))
+    heard = _record(s)
+    for name, pair in (("query_index", (4, 1)), ("reference_index", (0, -1)), ("query_index", ("1", 2)),
+                       ("query_index", (1.5, 2))):
+        with pytest.raises(SessionError, match=f"^{name}: "):
+            s.set_pair(*pair)
+    assert (s.query_index, s.reference_index) == (None, None) and heard["pair"] == []
+    s.set_pair(3, 0)
+    assert (s.query_index, s.reference_index) == (3, 0)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from _mouse import hover
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+
+from _mouse import hover, viewport_pos
 
 from dmlviewer.gui.pair.colormaps import overlay_lut
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
@@ -518,3 +521,31 @@ def test_sanity_check_ticks_name_a_two_branch_models_layers_without_the_branch_s
     assert tick_label({"label": "backbone.net.stages.3 (both branches)"}) == "+ stage 4"
     assert tick_label({"label": "head.projection.out (both branches)"}) == "+ head"
     assert tick_label({"label": "backbone.net.stages.1 .. backbone.net.stages.0"}) == "+ stage 2"
+
+
+def test_a_point_pinned_before_model_b_opens_is_starred_on_both_rows_and_the_status_names_each_model(
+        window, demo_root, small_ckpt, other_ckpt, wait_ready, qtbot):
+    """Issue 42 item 5: in compare mode the pinned star was drawn on row A's query only (row B,
+    opened after the pin, never got it), and the status line "+22.49 % of the similarity" did
+    not say which model's. Now the star is on both queries and the line gives each model's share."""
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    view = window.pair_view
+    wait_ready(view)
+    qa, ra = view.panes
+    QTest.mouseClick(qa.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(qa, 20.0, 41.0))
+    qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
+    side, x, y = view.link.pinned
+    messages: list[str] = []
+    view.status_message.connect(messages.append)
+    window.open_compare(other_ckpt)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    wait_compare(qtbot, view)
+    qb, rb = view.rows[1].panes
+    assert qa.pin_item.isVisible() and qb.pin_item.isVisible()  # the star on both queries
+    assert not ra.pin_item.isVisible() and not rb.pin_item.isVisible()
+    lut = overlay_lut(view.cmap_combo.currentData())
+    assert agree(rb.overlay_image(), expected_partial(view.rows[1].explanation, "query", x, y, lut)) > 0.98
+    ea, eb = view.explanation, view.rows[1].explanation
+    want = (f"A {100.0 * ea.share('query', x, y):+.2f}%, B {100.0 * eb.share('query', x, y):+.2f}% "
+            "of each model's similarity")
+    assert messages and want in messages[-1] and "[pinned" in messages[-1]

@@ -238,8 +238,11 @@ def test_the_default_scale_shows_every_hovered_points_partial_map_on_the_demo_mo
     view.set_pair(PairImages(load_image(demo_root / ds.paths[same[0]]), load_image(demo_root / ds.paths[same[1]])))
     wait_ready(view)
     assert view.scale_combo.currentData() == "map"
-    shown, counted = _visible_hovers(view, _grid_points(view.explanation.image_shape_query))
+    points = _grid_points(view.explanation.image_shape_query)
+    shown, counted = _visible_hovers(view, points)
     assert counted >= 5 and shown == counted
+    x, y = max(points, key=lambda p: view.explanation.share("query", *p))  # a point that holds a share
+    view.link.pin(QUERY, float(x), float(y))
     assert "peak" in view.panes[REFERENCE].readout.text()  # what the top colour stands for
     view.shutdown()
 
@@ -349,6 +352,70 @@ def test_the_toolbar_and_the_display_options_follow_each_other(qtbot, demo_root,
     wait_ready(view)
     assert view.explanation.grid_query[0] > grid[0]
 
-    display.method = "no_such_method"  # not offered: the option goes back to what the box shows
+    from dmlviewer.core.display import DisplayError
+
+    with pytest.raises(DisplayError, match="^method: "):  # refused on assignment: nothing changes, nothing redraws
+        display.method = "no_such_method"
     assert display.method == "decomposition_bias" and view.method_combo.currentData() == "decomposition_bias"
     view.shutdown()
+
+
+def test_pinning_a_background_point_says_there_is_nothing_to_show_not_peak_1(qtbot, demo_root, wait_ready):
+    """Issue 42 item 9: a point whose partial map holds no positive part (the demo images'
+    background on the demo checkpoint) was read out as "+0.0 % of the similarity, peak 1" over
+    an empty map. Pinned with a real click, it now says there is nothing to show, and no peak."""
+    from dmlviewer.core.data import open_dataset
+    from dmlviewer.core.data.images import load_image
+    from dmlviewer.core.models.opening import open_model
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
+    from dmlviewer.resources import resource_path
+
+    view = PairView()
+    qtbot.addWidget(view)
+    view.resize(1000, 600)
+    view.show()
+    model, _ = open_model(resource_path("demo_checkpoint.pt"))
+    ds = open_dataset(demo_root)
+    same = [i for i in range(len(ds.paths)) if ds.labels[i] == ds.labels[0]]
+    view.set_model(model)
+    view.set_pair(PairImages(load_image(demo_root / ds.paths[same[0]]), load_image(demo_root / ds.paths[same[1]])))
+    wait_ready(view)
+    q, r = view.panes
+    expl = view.explanation
+    empty = [(x, y) for x, y in _grid_points(expl.image_shape_query, 9)
+             if float(expl.partial_map("query", x, y).max()) <= 0]
+    assert empty, "the demo pair has background points with an empty positive map"
+    x, y = empty[0]
+    QTest.mouseClick(q.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(q, x, y))
+    qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
+    side, px, py = view.link.pinned
+    assert float(expl.partial_map("query", px, py).max()) <= 0  # the clicked cell is the background one
+    text = r.readout.text()
+    assert "nothing to show" in text and "peak" not in text
+    # A point that holds a share still says what the top colour stands for.
+    best = max(_grid_points(expl.image_shape_query, 9), key=lambda p: expl.share("query", *p))
+    QTest.mouseClick(q.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(q, *best))
+    qtbot.waitUntil(lambda: "peak" in r.readout.text(), timeout=2000)
+    assert "nothing to show" not in r.readout.text()
+    view.shutdown()
+
+
+def test_a_point_pinned_from_python_while_the_pair_prepares_is_shown_when_it_is_ready(loaded, qtbot, wait_ready):
+    """Issue 39 item 5: the pinned point lives in the session only. ``session.set_pinned`` made
+    while the pair is being prepared was dropped; now its star is drawn at once and its partial
+    map when the pair is ready. A side may be named."""
+    window = loaded
+    view, session = window.pair_view, window.session
+    q, r = view.panes
+    session.set_pair(session.reference_index, session.query_index)  # another pair: prepared again
+    assert view.state == "preparing"
+    session.set_pinned(("query", 20, 24))
+    assert session.pinned == (QUERY, 20.0, 24.0) and view.link.pinned == session.pinned
+    assert q.pin_item.isVisible() and not r.pin_item.isVisible()
+    wait_ready(view)
+    assert view.link.pinned == (QUERY, 20.0, 24.0) and q.pin_item.isVisible()
+    lut = overlay_lut(view.cmap_combo.currentData())
+    assert np.mean(np.all(r.overlay_image() == expected_overlay(view.explanation, "query", 20.0, 24.0, lut),
+                          axis=-1)) > 0.98
+    QTest.keyClick(view, Qt.Key_Escape)  # released on screen: released in the session
+    assert session.pinned is None and not q.pin_item.isVisible()

@@ -73,12 +73,16 @@ class HoverPoint:
     """What a hovered point shows on the other image, from one blend: ``rgba`` (the renderer's
     buffer), ``share`` (the point's share of the similarity: its partial map's sum over the
     renderer's ``share_total``; None without one) and ``peak`` (the value the top colour stands
-    for: the fixed scale, or the map's own maximum, or the rows' larger one with a shared scale).
-    Each renderer owns one and overwrites it at every point."""
+    for: the fixed scale, or the map's own maximum, or the rows' larger one with a shared scale;
+    None when the map is empty and drawn on its own scale, since no value stands for its top
+    colour then). ``empty``: the map has no value of the shown sign (a background point whose
+    partial map is all zero, issue 42 item 9). Each renderer owns one and overwrites it at
+    every point."""
 
     rgba: np.ndarray | None = None
     share: float | None = None
     peak: float | None = None
+    empty: bool = False
 
 
 class HoverRenderer:
@@ -167,8 +171,10 @@ class HoverRenderer:
         next call); ``scale`` as in :meth:`render`. Raises ``ValueError`` outside the image."""
         grid = self.grid_map(x, y)
         point = self.point
-        point.rgba = self.colour(grid, self.scale if scale is None else scale)
-        point.peak = self.last_scale
+        scale = self.scale if scale is None else scale
+        point.rgba = self.colour(grid, scale)
+        point.empty = not (float(np.abs(grid).max()) if self.signed else float(grid.max())) > 0
+        point.peak = None if point.empty and scale is None else self.last_scale
         total = self.share_total
         if total is None:
             point.share = None

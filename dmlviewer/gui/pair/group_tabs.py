@@ -126,12 +126,14 @@ class GroupTabs(QWidget):
                  session: Session | None = None) -> None:
         super().__init__(parent)
         self.model_lock = model_lock or threading.RLock()
-        self.session = session
+        #: where the open model is kept (the app's session, or one of the tabs' own)
+        self._own_session = session is None
+        self.session = session if session is not None else Session()
         self._links = SessionLinks()
         self.images: PairImages | None = None
         self._data: dict | None = None  # attention maps, group tensors, shares of the pair
         #: The open model's row (the pair view's explanation, its group data's runner, its panes).
-        self.rows = [PairRow("A", (), self)]
+        self.rows = [PairRow("A", "primary", self.session, (), self)]
 
         self.tabs = QTabBar()
         self.tabs.setExpanding(False)
@@ -174,10 +176,9 @@ class GroupTabs(QWidget):
         for pane in self.panes:
             pane.set_lut(STATIC_LUT)
             pane.set_opacity(GROUP_OPACITY)
-        if session is not None:
-            self._links.connect(session.events.model, self._on_model)
-            if session.model is not None:
-                self._on_model("primary")
+        self._links.connect(self.session.events.model, self._on_model)
+        if self.session.model is not None:
+            self._on_model("primary")
 
     # -- session events
     def _on_model(self, slot: str) -> None:
@@ -213,7 +214,10 @@ class GroupTabs(QWidget):
         return max(0, self.tabs.currentIndex())
 
     def set_model(self, model) -> None:
-        self.rows[0].model = model
+        """Show the groups of ``model``: the session's primary model (put there when it is not)."""
+        if self.session.model is not model:
+            self.session.set_model(model)  # announced: _on_model shows it
+            return
         self.rows[0].restart()
         self._data = None
         while self.tabs.count():
@@ -245,6 +249,8 @@ class GroupTabs(QWidget):
         """New photographs (the pair view prepares the explanation; :meth:`set_explanation`
         follows)."""
         self.images = images
+        if self._own_session:  # in the app the pair view renews the session's pair
+            self.session.renew_pair()
         self.rows[0].restart()
         self._data = None
         self.link.reset()

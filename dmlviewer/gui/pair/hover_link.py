@@ -2,8 +2,12 @@
 
 Hovering a point of one pane draws a crosshair there and, on the other pane, the partial map
 of that point; a click pins the point (the partial map stays while the mouse moves on);
-:meth:`HoverLink.unpin` (Escape) releases it. Mouse moves are coalesced: the first move after a
-quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
+:meth:`HoverLink.unpin` (Escape) releases it. The pinned point is kept in one place, the
+session (``Session.pinned``, issue 39 item 5): a click or Escape sets it there, and the link
+draws whatever the session's ``events.pinned`` announces, from the panes or from Python, also
+while the pair is still being prepared (the pin's partial map follows when it is ready). A link
+without a session (the group tabs') keeps its pin in a :class:`LocalPin` of its own. Mouse moves
+are coalesced: the first move after a quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
 previous drawing (the newest wins), so hovering never queues work, however long a drawing takes.
 
 Rows (issue 24, issue 30): each row is a pair of panes showing the same two photographs (one
@@ -21,19 +25,41 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import shiboken6
+from psygnal import Signal as EventSignal, SignalGroup
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from dmlviewer.core.explain.hover import HoverPoint, hover_points
+from dmlviewer.core.session import pinned_point
 from dmlviewer.gui.pair.image_pane import ImagePane
 
 QUERY, REFERENCE = 0, 1
 SIDE_NAMES = ("query", "reference")
 
+
+class _PinEvents(SignalGroup):
+    pinned = EventSignal()
+
+
+class LocalPin:
+    """The pinned point of a link that is not bound to the session (the group tabs' maps):
+    the session's ``pinned``, ``set_pinned`` and ``events.pinned``, and nothing else."""
+
+    def __init__(self) -> None:
+        self.events = _PinEvents()
+        self.pinned: tuple[int, float, float] | None = None
+
+    def set_pinned(self, point: tuple | None) -> None:
+        point = None if point is None else pinned_point(point)
+        if point != self.pinned:
+            self.pinned = point
+            self.events.pinned.emit()
+
 #: colour bar of a row's partial maps: (colour map, signed, levels, title)
 Colorbar = tuple[str, bool, tuple[float, float], str]
-#: describe(side, x, y, first row's point or None, pinned) -> status text (None: say nothing);
-#: called with side None when the point is cleared
-Describe = Callable[[int | None, float, float, HoverPoint | None, bool], str | None]
+#: describe(side, x, y, each shown row's point (None where it has none), pinned) -> status
+#: text (None: say nothing); called with side None and no points when the point is cleared
+Describe = Callable[[int | None, float, float, list, bool], str | None]
 
 
 class LinkRow:
@@ -50,15 +76,17 @@ class LinkRow:
 
 
 class HoverLink(QObject):
-    """Links rows of two panes; ``message(text)`` is the point's status line (see ``describe``),
-    ``pinned_changed()`` says ``pinned`` changed (the session keeps the pinned point)."""
+    """Links rows of two panes; ``message(text)`` is the point's status line (see ``describe``).
+    ``pins``: where the pinned point is kept (the session; None: a :class:`LocalPin`)."""
 
     message = Signal(str)
-    pinned_changed = Signal()
 
     def __init__(self, restore: Callable[[], None], describe: Describe | None = None, interval_ms: float = 8.0,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, pins: Any = None) -> None:
         super().__init__(parent)
+        self.pins = pins if pins is not None else LocalPin()
+        self._pin_side: int | None = None  # the side of the pin last drawn
+        self.pins.events.pinned.connect(self._on_pinned)
         self.rows: list[LinkRow] = []
         self.restore = restore
         self.describe = describe
@@ -66,7 +94,6 @@ class HoverLink(QObject):
         self.shared_peak = False
         self.interval_s = interval_ms / 1000.0
         self.enabled = True
-        self.pinned: tuple[int, float, float] | None = None
         self.hover: tuple[int, float, float] | None = None
         self._pending: tuple[int, float, float] | None = None
         self._last = 0.0
@@ -84,58 +111,82 @@ class HoverLink(QObject):
         return row
 
     def set_row_shown(self, row: LinkRow, shown: bool) -> None:
-        """Draw the point on ``row`` or not (a hidden row's marks are taken away)."""
+        """Draw the point on ``row`` or not (a hidden row's marks are taken away; a row shown
+        again gets the pin)."""
         row.shown = shown
         if not shown:
             for pane in row.panes:
                 pane.set_pin(None)
                 pane.set_crosshair(None)
+        else:
+            self._mark_pin()
 
     def _shown(self) -> list[LinkRow]:
         return [row for row in self.rows if row.shown]
-    # -- pin
+
+    # -- pin: kept by ``pins`` (the session); the link draws what it announces
+    @property
+    def pinned(self) -> tuple[int, float, float] | None:
+        """The pinned point ``(side, x, y)`` (the session's), None: none."""
+        return self.pins.pinned
+
     def pin(self, side: int, x: float, y: float) -> None:
-        previous, self.pinned = self.pinned, (side, x, y)
-        if previous is not None and previous[0] != side:  # its partial map is on this side: overall maps back
-            self.restore()
-        for row in self._shown():
-            row.panes[side].set_pin((x, y))
-            row.panes[1 - side].set_pin(None)
-        self._show(side, x, y, pinned=True)
-        self.pinned_changed.emit()
+        """Pin the point (a click): set on the session, drawn when it announces it."""
+        self.pins.set_pinned((side, x, y))
 
     def unpin(self) -> None:
-        if self.pinned is None:
-            return
-        self.pinned = None
+        """Release the pin (Escape)."""
+        self.pins.set_pinned(None)
+
+    def _mark_pin(self) -> None:
+        """The pin's star on every shown row's pane of its side (none on the other side)."""
+        point = self.pinned
         for row in self.rows:
-            for pane in row.panes:
-                pane.set_pin(None)
+            for side, pane in enumerate(row.panes):
+                on = point is not None and row.shown and side == point[0]
+                pane.set_pin((point[1], point[2]) if on else None)
+
+    def _on_pinned(self) -> None:
+        """The pinned point changed (a click, Escape, or Python): draw it, or draw the hovered
+        point again when it was released."""
+        if not shiboken6.isValid(self):
+            return
+        previous, self._pin_side = self._pin_side, None if self.pinned is None else self.pinned[0]
+        self._mark_pin()
+        if self.pinned is not None:
+            if previous is not None and previous != self.pinned[0]:
+                self.restore()  # the old pin's partial map is on the new pin's side: overall maps back
+            self._show(*self.pinned, pinned=True)
+            return
         # The pinned point's partial map is on the pane opposite the pin, which may be the pane
         # under the mouse now: put the overall maps back first, then draw the hovered point.
         self._clear()
         if self.hover is not None:
             self._show(*self.hover, pinned=False)
-        self.pinned_changed.emit()
 
     def reset(self) -> None:
         """Forget pin and hover (new pair): marks off, nothing pending."""
         self._timer.stop()
         self._pending = None
-        was_pinned, self.pinned = self.pinned is not None, None
         self.hover = None
         for row in self.rows:
             for pane in row.panes:
                 pane.set_pin(None)
                 pane.set_crosshair(None)
-        if was_pinned:
-            self.pinned_changed.emit()
+        self.pins.set_pinned(None)
 
     def refresh(self) -> None:
-        """Redraw the point on screen (after a change of colours or data)."""
-        point = self.pinned or self.hover
-        if point is not None:
-            self._show(*point, pinned=self.pinned is not None)
+        """Redraw the point on screen (after a change of colours or data, or a pair that became
+        ready while a point was pinned)."""
+        if self.pinned is not None:
+            self._mark_pin()
+            self._show(*self.pinned, pinned=True)
+        elif self.hover is not None:
+            self._show(*self.hover, pinned=False)
+
+    def close(self) -> None:
+        """Stop following the pinned point (the link's owner is closing)."""
+        self.pins.events.pinned.disconnect(self._on_pinned, missing_ok=True)
 
     # -- hover
     def flush(self) -> None:
@@ -194,13 +245,13 @@ class HoverLink(QObject):
             pane.show_readout(row.readout(point) if row.readout is not None else None)
             drawn = True
         if drawn and self.describe is not None:
-            text = self.describe(side, x, y, points[0] if points else None, pinned)
+            text = self.describe(side, x, y, points, pinned)
             if text is not None:
                 self.message.emit(text)
 
     def _clear(self) -> None:
         self.restore()
         if self.describe is not None:
-            text = self.describe(None, 0.0, 0.0, None, False)
+            text = self.describe(None, 0.0, 0.0, [], False)
             if text is not None:
                 self.message.emit(text)

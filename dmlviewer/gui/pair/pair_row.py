@@ -1,24 +1,30 @@
 """One model's row of panes (issue 30): the pair view shows one row per model (A, then B, ...),
 the group tabs one row for the open model.
 
-A row holds what one model needs to show a pair: the model and its device, the pair's
-explanation by that model, its state, the overall maps computed so far, the hover renderers of
-its point-to-point tensor (:mod:`dmlviewer.core.explain.hover`), two panes in a splitter, and
-two background runners (the pair's preparation, overall maps on request). Freshness is one stamp
-per row: every preparation starts a new stamp, every job carries the stamp it was started
-under, and :meth:`PairRow.fresh` is the one check a result passes before it is used.
+A row holds what one model shows of a pair: the pair's explanation by that model, its state,
+the overall maps computed so far, the hover renderers of its point-to-point tensor
+(:mod:`dmlviewer.core.explain.hover`), two panes in a splitter, and two background runners (the
+pair's preparation, overall maps on request). The model itself is not kept here: the row reads
+it from its slot of the session (``"primary"`` for row A, ``"compare"`` for row B), and runs on
+the session's device (issue 39 item 5). Freshness is the session's one rule: every preparation
+takes a stamp from the session (:meth:`~dmlviewer.core.session.Session.stamp` with the pair),
+every job carries the stamp it was started under, and its result is used only while
+:meth:`~dmlviewer.core.session.Session.accepts` it.
 """
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QSplitter
 
+from dmlviewer.core.progress import Cancelled
+from dmlviewer.core.session import Session, Stamp
+from dmlviewer.gui.jobs.worker import LatestRunner
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.gui.pair.image_pane import ImagePane
-from dmlviewer.gui.jobs.worker import LatestRunner
 
 #: A job for a row's runner: ``job(cancel) -> value`` in the worker thread.
 Job = Callable[[Any], Any]
@@ -27,16 +33,18 @@ Job = Callable[[Any], Any]
 class PairRow(QObject):
     """One model's panes and everything it shows on them (see the module docstring).
 
-    ``letter``: the row's name in titles and read-outs ("A", "B", ...); ``name``: the model's
-    display name; ``methods``: the overall maps this row offers (registry keys)."""
+    ``letter``: the row's name in titles and read-outs ("A", "B", ...); ``slot``: the session's
+    model slot it shows; ``name``: the model's display name; ``methods``: the overall maps this
+    row offers (registry keys)."""
 
-    def __init__(self, letter: str, methods: tuple[str, ...], parent: QObject | None = None) -> None:
+    def __init__(self, letter: str, slot: str, session: Session, methods: tuple[str, ...],
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.letter = letter
+        self.slot = slot
+        self.session = session
         self.name = letter
         self.methods = methods
-        self.model = None
-        self.device = "cpu"
         self.explanation = None
         self.state = "empty"  # empty | preparing | ready | failed
         #: method -> True (computed into the explanation), a result object (occlusion), or why
@@ -49,7 +57,8 @@ class PairRow(QObject):
         self.scale: float | None = None
         #: the hover link's row of these panes (set by the owner): what hovering draws on them
         self.link = None
-        self.stamp = 0
+        #: the session's stamp of the row's preparation (None: never prepared)
+        self.stamp: Stamp | None = None
         self.panes = (ImagePane("Query"), ImagePane("Reference"))
         self.splitter = QSplitter(Qt.Horizontal)
         for pane in self.panes:
@@ -60,19 +69,33 @@ class PairRow(QObject):
         self.overall_runner = LatestRunner(self)  # overall maps on request
         self._done: dict[LatestRunner, tuple[Callable, Callable]] = {}
         for runner in (self.runner, self.overall_runner):
-            runner.result_ready.connect(lambda _r, value, k=runner: self._arrived(k, value))
-            runner.request_failed.connect(lambda _r, text, k=runner: self._done[k][1](text))
+            runner.result_ready.connect(lambda _id, value, k=runner: self._arrived(k, value))
+
+    @property
+    def model(self) -> Any:
+        """The model of the row's session slot (None: the slot is empty)."""
+        slot = self.session.slot(self.slot)
+        return None if slot is None else slot.model
+
+    @property
+    def device(self) -> str:
+        return self.session.device
 
     @property
     def similarity(self) -> float | None:
         """The model's cosine similarity of the pair (None until it is prepared)."""
         return None if self.explanation is None or self.state != "ready" else float(self.explanation.similarity)
 
-    # -- freshness: one stamp per row
-    def restart(self) -> int:
+    def prepared_for_model(self) -> bool:
+        """Was the row's last preparation started for the model now in its slot?"""
+        slot = self.session.slot(self.slot)
+        return self.stamp is not None and slot is not None and self.stamp.model_serial == slot.serial
+
+    # -- freshness: the session's stamps
+    def restart(self) -> Stamp:
         """A new pair, model or size: forget the explanation, its maps and renderers, drop every
-        job in flight; returns the new stamp."""
-        self.stamp += 1
+        job in flight; returns the session's stamp the row's jobs are started under now."""
+        self.stamp = self.session.stamp(self.slot, pair=True)
         self.explanation = None
         self.overall = {}
         self.pending = None
@@ -85,22 +108,28 @@ class PairRow(QObject):
             pane.clear_overlay()
         return self.stamp
 
-    def fresh(self, stamp: int) -> bool:
-        """Was ``stamp`` started for what the row shows now? (The one freshness check.)"""
-        return stamp == self.stamp
-
     def run(self, runner: LatestRunner, job: Job, done: Callable[[Any], None],
             failed: Callable[[str], None]) -> None:
-        """Run ``job`` on ``runner`` (the row's preparation or overall runner); ``done(value)``
-        in the GUI thread if the row is still at the stamp the job was started under."""
+        """Run ``job`` on ``runner`` (the row's preparation or overall runner) under the row's
+        stamp; ``done(value)`` (or ``failed(text)``) in the GUI thread if the session still
+        accepts the stamp."""
         stamp = self.stamp
         self._done[runner] = (done, failed)
-        runner.submit(lambda cancel: (stamp, job(cancel)), cancel_aware=True)
 
-    def _arrived(self, runner: LatestRunner, value: tuple[int, Any]) -> None:
-        stamp, result = value
-        if self.fresh(stamp):
-            self._done[runner][0](result)
+        def work(cancel):
+            try:
+                return stamp, True, job(cancel)
+            except Cancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001 - said by ``failed`` if still fresh
+                return stamp, False, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}"
+
+        runner.submit(work, cancel_aware=True)
+
+    def _arrived(self, runner: LatestRunner, value: tuple[Stamp, bool, Any]) -> None:
+        stamp, ok, result = value
+        if self.session.accepts(stamp):
+            self._done[runner][0 if ok else 1](result)
 
     # -- what the panes say
     def set_state(self, state: str, message: str | None = None, busy_text: str = "preparing…") -> None:

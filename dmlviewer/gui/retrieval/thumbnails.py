@@ -88,6 +88,13 @@ class ThumbnailLoader(QObject):
     ``load(path) -> H x W x 3 uint8`` decodes one file (default: ``core.data.load_image``).
     Signals: ``ready(index)`` when a thumbnail (or a failure) is known, ``failed(index, path,
     reason)`` once per unreadable file.
+
+    The loader's own generation (one more per :meth:`set_paths`) is not a second freshness
+    rule beside ``Session.accepts`` (issue 39 item 5): it guards only this cache, whose keys are
+    indices into the current path list, so that a decode queued for the previous list is not
+    cached under an index that now names another file. Nothing it guards is a result shown for
+    the session's dataset or model: the views ask for thumbnails by index and draw what the
+    cache holds.
     """
 
     ready = Signal(int)

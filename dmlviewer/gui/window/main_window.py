@@ -99,7 +99,7 @@ class MainWindow(QMainWindow):
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
 
         self.loader = ThumbnailLoader(parent=self)
-        self.pair_view = PairView(model_lock=self.model_lock, display=self.session.display)
+        self.pair_view = PairView(model_lock=self.model_lock, session=self.session)
         self.group_tabs = GroupTabs(model_lock=self.model_lock, session=self.session)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -329,9 +329,6 @@ class MainWindow(QMainWindow):
         self._links.connect(events.device, self._on_device_changed)
         for event in (events.dataset, events.model, events.pair, events.features):
             self._links.connect(event, self._remember_session)  # after the panels: the last session on disk
-        link = self.pair_view.link  # the pinned point: the session's, shown by the pair view
-        link.pinned_changed.connect(lambda: self.session.set_pinned(link.pinned))
-        self._links.connect(events.pinned, self._on_pinned)
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self._loaded.connect(self._on_loaded)
         self._loading_step.connect(self._on_loading_step)
@@ -698,17 +695,6 @@ class MainWindow(QMainWindow):
             # reads them first), said in a dialog: the session goes back to the pair on screen,
             # so that the browser's marks and the pair view agree
             self.session.set_pair(*self._shown_pair)
-
-    def _on_pinned(self) -> None:
-        """Session event: a point pinned (or released) from outside the pair view, e.g. a
-        notebook's ``session.set_pinned((side, x, y))``, is pinned on the panes."""
-        link, point = self.pair_view.link, self.session.pinned
-        if point == link.pinned or self.pair_view.state != "ready":
-            return
-        if point is None:
-            link.unpin()
-        else:
-            link.pin(int(point[0]), float(point[1]), float(point[2]))
 
     def set_device(self, device: str) -> None:
         """Run the models on ``device`` (:meth:`DeviceChoice.choose`: a device name that cannot

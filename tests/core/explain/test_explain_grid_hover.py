@@ -81,6 +81,26 @@ def test_hover_renderer_matches_slow_reference(signed):
         r.render(41.0, 3.0)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_an_empty_partial_map_has_no_peak_and_says_it_is_empty(signed):
+    """Issue 42 item 9: a hovered cell whose map holds nothing of the shown sign (all zero, or
+    only negative values on a positive display) is ``empty`` and has no peak on its own scale
+    (the colour scale's stand-in 1 is no value of the map); a fixed scale is still its peak."""
+    rows = np.zeros((2 * 2, 3 * 3), np.float32)
+    rows[0] = np.linspace(0.1, 0.9, 9)  # the top-left cell: a map
+    rows[3] = -np.linspace(0.1, 0.9, 9)  # the bottom-right cell: only opposing values
+    r = HoverRenderer(rows, (20, 20), (2, 2), (30, 30), (3, 3), signed=signed, share_total=1.0)
+    point = r.hover(2.0, 2.0)  # inside the top-left cell only
+    assert not point.empty and point.peak == pytest.approx(0.9, rel=1e-5)
+    point = r.hover(17.0, 17.0)  # the bottom-right cell: negative only
+    assert point.empty is (not signed)
+    assert (point.peak is None) is (not signed)
+    rows[3] = 0.0
+    point = HoverRenderer(rows, (20, 20), (2, 2), (30, 30), (3, 3), signed=signed, share_total=1.0).hover(17.0, 17.0)
+    assert point.empty and point.peak is None and point.share == 0.0
+    fixed = HoverRenderer(rows, (20, 20), (2, 2), (30, 30), (3, 3), signed=signed, scale=0.5).hover(17.0, 17.0)
+    assert fixed.empty and fixed.peak == 0.5
+
 def test_box_from_map_picks_largest_component():
     m = np.zeros((100, 120), np.float32)
     m[10:30, 20:50] = 1.0  # 20 x 30 = 600 px at full strength
