@@ -22,10 +22,12 @@ class Cancelled(Exception):
 
 
 class CancelToken:
-    """Thread-safe cancel flag checked by jobs between steps."""
+    """Thread-safe cancel flag checked by jobs between steps; ``event``: an event to read and set
+    instead of a ``threading.Event`` of its own (a ``multiprocessing.Event`` that a child
+    process's job reads and its parent sets)."""
 
-    def __init__(self) -> None:
-        self._event = threading.Event()
+    def __init__(self, event: Any = None) -> None:
+        self._event = event if event is not None else threading.Event()
 
     def cancel(self) -> None:
         self._event.set()

@@ -16,27 +16,9 @@ import signal
 import threading
 from typing import Any, Callable
 
-from dmlviewer.core.progress import Cancelled, CancelToken, Progress, run_job
+from dmlviewer.core.progress import CancelToken, Progress, run_job
 
 log = logging.getLogger(__name__)
-
-
-class _EventCancelToken(CancelToken):
-    """A cancel token backed by a ``multiprocessing.Event`` set by the parent."""
-
-    def __init__(self, event: Any) -> None:  # noqa: D107 - no threading.Event of its own
-        self._mp_event = event
-
-    def cancel(self) -> None:
-        self._mp_event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._mp_event.is_set()
-
-    def raise_if_cancelled(self) -> None:
-        if self._mp_event.is_set():
-            raise Cancelled()
 
 
 class _PipeLogHandler(logging.Handler):
@@ -72,7 +54,7 @@ def child_main(factory: Any, conn: Any, cancel_event: Any) -> None:
     root.addHandler(_PipeLogHandler(send))
     if root.level > logging.INFO or root.level == logging.NOTSET:
         root.setLevel(logging.INFO)
-    status, payload = run_job(factory, _EventCancelToken(cancel_event), lambda event: send(("event", event)))
+    status, payload = run_job(factory, CancelToken(cancel_event), lambda event: send(("event", event)))
     try:
         send((status, payload))
     except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
