@@ -98,7 +98,7 @@ class CompareModel(QObject):
             return
         self.window.statusBar().clearMessage()
         if isinstance(result, BaseException):
-            self.window._report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
+            self.window.opening.report_model_error(f"Cannot compare with {kind_words(source.kind)}", result, source)
             return
         model, info = result
         settings.add_recent_model(source, self.window.settings, info)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QSplitter
 
 from dmlviewer.core.progress import Cancelled
 from dmlviewer.core.session import Session, Stamp
-from dmlviewer.gui.jobs.worker import LatestRunner
+from dmlviewer.gui.jobs.latest import LatestRunner
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.gui.pair.image_pane import ImagePane
 

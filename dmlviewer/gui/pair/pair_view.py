@@ -1,7 +1,7 @@
 """The pair view: query and reference side by side with overall maps and live point-to-point maps.
 
 A pair is prepared once in the background (``core.explain.explain_pair`` in a
-:class:`~dmlviewer.gui.jobs.worker.LatestRunner`: forward passes, contributions, the point-to-point
+:class:`~dmlviewer.gui.jobs.latest.LatestRunner`: forward passes, contributions, the point-to-point
 tensor). Until it is ready the panes show the photographs, no overlay and "preparing…", so
 nothing stale is ever drawn. Then each pane shows the overall map of the chosen method
 (Decomposition and Decomposition+Bias come with the pair; the Grad-CAM family and grad-weight

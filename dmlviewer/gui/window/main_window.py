@@ -4,9 +4,9 @@ Layout: the pair view and the group attention tabs share the central tab area; t
 browser docks on the left, the retrieval panel on the right, the problems list at the bottom.
 Dock layout, window geometry, recent files and display options persist in QSettings.
 
-Opening a dataset or a checkpoint is done on the GUI thread with a busy cursor (reading a
-listing or a state dict takes well under a second); everything heavier runs in the
-background (pair preparation and retrieval in ``LatestRunner``s, feature extraction in the
+Opening a dataset, a model or a feature file (``opening``, gui/window/opening.py) is done on
+the GUI thread with a busy cursor (reading a listing or a state dict takes well under a second)
+or, at start-up, on a loading thread; everything heavier runs in the background (pair preparation and retrieval in ``LatestRunner``s, feature extraction in the
 ``JobRunner`` queue that the jobs view of the Tools menu shows). Every failure becomes a dialog
 with the traceback as details; the window stays usable.
 
@@ -22,8 +22,11 @@ are dropped).
 Parts of the window live in their own modules, each held by an attribute: the File menu's doors
 to a model and Recent Models (``model_menus``, gui/doors/model_menus.py), model B of a comparison
 (``compare``, gui/doors/compare_model.py, issue 24), the models' names and labels (``labels``,
-gui/doors/model_labels.py), the extraction and Grad-CAM weight jobs (``jobs``, gui/jobs/window_jobs.py), and
-reading and choosing the pair's images (``pairs``, gui/pair/pair_choice.py).
+gui/doors/model_labels.py), the extraction and Grad-CAM weight jobs (``jobs``, gui/jobs/window_jobs.py),
+reading and choosing the pair's images (``pairs``, gui/pair/pair_choice.py), opening files
+(``opening``, gui/window/opening.py), the menus and toolbar (``menus``, gui/window/menus.py),
+the device (``devices``, gui/window/device_choice.py) and the dock layout (``docks``,
+gui/window/dock_layout.py).
 """
 
 from __future__ import annotations
@@ -33,10 +36,9 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QLabel,
-                               QMainWindow, QMenu, QMessageBox, QTabWidget, QToolBar, QWidget)
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QDockWidget, QMainWindow, QMessageBox, QTabWidget, QWidget
 
 from dmlviewer.core.session import Session
 from dmlviewer.gui.common import errors
@@ -45,6 +47,8 @@ from dmlviewer.gui.retrieval.browser import DatasetBrowser
 from dmlviewer.gui.doors.compare_model import CompareModel
 from dmlviewer.gui.window.device_choice import DeviceChoice
 from dmlviewer.gui.window.dock_layout import DockLayout
+from dmlviewer.gui.window.menus import WindowMenus, icon
+from dmlviewer.gui.window.opening import Opening
 from dmlviewer.gui.pair.group_tabs import GroupTabs
 from dmlviewer.gui.doors.model_labels import ModelLabels, model_summary
 from dmlviewer.gui.doors.model_menus import ModelMenus
@@ -57,20 +61,11 @@ from dmlviewer.gui.window.session_links import SessionLinks
 from dmlviewer.gui.retrieval.thumbnails import ThumbnailLoader
 from dmlviewer.gui.common.widgets import fit_to_screen
 from dmlviewer.gui.jobs.window_jobs import WindowJobs
-from dmlviewer.gui.jobs.worker import JobRunner, confirm_close
+from dmlviewer.gui.jobs.runner import JobRunner, confirm_close
 
 log = logging.getLogger(__name__)
 #: The widest a model label in the status bar grows (one model; two share about this much).
 MODEL_LABEL_WIDTH = 440
-
-from dmlviewer.core.data.format_names import FORMATS as DATASET_FORMATS  # noqa: E402
-
-
-def _icon(name: str) -> QIcon:
-    from dmlviewer.resources import resource_path
-
-    path = resource_path(f"icon_{name}.svg")
-    return QIcon(str(path)) if path.exists() else QIcon()
 
 
 class MainWindow(QMainWindow):
@@ -79,21 +74,18 @@ class MainWindow(QMainWindow):
     ``open_in_background``, ``add_tool_action``, ``open_compare``, ``stop_comparing``,
     ``label_model``; attributes ``session`` and ``runner``, the read-only views of the session
     ``dataset``, ``model``, ``features`` and the others below, and the parts in their own modules
-    (``model_menus``, ``compare``, ``labels``, ``jobs``, ``pairs``)."""
-
-    _loaded = Signal(object)  # open_in_background: what the loading thread read
-    _loading_step = Signal(str)
+    (``model_menus``, ``compare``, ``labels``, ``jobs``, ``pairs``, ``opening``, ``menus``,
+    ``devices``, ``docks``)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("dmlviewer")
-        self.setWindowIcon(_icon("app"))
+        self.setWindowIcon(icon("app"))
         self.settings = settings.app_settings()
         self.runner = JobRunner(self)
         self.model_lock = threading.RLock()
         self.session = Session()
         self._shown_pair: tuple[int | None, int | None] = (None, None)  # the pair on screen
-        self.loading = False  # files being read by open_in_background
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
         self._links = SessionLinks()  # the session events this window follows
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
@@ -120,14 +112,19 @@ class MainWindow(QMainWindow):
         self.problems_dock.hide()
         self._layout_pending = True
         self.pairs = PairChoice(self)
+        self.opening = Opening(self)
         self.jobs = WindowJobs(self)
         self.labels = ModelLabels(self)
-        self.model_menus = ModelMenus(self, _icon("checkpoint"))
+        self.model_menus = ModelMenus(self, icon("checkpoint"))
         self.compare = CompareModel(self)
 
         self.devices = DeviceChoice(self.session, self.settings, self)  # the CPU until the devices are known
         self._build_status_bar()
-        self._build_actions()
+        self.menus = WindowMenus(self)
+        # the menus' parts under the names their callers outside use (tests, scripts)
+        self.open_dataset_action = self.menus.open_dataset_action
+        self.open_features_action = self.menus.open_features_action
+        self.view_menu, self.tools_menu = self.menus.view_menu, self.menus.tools_menu
         self._connect()
         self.tools = self._install_tools()
         self.compare.install_tool()
@@ -211,6 +208,7 @@ class MainWindow(QMainWindow):
         self.job_status.open_requested.connect(lambda: getattr(self, "tools", None) and self.tools.jobs_dock.toggle())
         bar.addPermanentWidget(self.job_status)
         self.device_label = self.devices.label
+        self.device_combo = self.devices.combo  # in the toolbar (gui/window/menus.py)
         self.model_label = FittedLabel("no model", max_width=MODEL_LABEL_WIDTH)
         self.compare_label = FittedLabel("", max_width=MODEL_LABEL_WIDTH)  # model B while comparing (issue 24)
         self.compare_label.setObjectName("compareModelLabel")
@@ -224,83 +222,6 @@ class MainWindow(QMainWindow):
                       self.device_label):
             label.setContentsMargins(6, 0, 6, 0)
             bar.addPermanentWidget(label)
-
-    def _build_actions(self) -> None:
-        menu = self.menuBar()
-        file_menu = menu.addMenu("&File")
-        self.open_dataset_action = QAction(_icon("dataset"), "Open &Dataset…", self)
-        self.open_dataset_action.setShortcut(QKeySequence("Ctrl+O"))
-        self.open_dataset_action.setToolTip("Open a dataset folder (format detected from the folder)")
-        self.open_dataset_action.triggered.connect(lambda: self._ask_dataset(None))
-        self.open_as_menu = QMenu("Open Dataset &As", self)
-        for fmt in DATASET_FORMATS:
-            action = self.open_as_menu.addAction(fmt)
-            action.triggered.connect(lambda _=False, f=fmt: self._ask_dataset(f))
-        self.recent_datasets_menu = QMenu("Recent Datasets", self)
-        self.open_features_action = QAction(_icon("features"), "Open &Features…", self)
-        self.open_features_action.setToolTip("Open an HDF5 feature file for retrieval")
-        self.open_features_action.triggered.connect(self._ask_features)
-        self.recent_features_menu = QMenu("Recent Features", self)
-        save_shot = QAction("Save Window Image…", self)
-        save_shot.triggered.connect(self._save_screenshot)
-        self.output_folder_action = QAction("Output &Folder…", self)
-        self.output_folder_action.setToolTip("Where computed feature files and training runs are written")
-        self.output_folder_action.triggered.connect(self._ask_output_folder)
-        quit_action = QAction("&Quit", self)
-        quit_action.setShortcut(QKeySequence.Quit)
-        quit_action.triggered.connect(self._quit)
-        file_menu.addAction(self.open_dataset_action)
-        file_menu.addMenu(self.open_as_menu)
-        file_menu.addMenu(self.recent_datasets_menu)
-        file_menu.addSeparator()
-        self.model_menus.add_to(file_menu)
-        file_menu.addMenu(self.compare.menu)  # File > Compare With Model, Stop Comparing (issue 24)
-        file_menu.addAction(self.compare.stop_action)
-        for action in self.labels.actions.values():  # a name of the user's for model A and B (issue 31 item 1)
-            file_menu.addAction(action)
-        file_menu.addSeparator()
-        file_menu.addAction(self.open_features_action)
-        file_menu.addMenu(self.recent_features_menu)
-        file_menu.addSeparator()
-        file_menu.addAction(self.output_folder_action)
-        from dmlviewer.gui.window import export  # File > Export View (issue 33): figures drawn from the data
-
-        file_menu.addAction(export.install(self))
-        file_menu.addAction(save_shot)
-        file_menu.addAction(quit_action)
-        for menu_, key in ((self.recent_datasets_menu, "datasets"), (self.recent_features_menu, "features")):
-            menu_.aboutToShow.connect(lambda m=menu_, k=key: self._fill_recent(m, k))
-
-        self.view_menu = view_menu = menu.addMenu("&View")
-        for dock in (self.browser_dock, self.retrieval_dock, self.problems_dock):
-            self.add_view_action(dock)
-        self._view_separator = view_menu.addSeparator()
-        reset = view_menu.addAction("Reset Layout")
-        reset.triggered.connect(lambda: self.docks.reset())
-
-        self.tools_menu = menu.addMenu("&Tools")
-        self.tools_menu.setObjectName("toolsMenu")
-
-        help_menu = menu.addMenu("&Help")
-        logs = help_menu.addAction("Show Log Folder")
-        logs.triggered.connect(lambda: QGuiApplication.clipboard().setText(str(settings.log_dir()))
-                               or self.statusBar().showMessage(f"log folder (path copied): {settings.log_dir()}", 8000))
-        about = help_menu.addAction("About dmlviewer")
-        about.triggered.connect(self._about)
-
-        bar = QToolBar("Main")
-        bar.setObjectName("mainToolbar")
-        bar.setIconSize(QSize(20, 20))
-        bar.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        bar.addAction(self.open_dataset_action)
-        bar.addAction(self.model_menus.open_checkpoint_action)
-        bar.addAction(self.open_features_action)
-        bar.addSeparator()
-        bar.addWidget(QLabel(" Device "))
-        self.device_combo = self.devices.combo
-        bar.addWidget(self.device_combo)
-        self.addToolBar(bar)
-        self.toolbar = bar
 
     def _connect(self) -> None:
         self.browser.query_chosen.connect(lambda i: self.set_pair(i, self.reference_index))
@@ -330,8 +251,6 @@ class MainWindow(QMainWindow):
         for event in (events.dataset, events.model, events.pair, events.features):
             self._links.connect(event, self._remember_session)  # after the panels: the last session on disk
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
-        self._loaded.connect(self._on_loaded)
-        self._loading_step.connect(self._on_loading_step)
         self.devices.notice.connect(self.statusBar().showMessage)
 
     def _install_tools(self):
@@ -345,83 +264,51 @@ class MainWindow(QMainWindow):
             log.exception("the Tools menu could not be set up")
             return None
 
-    # -- public API
-    def add_tool_action(self, action: QAction) -> None:
-        """Add an entry to the Tools menu (training, evaluation and job views use this)."""
-        self.tools_menu.addAction(action)
-
-    def add_view_action(self, dock: QDockWidget, text: str | None = None) -> QAction:
-        """A View menu entry that shows ``dock`` in front (raised above docks tabbed with it)
-        or hides it."""
-        action = dock.toggleViewAction()
-        if text:
-            action.setText(text)
-        action.triggered.connect(lambda checked, d=dock: (d.show(), d.raise_()) if checked else None)
-        separator = getattr(self, "_view_separator", None)
-        if separator is None:
-            self.view_menu.addAction(action)
-        else:
-            self.view_menu.insertAction(separator, action)
-        return action
+    # -- what the window opens (gui/window/opening.py) and its menus (gui/window/menus.py): kept
+    # here for their callers outside (tests, scripts, the tools)
+    @property
+    def loading(self) -> bool:
+        """True while ``open_in_background``'s thread reads."""
+        return self.opening.loading
 
     def open_dataset(self, path: str | Path, fmt: str | None = None) -> bool:
-        """Open a dataset folder; ``fmt`` overrides format detection. False (and a dialog) on error."""
-        from dmlviewer.core.data import open_dataset
-
-        from dmlviewer.core.data.identity import listing_fingerprint
-
-        path = str(Path(path).expanduser())
-        try:
-            with _busy():
-                dataset = open_dataset(path, format=fmt)
-                listing_fingerprint(dataset)  # its identity (one stat a file), kept on it for the session
-        except Exception as exc:  # noqa: BLE001 - every failure reaches the user
-            errors.report_exception(self, "Cannot open dataset", exc, path=path)
-            return False
-        self._apply_dataset(dataset, path, fmt)
-        return True
-
-    def _apply_dataset(self, dataset, path: str, fmt: str | None, previous=None) -> None:
-        """``previous``: the last session as read before anything was opened (default: now)."""
-        if previous is None:
-            previous = self._last_session()  # read before the session (and so the settings) change
-        self.session.set_dataset(dataset, path, fmt)
-        settings.add_recent("datasets", path, self.settings)
-        if not self.pairs.restore(previous):
-            self.pairs.choose_default()
+        """Open a dataset folder (see ``Opening.open_dataset``). False (and a dialog) on error."""
+        return self.opening.open_dataset(path, fmt)
 
     def open_checkpoint(self, path: str | Path) -> bool:
-        """Load a checkpoint (or ``imagenet:BACKBONE``, a pretrained backbone) on the selected
-        device. False (and a dialog) on error."""
-        from dmlviewer.core.models.source import ModelSource
-
-        return self.open_model_source(ModelSource.from_text(str(path)))
+        """Open a checkpoint or ``imagenet:BACKBONE`` (see ``Opening.open_checkpoint``)."""
+        return self.opening.open_checkpoint(path)
 
     def open_model_source(self, source) -> bool:
-        """Open the model ``source`` (a ``core.models.source.ModelSource``: a checkpoint,
-        ``imagenet:NAME``, or code and weights) on this thread with a busy cursor, remember it in
-        the recent models, and show it. False (and a dialog) on error; ``open_in_background(model=)``
-        does the same without blocking the window."""
-        from dmlviewer.core.session import kind_words, open_source
+        """Open a ``ModelSource`` on this thread (see ``Opening.open_model_source``)."""
+        return self.opening.open_model_source(source)
 
-        try:
-            with _busy():
-                model, info = open_source(source, self.device)
-        except Exception as exc:  # noqa: BLE001
-            self._report_model_error(f"Cannot open {kind_words(source.kind)}", exc, source)
-            return False
-        self._model_opened(model, info, source)
-        return True
+    def open_features(self, path: str | Path) -> bool:
+        """Open an HDF5 feature file for retrieval (see ``Opening.open_features``)."""
+        return self.opening.open_features(path)
 
-    def _model_opened(self, model, info: dict, source) -> None:
-        settings.add_recent_model(source, self.settings, info)
-        self.use_model(model, info, source.display(), source=source)
-        if source.kind == "code":  # nothing recorded it: say which preprocessing is assumed (issue 31 item 7)
-            from dmlviewer.core.models.naming import describe_preprocessing
+    def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
+                           checkpoint=None, features: str | None = None,
+                           demo: Callable[[], tuple] | None = None, model=None,
+                           last_session: dict | None = None) -> None:
+        """Open these files on a thread (see ``Opening.open_in_background``)."""
+        self.opening.open_in_background(dataset, fmt, checkpoint, features, demo, model, last_session)
 
-            self.statusBar().showMessage(f"{self.labels.display_name()}: preprocessing assumed "
-                                         f"{describe_preprocessing(getattr(model, 'config', None))} (File ▸ Open "
-                                         "Model from Code sets input size, mean and std)", 20000)
+    def offer_import(self, path: str) -> QMessageBox:
+        """Offer File > Import Model for a bare state dict (see ``Opening.offer_import``)."""
+        return self.opening.offer_import(path)
+
+    def open_import_dialog(self, files: list[str] | None = None):
+        """File > Import Model, prefilled with ``files``."""
+        return self.opening.open_import_dialog(files)
+
+    def add_tool_action(self, action: QAction) -> None:
+        """Add an entry to the Tools menu (training, evaluation and job views use this)."""
+        self.menus.add_tool_action(action)
+
+    def add_view_action(self, dock: QDockWidget, text: str | None = None) -> QAction:
+        """A View menu entry that shows ``dock`` in front or hides it (``WindowMenus.add_view_action``)."""
+        return self.menus.add_view_action(dock, text)
 
     def use_model(self, model, info: dict, label: str | None = None, source=None) -> None:
         """Show ``model`` (any dmlviewer model: from a checkpoint, a pretrained backbone, code or
@@ -515,7 +402,7 @@ class MainWindow(QMainWindow):
         return self.compare.show_tool_window()
 
     def _on_dataset_changed(self) -> None:
-        """Session event: another dataset is open (the pair is cleared; see ``_apply_dataset``;
+        """Session event: another dataset is open (the pair is cleared; see ``Opening._apply_dataset``;
         the browser follows the session's)."""
         dataset, path = self.dataset, self.dataset_path
         self.jobs.drop_stale()
@@ -531,137 +418,6 @@ class MainWindow(QMainWindow):
             self.dataset_label.setToolTip(f"{path}\nformat {dataset.format}: {len(dataset):,} images, "
                                           f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
-
-    def _report_model_error(self, title: str, exc: BaseException, source=None) -> None:
-        """A model that could not be opened: a dialog; a bare state dict (weights without an
-        architecture) is offered to File > Import Model instead (issue 23 item 9)."""
-        if getattr(exc, "bare_state_dict", False) and source is not None and source.kind == "checkpoint":
-            self.offer_import(source.path)
-            return
-        path = None if source is None else (source.path if source.kind == "checkpoint" else source.weights)
-        errors.report_exception(self, title, exc, path=path)
-
-    def offer_import(self, path: str) -> QMessageBox:
-        """Say that ``path`` holds weights without an architecture and offer to import it
-        (the Import Model dialog, prefilled with the file). Window-modal, never blocking."""
-        box = QMessageBox(QMessageBox.Information, "Import this model?",
-                          f"{Path(path).name} holds only the weights of a network (a state dict), not a "
-                          "dmlviewer checkpoint, so it cannot be opened directly.", QMessageBox.Cancel, self)
-        box.setInformativeText("File ▸ Import Model recognizes its architecture (torchvision, timm, "
-                               "pytorch-metric-learning …), writes a dmlviewer checkpoint and opens it.")
-        button = box.addButton("Import…", QMessageBox.AcceptRole)
-        box.setDefaultButton(button)
-        button.clicked.connect(lambda: self.open_import_dialog([path]))
-        box.setAttribute(Qt.WA_DeleteOnClose)
-        box.open()
-        self.import_offer = box
-        return box
-
-    def open_import_dialog(self, files: list[str] | None = None):
-        """File > Import Model, prefilled with ``files``."""
-        from dmlviewer.gui.doors.import_dialog import ImportDialog
-
-        dialog = ImportDialog(self, files=files)
-        dialog.setAttribute(Qt.WA_DeleteOnClose)
-        dialog.open()
-        self.import_dialog = dialog
-        return dialog
-
-    def open_features(self, path: str | Path) -> bool:
-        """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""
-        from dmlviewer.core.evaluate import open_features
-
-        path = str(Path(path).expanduser())
-        try:
-            with _busy():
-                features = open_features(path)  # lazy: rows are read when needed
-        except Exception as exc:  # noqa: BLE001
-            errors.report_exception(self, "Cannot open features", exc, path=path)
-            return False
-        self._apply_features(features, path)
-        return True
-
-    def _apply_features(self, features, path: str) -> None:
-        self.session.set_features(features, path, chosen=True)
-        settings.add_recent("features", path, self.settings)
-        mismatch = self.retrieval.mismatch()
-        if mismatch:
-            self.statusBar().showMessage(f"{Path(path).name}: {mismatch}", 15000)
-
-    def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
-                           checkpoint=None, features: str | None = None,
-                           demo: Callable[[], tuple] | None = None, model=None,
-                           last_session: dict | None = None) -> None:
-        """Open these files without blocking the window: a thread reads them (the torch import,
-        the model, the listing), then they are applied here as ``open_*`` would. ``checkpoint``:
-        a path or ``imagenet:NAME``; ``model``: a ``ModelSource`` (code and weights …), or its
-        dict. ``last_session``: the raw settings of the last session
-        (``settings.session_values()``), reopened as they were (each model source as what it
-        is); when it names no dataset that still exists, ``demo`` is opened instead. ``demo``: a
-        function giving ``(dataset folder, checkpoint or None)`` (the app's ``demo_paths``,
-        which may first generate the data). Failures become dialogs that say what could not be
-        opened. ``loading`` is True meanwhile."""
-        self.loading = True
-        self.pair_view.info.setText("Loading…")
-        self.statusBar().showMessage("Loading…")
-        device = self.device
-        if checkpoint and model is None:
-            model = checkpoint
-
-        def step(text: str) -> None:
-            try:
-                self._loading_step.emit(text)
-            except RuntimeError:  # the window is gone
-                pass
-
-        def work() -> None:
-            from dmlviewer.core.session import read_session_files  # torch: imported in this thread
-
-            result = read_session_files(dataset, fmt, model, features, last_session, demo, device, step)
-            try:
-                self._loaded.emit(result)
-            except RuntimeError:
-                pass
-
-        threading.Thread(target=work, name="dmlviewer-open", daemon=True).start()
-
-    def _on_loading_step(self, text: str) -> None:
-        if self.loading:
-            self.statusBar().showMessage(text)
-            self.pair_view.info.setText(text)
-
-    def _on_loaded(self, result: dict) -> None:
-        self.loading = False
-        self.statusBar().clearMessage()
-        previous = self._last_session()  # its pair, before the model and dataset below rewrite it
-        if "model" in result:
-            (model, info), source = result["model"]
-            self._model_opened(model, info, source)
-        if "dataset" in result:
-            dataset, path = result["dataset"]
-            self._apply_dataset(dataset, path, result["format"], previous)
-        if "features" in result:
-            features, path = result["features"]
-            self._apply_features(features, path)
-        if "compare" in result and self.model is not None:  # the last session's model B (issue 24)
-            (model, info), source = result["compare"]
-            self.compare.forget_loads()  # a File > Compare With Model still loading is older than this
-            self.compare.use(model, info, source)
-        if self.dataset is None and self.model is None:
-            self.pair_view.set_pair(None)
-        if self.pair_view.images is not None:  # the pair's own line again, never "Loading the model …"
-            self.pair_view.refresh_info()
-        else:  # no pair could be shown: say what to do, not "Loading…"
-            self.pair_view.info.setText("Choose a query (click) and a reference (Ctrl+click) in the dataset."
-                                        if self.dataset is not None else
-                                        "Open a dataset and a checkpoint, then choose a query and a reference.")
-        for title, exc, source in result["errors"]:
-            self._report_model_error(title, exc, source)
-        # What could not be opened stays said in the status bar too (never a silent "no model").
-        said = [f"{title}: {errors.user_message(exc)}" for title, exc, _ in result["errors"][:1]]
-        said += [result["notice"]] if result.get("notice") else []
-        if said:
-            self.statusBar().showMessage(" · ".join(said))
 
     def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
         """Make dataset images ``query_index``/``reference_index`` the pair (a missing reference
@@ -740,16 +496,6 @@ class MainWindow(QMainWindow):
             return
         settings.save_session(self.session.to_dict(), self.settings)
 
-    def _last_session(self):
-        """The remembered session (a ``core.session.LastSession``), None when unreadable."""
-        from dmlviewer.core.session import LastSession
-
-        try:
-            return LastSession.from_settings(settings.session_values(self.settings))
-        except ValueError as exc:
-            log.warning("the last session cannot be read: %s", exc)
-            return None
-
     def _swap_pair(self) -> None:
         """Swap: the reference becomes the query and the query the reference (roles, captions,
         retrieval and the explanation follow)."""
@@ -785,49 +531,6 @@ class MainWindow(QMainWindow):
             self.problems_dock.show()
             self.problems_dock.raise_()
 
-    # File dialogs open where the user's own files are (never in the package's resources or the
-    # cache, where the demo lives): the current file's folder, else the output folder.
-    def _ask_dataset(self, fmt: str | None) -> None:
-        start = settings.start_dir(self.dataset_path and Path(self.dataset_path).parent,
-                                   *settings.recent("datasets", self.settings)[:1], settings=self.settings)
-        path = QFileDialog.getExistingDirectory(self, f"Open dataset{f' ({fmt})' if fmt else ''}", start)
-        if path:
-            self.open_dataset(path, fmt)
-
-    def _ask_features(self) -> None:
-        start = settings.start_dir(self.features_path, *settings.recent("features", self.settings),
-                                   settings=self.settings)
-        path, _ = QFileDialog.getOpenFileName(self, "Open features", start, "HDF5 features (*.h5 *.hdf5);;All files (*)")
-        if path:
-            self.open_features(path)
-
-    def _ask_output_folder(self) -> None:
-        current = settings.output_dir(self.settings)
-        path = QFileDialog.getExistingDirectory(self, "Output folder (feature files, training runs)", str(current))
-        if path:
-            folder = settings.set_output_dir(path, self.settings)
-            self.statusBar().showMessage(f"Outputs now go to {folder}", 8000)
-
-    def _fill_recent(self, menu: QMenu, key: str) -> None:
-        menu.clear()
-        items = settings.recent(key, self.settings)
-        if not items:
-            menu.addAction("(none)").setEnabled(False)
-            return
-        opener = {"datasets": self.open_dataset, "features": self.open_features}[key]
-        for path in items:
-            action = menu.addAction(path)
-            action.triggered.connect(lambda _=False, p=path: opener(p))
-        menu.addSeparator()
-        menu.addAction("Clear").triggered.connect(lambda: self.settings.setValue(f"recent/{key}", []))
-
-    def _save_screenshot(self) -> None:
-        start = Path(settings.start_dir(self.settings.value("paths/screenshots", ""), settings=self.settings))
-        path, _ = QFileDialog.getSaveFileName(self, "Save window image", str(start / "dmlviewer.png"),
-                                              "PNG image (*.png);;JPEG image (*.jpg)")
-        if path:
-            self.save_window_image(path)
-
     def save_window_image(self, path: str | Path) -> Path | None:
         """Save the window as an image; a name without an image suffix gets ``.png``."""
         from PySide6.QtGui import QImageWriter
@@ -842,14 +545,6 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/screenshots", str(path.parent))
         self.statusBar().showMessage(f"Saved {path}", 8000)
         return path
-
-    def _about(self) -> None:
-        from dmlviewer import __version__
-
-        QMessageBox.about(self, "About dmlviewer",
-                          f"<b>dmlviewer</b> {__version__}<br>Point-to-point activation maps, Grad-CAM "
-                          f"variants and group attention for deep metric learning.<br><br>Log folder: "
-                          f"{settings.log_dir()}")
 
     # -- persistence
     def _restore_options(self) -> None:
@@ -882,7 +577,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.devices.discover)
             self.docks.first_shown(self.settings)
 
-    def _quit(self) -> None:
+    def close_as_user(self) -> None:
         """File > Quit: a person's close (asked about running jobs, as the close button is)."""
         self._user_close = True
         try:
@@ -930,18 +625,3 @@ def _older_display_options(values) -> dict:
     except (TypeError, ValueError):
         pass
     return out
-
-
-class _busy:
-    """Context manager: wait cursor while a short blocking step runs."""
-
-    def __enter__(self):
-        if QApplication.instance() is not None:
-            QApplication.setOverrideCursor(Qt.WaitCursor)
-        return self
-
-    def __exit__(self, *exc):
-        if QApplication.instance() is not None:
-            QApplication.restoreOverrideCursor()
-        return False
-
