@@ -121,19 +121,12 @@ def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
 def _from_file(path: Path, sha256: str, dataset, indices: np.ndarray) -> np.ndarray | None:
     """The embeddings of ``indices`` from the feature file at ``path`` when it matches (module
     docstring), else ``None`` (the reason is logged)."""
-    from dmlviewer.core.evaluate.store import read_features
+    from dmlviewer.core.evaluate.store import split_embeddings
 
-    features = read_features(path, include_raw=False, include_groups=False)
-    stored = str(features.attrs.get("checkpoint_sha256", "") or "")
-    if not sha256 or stored != sha256:
-        log.warning("%s belongs to another model (checkpoint_sha256 %s); extracting again", path, stored[:12] or "?")
-        return None
-    where = {p: i for i, p in enumerate(features.paths)}
-    rows = [where.get(dataset.paths[i]) for i in indices]
-    if any(r is None for r in rows):
-        log.warning("%s lacks %d image(s) of the split; extracting again", path, sum(r is None for r in rows))
-        return None
-    return np.asarray(features.embeddings[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+    embeddings, reason = split_embeddings(path, sha256, dataset, indices)
+    if embeddings is None:
+        log.warning("%s %s; extracting again", path, reason)
+    return embeddings
 
 
 def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num_workers, ks,
