@@ -17,7 +17,9 @@ report's summary. Steps:
    dataset has boxes, the share of the point-to-point similarity between the two objects' boxes
    (the rest is the background's). ``pairs``: explain these ``(query, reference)`` dataset
    indices instead.
-4. **Two models**: the diagnosis of :func:`~dmlviewer.core.explain.compare.compare_models` (its
+4. **Two models**: what changed from A to B (:mod:`.changes_section`: the change table over
+   the embeddings of step 1, the classes that gained and lost most, the ``changes`` most
+   changed broken and fixed queries, each drawn for both models), the diagnosis of :func:`~dmlviewer.core.explain.compare.compare_models` (its
    table and its most disagreeing pairs, drawn for both models) and the sanity-check curves of
    :func:`~dmlviewer.core.explain.randomization.randomization_check` for each model.
 
@@ -43,6 +45,7 @@ from dmlviewer.core.figures.pair import box_share, pair_panels, similarity_split
 from dmlviewer.core.figures.svg import figure_svg
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
+from .changes_section import DEFAULT_CHANGES, changes_section
 from .failures import Failure, retrieval_failures
 
 log = logging.getLogger(__name__)
@@ -278,11 +281,12 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
                  failures: int = DEFAULT_FAILURES, pairs: Sequence[tuple[int, int]] | None = None,
                  figures_dir: str | Path | None = None, device: str | torch.device = "cpu", batch_size: int = 64,
                  num_workers: int | None = 0, ks: Sequence[int] = (1, 2, 4, 8), dataset_label: str = "",
-                 cancel: CancelToken | None = None) -> Iterator[Progress]:
+                 changes: int = DEFAULT_CHANGES, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Write the report of one or two ``models`` on ``split`` of ``dataset`` to ``out`` (module
     docstring). Result: ``{"path", "figures", "models": {name: {"metrics", "failures",
-    "num_failures", "from_file"}}}``; ``failures`` is the number shown, ``num_failures`` every
-    wrong top-1 of the split."""
+    "num_failures", "from_file"}}}`` and, with two models, ``changes`` (the change table's
+    counts and overlap); ``failures`` is the number shown, ``num_failures`` every wrong top-1 of
+    the split; ``changes``: broken and fixed queries shown, each."""
     from dmlviewer.core.files import write_text_atomic
 
     if not 1 <= len(models) <= 2:
@@ -291,6 +295,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
         raise ValueError(f"the dataset has fewer than two {split!r} images")
     if failures < 0:
         raise ValueError(f"the number of failures must not be negative, got {failures}")
+    if changes < 0:
+        raise ValueError(f"the number of changed queries must not be negative, got {changes}")
     ks = sorted({1, *ks})
     figures: list[tuple[str, Figure]] = []
     embedded: dict[str, _Embedded] = {}
@@ -344,8 +350,12 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
             yield Progress("step", done, total, "explaining the gallery", eta_s=clock.eta(done))
 
     compare_html: list[str] = []
+    change_summary = None
     if len(models) == 2:
-        compare_html = yield from _two_models(models, dataset, split, device, figures, images, skipped, cancel)
+        compare_html, change_summary = yield from changes_section(
+            models, embedded, dataset, split, changes, device, figures, images,
+            lambda wanted: _load(dataset, wanted, images, skipped), cancel)
+        compare_html += yield from _two_models(models, dataset, split, device, figures, images, skipped, cancel)
 
     header = _header(models, dataset, split, embedded, ks, dataset_label)
     title = f"dmlviewer report: {', '.join(m.source for m in models)}"
@@ -360,6 +370,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
               "models": {m.name: {"metrics": embedded[m.name].metrics, "num_failures": len(found[m.name]),
                                   "failures": min(failures, len(found[m.name])) if pairs is None else 0,
                                   "from_file": embedded[m.name].from_file} for m in models}}
+    if change_summary is not None:
+        result["changes"] = change_summary
     yield Progress("done", total, total, data={"result": result})
     return result
 
