@@ -133,10 +133,13 @@ def change_table(embeddings_a: np.ndarray | torch.Tensor, embeddings_b: np.ndarr
     g_lab, q_lab = torch.from_numpy(g_lab_np).to(dev), torch.from_numpy(q_lab_np).to(dev)
     q_idx, g_idx = torch.from_numpy(q_pos).to(dev), torch.from_numpy(g_pos).to(dev)
     self_index = torch.from_numpy(self_row).to(dev)
-    emb, q_emb, g_emb = {}, {}, {}
+    every = np.arange(n)
+    q_all, g_all = np.array_equal(q_pos, every), np.array_equal(g_pos, every)
+    q_emb, g_emb = {}, {}
     for key, raw in (("a", embeddings_a), ("b", embeddings_b)):
-        emb[key] = torch.nn.functional.normalize(_as_tensor(raw, torch.float32, dev), dim=1)
-        q_emb[key], g_emb[key] = emb[key][q_idx], emb[key][g_idx]
+        emb = torch.nn.functional.normalize(_as_tensor(raw, torch.float32, dev), dim=1)
+        q_emb[key] = emb if q_all else emb[q_idx]  # no copies when every image is a query and in the gallery
+        g_emb[key] = emb if g_all else emb[g_idx]
     if chunk_size is None:
         chunk_size = max(1, min(m, CHUNK_BYTES // max(1, 4 * len(g_pos))))
     state = {"a": _Model(m), "b": _Model(m)}
