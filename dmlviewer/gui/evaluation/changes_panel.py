@@ -22,14 +22,16 @@ COLUMNS = ("Change", "Query", "Top-1 A", "Top-1 B", "Margin A", "Margin B", "Mar
 class ChangesPanel(QWidget):
     """See the module docstring. ``window``: the main window (``session``, ``runner``,
     ``model_lock``, ``device``, ``labels``); ``split``: a callable giving the split to compare
-    (the Compare Models window's choice; "both" compares the test split)."""
+    (the Compare Models window's choice; "both" compares the test split); ``locked(job, lock)``:
+    the job's steps each under the model lock (the window's ``locked_steps``)."""
 
     pair_chosen = Signal(int, int)  # (query, reference) dataset indices
 
-    def __init__(self, window, split, parent: QWidget | None = None) -> None:
+    def __init__(self, window, split, locked, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.window_ = window
         self._split = split
+        self._locked = locked
         self.job = None
         self._stamps = None
         self.result: dict | None = None
@@ -78,7 +80,6 @@ class ChangesPanel(QWidget):
     def start(self) -> None:
         """Queue the change table of the open models on the split."""
         from dmlviewer.core.evaluate.changes import compare_models_changes
-        from dmlviewer.gui.evaluation.compare_window import locked_steps
 
         window, session = self.window_, self.window_.session
         a, b = session.slot("primary"), session.slot("compare")
@@ -87,9 +88,10 @@ class ChangesPanel(QWidget):
             return
         models = [("A", a.model, a.sha256 or "", None), ("B", b.model, b.sha256 or "", None)]
         dataset, device, lock, split = session.dataset, window.device, window.model_lock, self.split()
+        locked = self._locked
 
         def factory(cancel):
-            return locked_steps(compare_models_changes(models, dataset, split, device, num_workers=0, cancel=cancel),
+            return locked(compare_models_changes(models, dataset, split, device, num_workers=0, cancel=cancel),
                                 lock)
 
         self._stamps = (session.stamp("primary"), session.stamp("compare"))

@@ -228,7 +228,7 @@ class CompareWindow(QWidget):
         self.lists = QTabWidget()
         self.lists.addTab(self.table, "Pairs by disagreement")
         self.lists.addTab(self.retrieval_table, "Retrieval disagreements")
-        self.changes = ChangesPanel(window, self.split_combo.currentData)  # issue 41
+        self.changes = ChangesPanel(window, self.split_combo.currentData, locked_steps)  # issue 41
         self.changes.pair_chosen.connect(self.pair_chosen.emit)
         self.lists.addTab(self.changes, "What changed")
 
