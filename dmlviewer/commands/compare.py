@@ -10,6 +10,13 @@ comparing two models (default ``decomposition``), any of ``decomposition decompo
 gradcam gradcam_nonorm rgradcam occlusion`` (repeatable or a comma list; default all) with
 ``--randomize``.
 
+``--changes`` (issue 41) prints instead what changed from A to B on the split, the change table
+of :mod:`dmlviewer.core.evaluate.changes`: ``split``, ``models`` (``name source recall@1
+num_queries features from_file``) and ``changes`` (``num_queries both_right a_only b_only
+both_wrong overlap classes broken fixed``; docs/contracts.md). ``--features A.h5 --features
+B.h5``: the models' feature files, used instead of extracting; a file of another checkpoint or
+without the split's images is refused in one line naming it.
+
 ``--json`` prints (see :func:`dmlviewer.core.explain.compare.compare_models` and
 :func:`dmlviewer.core.explain.randomization.randomization_check`):
 
