@@ -83,7 +83,8 @@ def test_the_report_names_the_file_on_stdout_and_uses_the_feature_file(report, d
     assert "extracting" not in captured.err
 
 
-@pytest.mark.parametrize("case", ["missing checkpoint", "no failures", "zero failures", "bad pairs"])
+@pytest.mark.parametrize("case", ["missing checkpoint", "no failures", "zero failures", "bad pairs",
+                                  "changes of one model"])
 def test_bad_input_is_one_line_and_exit_2_with_nothing_written(case, demo_root, tmp_path, capsys):
     from dmlviewer.core.data import make_demo_data
 
@@ -95,6 +96,8 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(case, demo_root, 
         dataset = str(make_demo_data(tmp_path / "one", classes=2, per_class=4, size=64, seed=0))
     elif case == "zero failures":
         extra = ["--failures", "0"]
+    elif case == "changes of one model":  # what changed needs two models
+        extra = ["--changes", "3"]
     else:
         (tmp_path / "pairs.txt").write_text("not/an/image.jpg other.jpg\n")
         extra = ["--pairs", str(tmp_path / "pairs.txt")]
