@@ -123,6 +123,7 @@ def test_feature_files_that_do_not_belong_are_refused_in_one_line(runs, capsys):
         (["--features", runs["a_h5"], "--features", runs["other_h5"]],
          f"feature file {runs['other_h5']} of model B lacks"),
         (["--features", runs["a_h5"]], "--features: give one feature file per model"),
+        (["--split", "both"], "--changes compares one split"),
     ]
     for extra, message in cases:
         done = _cli(*models, *extra, "--json")
