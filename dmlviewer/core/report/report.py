@@ -19,8 +19,9 @@ report's summary. Steps:
    indices instead.
 4. **Two models**: what changed from A to B (:mod:`.changes_section`: the change table over
    the embeddings of step 1, the classes that gained and lost most, the ``changes`` most
-   changed broken and fixed queries, each drawn for both models), the diagnosis of :func:`~dmlviewer.core.explain.compare.compare_models` (its
-   table and its most disagreeing pairs, drawn for both models) and the sanity-check curves of
+   changed broken and fixed queries, each drawn for both models), the diagnosis of
+   :func:`~dmlviewer.core.explain.compare.compare_models` (its table and its most disagreeing
+   pairs, drawn for both models) and the sanity-check curves of
    :func:`~dmlviewer.core.explain.randomization.randomization_check` for each model.
 
 The HTML (:mod:`dmlviewer.core.figures.html`) is written to a temporary file and renamed, so a
