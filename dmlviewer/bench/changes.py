@@ -44,7 +44,9 @@ def matrices(n: int, dim: int = DIM, seed: int = SEED) -> tuple[np.ndarray, np.n
     a /= np.linalg.norm(a, axis=1, keepdims=True)
     b = a + rng.standard_normal((n, dim), dtype=np.float32) * (B_NOISE / np.sqrt(dim))
     b /= np.linalg.norm(b, axis=1, keepdims=True)
-    return a, b, labels.astype(np.int64)
+    # float32 as the feature store holds them (NumPy 2 promotes a float32 array times a float64
+    # scalar to float64: the baseline would search in double precision)
+    return a.astype(np.float32), b.astype(np.float32), labels.astype(np.int64)
 
 
 def bare_search(emb, k: int, chunk: int) -> None:
