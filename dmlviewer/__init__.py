@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 opencv_limit()  # before anything loads OpenCV, which reads its image-size limit once
 
-_API = ("explain", "view", "open_model")
+_API = ("explain", "view", "open_model", "changes")
 
 
 def __getattr__(name: str) -> Any:

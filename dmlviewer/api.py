@@ -190,6 +190,33 @@ def view(model: Any = None, dataset: Any = None, feature_layer: str | None = Non
     return int(status)
 
 
+def changes(a: Any, b: Any, dataset: Any = None, *, split: str = "test",
+            features: Sequence[str | None] = (None, None), feature_layer: str | None = None,
+            device: str = "cpu") -> dict:
+    """What changed from model ``a`` to model ``b`` on one split (issue 41): the ``changes``
+    document of ``dmlviewer compare --changes --json`` (``both_right``, ``a_only``, ``b_only``,
+    ``both_wrong``, ``overlap``, ``classes``, ``broken``, ``fixed``, ...; see
+    :func:`dmlviewer.core.evaluate.changes.change_table`).
+
+    Without ``dataset``, ``a`` and ``b`` are two feature files of the same images (``evaluate
+    --out``), every image of ``split`` (``None``: all) a query against the others. With a
+    dataset folder, ``a`` and ``b`` are models (a module, a checkpoint path or
+    ``"imagenet:NAME"``), each embedding the split unless its feature file in ``features``
+    (A's, B's) matches it. Mismatched feature files raise one ``ValueError`` line naming which."""
+    from dmlviewer.core.evaluate.changes import compare_feature_files, compare_models_changes
+    from dmlviewer.core.progress import run_to_end
+
+    if dataset is None:
+        return run_to_end(compare_feature_files(a, b, split, device))
+    from dmlviewer.core.data import open_dataset
+
+    opened = []
+    for name, model, file in zip("AB", (a, b), features):
+        m, info = open_model(model, feature_layer=feature_layer, device=device)
+        opened.append((name, m, str(info.get("sha256") or ""), file))
+    return run_to_end(compare_models_changes(opened, open_dataset(str(dataset)), split, device))
+
+
 def _image(image: Any):
     """Paths stay paths (read by dmlviewer's loader, with its checks); arrays stay arrays."""
     return Path(image) if isinstance(image, str) else image

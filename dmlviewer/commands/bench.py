@@ -27,6 +27,7 @@ BENCHMARKS = {
     "faithfulness": "faithfulness",
     "search": "search",
     "startup": "startup",
+    "changes": "changes",
 }
 
 
@@ -39,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.add_argument("--quick", action="store_true",
                    help="smaller sizes for a smoke run (search and the large app: 100,000 rows; index: "
-                        "200,000; metrics: 5,000; extraction: 6,000)")
+                        "200,000; metrics: 5,000; extraction: 6,000; changes: 20,000)")
     p.add_argument("--size", type=int, default=None, metavar="N",
                    help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")

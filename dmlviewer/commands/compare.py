@@ -10,6 +10,13 @@ comparing two models (default ``decomposition``), any of ``decomposition decompo
 gradcam gradcam_nonorm rgradcam occlusion`` (repeatable or a comma list; default all) with
 ``--randomize``.
 
+``--changes`` (issue 41) prints instead what changed from A to B on the split, the change table
+of :mod:`dmlviewer.core.evaluate.changes`: ``split``, ``models`` (``name source recall@1
+num_queries features from_file``) and ``changes`` (``num_queries both_right a_only b_only
+both_wrong overlap classes broken fixed``; docs/contracts.md). ``--features A.h5 --features
+B.h5``: the models' feature files, used instead of extracting; a file of another checkpoint or
+without the split's images is refused in one line naming it.
+
 ``--json`` prints (see :func:`dmlviewer.core.explain.compare.compare_models` and
 :func:`dmlviewer.core.explain.randomization.randomization_check`):
 
@@ -77,6 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=seed_type, default=0, help="seed of the pairs and of the re-initialization")
     p.add_argument("--format", choices=FORMATS, help="dataset format (default: detected)")
     p.add_argument("--protocol", default="default", choices=PROTOCOLS, help="split protocol")
+    p.add_argument("--changes", action="store_true",
+                   help="what changed from model A to B instead: each query's top-1 right or wrong under each, "
+                        "neighbour overlap, per-class Recall@1 changes, the broken and fixed queries")
+    p.add_argument("--features", action="append", default=None, metavar="F.h5",
+                   help="with --changes: a model's feature file (from evaluate --out), one per model in order "
+                        "(A's, then B's); it must belong to the model and hold the split, nothing is re-extracted")
     add_device(p)
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=run)
@@ -141,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.core.explain.compare import compare_models, split_names
 
     sources = _sources(args)
+    if args.changes or args.features:
+        _check_changes_options(args)
     methods = _methods(args)
     for source in sources:
         command_model_source(source)  # a missing file named in one line before anything is loaded
@@ -150,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
     for name in split_names(args.split):
         if len(dataset.indices(name)) == 0:
             raise UsageError(f"the dataset has no {name!r} images")
+    if args.changes:
+        return _changes(args, sources, dataset)
     models, device = [], None
     for source in sources:
         model, device = open_command_model(source, args.device, args.size)
@@ -173,6 +190,84 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(result, args.randomize)
     return 0
+
+
+def _check_changes_options(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from dmlviewer.cli import UsageError
+
+    if not args.changes:
+        raise UsageError("--features is only used with --changes")
+    if args.randomize:
+        raise UsageError("--changes compares two models; it does not go with --randomize")
+    if args.split == "both":
+        raise UsageError("--changes compares one split: --split train or --split test")
+    files = args.features or []
+    if files and len(files) != 2:
+        raise UsageError(f"--features: give one feature file per model (A's, then B's), not {len(files)}")
+    for path in files:
+        if not Path(path).is_file():
+            raise UsageError(f"feature file not found: {path}")
+
+
+def _changes(args: argparse.Namespace, sources: list, dataset) -> int:
+    """``--changes``: the change table (``dmlviewer.core.evaluate.changes``) as JSON or text."""
+    from dataclasses import replace
+
+    from dmlviewer.commands.common import command_model_source
+    from dmlviewer.core.evaluate.changes import compare_models_changes
+    from dmlviewer.core.models import resolve_device
+
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        raise usage_error(exc) from None
+    files = args.features or [None, None]
+    models = []
+    for name, source, features in zip("AB", sources, files):
+        model_source = command_model_source(source)
+        if args.size:
+            model_source = replace(model_source, options={**model_source.options, "size": int(args.size)})
+        model, info = model_source.open(device)
+        models.append((name, model.eval(), str(info.get("sha256") or ""), features))
+    try:
+        changes = drive(compare_models_changes(models, dataset, args.split, device), "changes")
+    except ValueError as exc:
+        raise usage_error(exc) from None
+    from_file = changes.pop("from_file")
+    recall = changes.pop("recall@1")
+    result = {"split": args.split,
+              "models": [{"name": name, "source": _label(source), "recall@1": r,
+                          "num_queries": changes["num_queries"], "features": f or None, "from_file": ff}
+                         for name, source, r, f, ff in zip("AB", sources, recall, files, from_file)],
+              "changes": changes}
+    if args.json:
+        print_json(result)
+    else:
+        _print_changes(result)
+    return 0
+
+
+def _print_changes(result: dict) -> None:
+    out = sys.stdout
+    c = result["changes"]
+    for m in result["models"]:
+        out.write(f"model {m['name']} ({m['source']}): Recall@1 {_number(m['recall@1'])}\n")
+    out.write(f"{c['num_queries']} queries of the {result['split']} split: both right {c['both_right']}, "
+              f"A only {c['a_only']}, B only {c['b_only']}, both wrong {c['both_wrong']}\n")
+    out.write("neighbour overlap: " + ", ".join(f"top-{k} {_number(v)}" for k, v in c["overlap"].items()) + "\n")
+    for title, rows in (("classes that gained most", [x for x in c["classes"] if x["change"] > 0][:5]),
+                        ("classes that lost most", [x for x in c["classes"][::-1] if x["change"] < 0][:5])):
+        if rows:
+            out.write(f"{title}: " + ", ".join(f"{x['name']} {x['change']:+.3f}" for x in rows) + "\n")
+    for title, rows in (("broken (right under A, wrong under B)", c["broken"]),
+                        ("fixed (wrong under A, right under B)", c["fixed"])):
+        out.write(f"{len(rows)} {title}\n")
+        for row in rows[:10]:
+            ta, tb = row["top1"]
+            out.write(f"  {row['path']}: A {ta['path']} ({ta['similarity']:.3f}), B {tb['path']} "
+                      f"({tb['similarity']:.3f}), margin {row['margin'][0]:+.3f} -> {row['margin'][1]:+.3f}\n")
 
 
 def _randomize(args, model, dataset, device, methods, label) -> dict:

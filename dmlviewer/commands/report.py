@@ -6,7 +6,8 @@
 dataset, date, metrics as ``evaluate`` computes them), the failure gallery (the N most
 confident wrong top-1 queries of the split, each explained, see
 :mod:`dmlviewer.core.report.report`) and, with two models, the diagnosis, the most disagreeing
-pairs and the sanity-check curves. Images are embedded; the file needs no script and fetches
+pairs and the sanity-check curves, and what changed from A to B (``--changes N``: the change
+table, the classes that gained and lost most, the N broken and N fixed queries most changed). Images are embedded; the file needs no script and fetches
 nothing. ``--features``: the first model's feature file, used when it matches (written, as
 ``evaluate`` writes it, when it does not exist). Progress on stderr; the path of the report on
 stdout. Bad input: one line, exit 2; nothing half-written (temporary file, renamed).
@@ -38,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--pairs", metavar="FILE",
                        help="explain these pairs instead: one a line, query and reference paths relative to "
                             "the dataset root, separated by a comma, a tab or spaces")
+    p.add_argument("--changes", type=int_range(0, 10_000), default=None, metavar="N",
+                   help="with two models: broken and fixed queries shown in the 'What changed' section, "
+                        "each (default 5)")
     p.add_argument("--out", required=True, metavar="report.html", help="the HTML file to write (replaced atomically)")
     p.add_argument("--figures", metavar="DIR", help="also write every figure as SVG into this folder")
     p.add_argument("--features", metavar="F.h5",
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from dmlviewer.core.data import open_dataset
     from dmlviewer.core.models import resolve_device
     from dmlviewer.core.report import ReportModel, build_report, read_pairs
-    from dmlviewer.core.report.report import DEFAULT_FAILURES
+    from dmlviewer.core.report.report import DEFAULT_CHANGES, DEFAULT_FAILURES
 
     args.randomize = False
     given = len(args.checkpoint or []) + bool(args.model)
@@ -89,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             pairs = read_pairs(args.pairs, dataset)
         except (RefusedFile, ValueError) as exc:  # a missing or refused file, or a bad line: one line
             raise UsageError(f"--pairs: {exc}") from None
+    if args.changes is not None and given != 2:
+        raise UsageError("--changes shows what changed between two models: give two (--checkpoint A --checkpoint B)")
     failures = DEFAULT_FAILURES if args.failures is None else args.failures
     if pairs is None and failures == 0:
         raise UsageError("--failures 0 shows nothing: give at least 1")
@@ -103,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                                   str(info.get("sha256") or ""), args.features if k == 0 else None))
     try:
         result = drive(build_report(models, dataset, out, args.split, failures, pairs, args.figures, device,
-                                    args.batch_size, None, args.ks, dataset_label=args.dataset), "report")
+                                    args.batch_size, None, args.ks, dataset_label=args.dataset,
+                                    changes=DEFAULT_CHANGES if args.changes is None else args.changes), "report")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     for name, m in result["models"].items():

@@ -549,3 +549,46 @@ def test_a_point_pinned_before_model_b_opens_is_starred_on_both_rows_and_the_sta
     want = (f"A {100.0 * ea.share('query', x, y):+.2f}%, B {100.0 * eb.share('query', x, y):+.2f}% "
             "of each model's similarity")
     assert messages and want in messages[-1] and "[pinned" in messages[-1]
+
+
+def test_compare_window_what_changed_lists_broken_and_fixed_and_opens_them(compared, qtbot):
+    """The "What changed" tab runs the change table of the open models as a job and lists every
+    broken and fixed query; a mouse click on a row opens the query with the wrong model's top-1,
+    on the "Top-1 A" cell with model A's top-1."""
+    from PySide6.QtCore import Qt
+
+    from dmlviewer.core.evaluate.changes import compare_models_changes
+    from dmlviewer.core.progress import run_to_end
+
+    window = compared
+    tool = window.show_compare_window()
+    panel = tool.changes
+    tool.lists.setCurrentWidget(panel)
+    assert panel.run_button.isEnabled()
+    qtbot.mouseClick(panel.run_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: panel.job is not None and panel.job.ended, timeout=120000)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=5000)
+    session = window.session
+    a, b = session.slot("primary"), session.slot("compare")
+    expected = run_to_end(compare_models_changes([("A", a.model, "", None), ("B", b.model, "", None)],
+                                                 session.dataset, "test", num_workers=0))
+    result = panel.result
+    assert {k: result[k] for k in ("both_right", "a_only", "b_only", "both_wrong")} == {
+        k: expected[k] for k in ("both_right", "a_only", "b_only", "both_wrong")}
+    entries = [("broken", e) for e in result["broken"]] + [("fixed", e) for e in result["fixed"]]
+    assert panel.table.rowCount() == len(entries) > 0
+    assert f"A only {result['a_only']}" in panel.counts.text()
+    kind, entry = entries[0]
+    table = panel.table
+    headers = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
+
+    def click(row: int, column: int) -> None:
+        rect = table.visualRect(table.model().index(row, column))
+        qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=rect.center())
+
+    click(0, headers.index("Query"))
+    wrong = entry["top1"][1 if kind == "broken" else 0]
+    assert (window.query_index, window.reference_index) == (entry["index"], wrong["index"])
+    assert session.dataset.labels[window.reference_index] != session.dataset.labels[entry["index"]]
+    click(0, headers.index("Top-1 A"))
+    assert (window.query_index, window.reference_index) == (entry["index"], entry["top1"][0]["index"])

@@ -651,3 +651,21 @@ def update_attrs(path: str | Path, **attrs: Any) -> None:
     except BaseException:
         remove(tmp)
         raise
+
+
+def split_embeddings(path: str | Path, sha256: str, dataset, indices: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """``(embeddings, "")``: the rows of the feature file at ``path`` for the dataset images
+    ``indices``, in their order, when the file belongs to the model with checkpoint hash
+    ``sha256`` and holds every one of those images (by path); ``(None, reason)`` otherwise, the
+    reason a phrase after the file's name (``belongs to another model ...``)."""
+    features = read_features(path, include_raw=False, include_groups=False)
+    stored = str(features.attrs.get("checkpoint_sha256", "") or "")
+    if not sha256 or stored != sha256:
+        return None, f"belongs to another model (checkpoint_sha256 {stored[:12] or '?'})"
+    where = {p: i for i, p in enumerate(features.paths)}
+    rows = [where.get(dataset.paths[i]) for i in indices]
+    missing = sum(r is None for r in rows)
+    if missing:
+        return None, (f"lacks {missing} of the split's {len(rows)} images (features of another dataset or "
+                      "split)")
+    return np.asarray(features.embeddings[np.asarray(rows, dtype=np.int64)], dtype=np.float32), ""

@@ -17,8 +17,11 @@ report's summary. Steps:
    dataset has boxes, the share of the point-to-point similarity between the two objects' boxes
    (the rest is the background's). ``pairs``: explain these ``(query, reference)`` dataset
    indices instead.
-4. **Two models**: the diagnosis of :func:`~dmlviewer.core.explain.compare.compare_models` (its
-   table and its most disagreeing pairs, drawn for both models) and the sanity-check curves of
+4. **Two models**: what changed from A to B (:mod:`.changes_section`: the change table over
+   the embeddings of step 1, the classes that gained and lost most, the ``changes`` most
+   changed broken and fixed queries, each drawn for both models), the diagnosis of
+   :func:`~dmlviewer.core.explain.compare.compare_models` (its table and its most disagreeing
+   pairs, drawn for both models) and the sanity-check curves of
    :func:`~dmlviewer.core.explain.randomization.randomization_check` for each model.
 
 The HTML (:mod:`dmlviewer.core.figures.html`) is written to a temporary file and renamed, so a
@@ -44,6 +47,7 @@ from dmlviewer.core.scene import similarity_split
 from dmlviewer.core.figures.svg import figure_svg
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
+from .changes_section import DEFAULT_CHANGES, changes_section
 from .failures import Failure, retrieval_failures
 
 log = logging.getLogger(__name__)
@@ -122,19 +126,12 @@ def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
 def _from_file(path: Path, sha256: str, dataset, indices: np.ndarray) -> np.ndarray | None:
     """The embeddings of ``indices`` from the feature file at ``path`` when it matches (module
     docstring), else ``None`` (the reason is logged)."""
-    from dmlviewer.core.evaluate.store import read_features
+    from dmlviewer.core.evaluate.store import split_embeddings
 
-    features = read_features(path, include_raw=False, include_groups=False)
-    stored = str(features.attrs.get("checkpoint_sha256", "") or "")
-    if not sha256 or stored != sha256:
-        log.warning("%s belongs to another model (checkpoint_sha256 %s); extracting again", path, stored[:12] or "?")
-        return None
-    where = {p: i for i, p in enumerate(features.paths)}
-    rows = [where.get(dataset.paths[i]) for i in indices]
-    if any(r is None for r in rows):
-        log.warning("%s lacks %d image(s) of the split; extracting again", path, sum(r is None for r in rows))
-        return None
-    return np.asarray(features.embeddings[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+    embeddings, reason = split_embeddings(path, sha256, dataset, indices)
+    if embeddings is None:
+        log.warning("%s %s; extracting again", path, reason)
+    return embeddings
 
 
 def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num_workers, ks,
@@ -286,11 +283,12 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
                  failures: int = DEFAULT_FAILURES, pairs: Sequence[tuple[int, int]] | None = None,
                  figures_dir: str | Path | None = None, device: str | torch.device = "cpu", batch_size: int = 64,
                  num_workers: int | None = 0, ks: Sequence[int] = (1, 2, 4, 8), dataset_label: str = "",
-                 cancel: CancelToken | None = None) -> Iterator[Progress]:
+                 changes: int = DEFAULT_CHANGES, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Write the report of one or two ``models`` on ``split`` of ``dataset`` to ``out`` (module
     docstring). Result: ``{"path", "figures", "models": {name: {"metrics", "failures",
-    "num_failures", "from_file"}}}``; ``failures`` is the number shown, ``num_failures`` every
-    wrong top-1 of the split."""
+    "num_failures", "from_file"}}}`` and, with two models, ``changes`` (the change table's
+    counts and overlap); ``failures`` is the number shown, ``num_failures`` every wrong top-1 of
+    the split; ``changes``: broken and fixed queries shown, each."""
     from dmlviewer.core.files import write_text_atomic
 
     if not 1 <= len(models) <= 2:
@@ -299,6 +297,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
         raise ValueError(f"the dataset has fewer than two {split!r} images")
     if failures < 0:
         raise ValueError(f"the number of failures must not be negative, got {failures}")
+    if changes < 0:
+        raise ValueError(f"the number of changed queries must not be negative, got {changes}")
     ks = sorted({1, *ks})
     figures: list[tuple[str, Figure]] = []
     embedded: dict[str, _Embedded] = {}
@@ -352,8 +352,12 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
             yield Progress("step", done, total, "explaining the gallery", eta_s=clock.eta(done))
 
     compare_html: list[str] = []
+    change_summary = None
     if len(models) == 2:
-        compare_html = yield from _two_models(models, dataset, split, device, figures, images, skipped, cancel)
+        compare_html, change_summary = yield from changes_section(
+            models, embedded, dataset, split, changes, device, figures, images,
+            lambda wanted: _load(dataset, wanted, images, skipped), cancel)
+        compare_html += yield from _two_models(models, dataset, split, device, figures, images, skipped, cancel)
 
     header = _header(models, dataset, split, embedded, ks, dataset_label)
     title = f"dmlviewer report: {', '.join(m.source for m in models)}"
@@ -368,6 +372,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
               "models": {m.name: {"metrics": embedded[m.name].metrics, "num_failures": len(found[m.name]),
                                   "failures": min(failures, len(found[m.name])) if pairs is None else 0,
                                   "from_file": embedded[m.name].from_file} for m in models}}
+    if change_summary is not None:
+        result["changes"] = change_summary
     yield Progress("done", total, total, data={"result": result})
     return result
 

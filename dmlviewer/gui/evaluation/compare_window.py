@@ -14,6 +14,8 @@ window's model lock (the pair view's preparations use the same models). It shows
 - the **retrieval disagreements**: the queries where exactly one model's nearest neighbour is
   of the query's class (``retrieval_disagreements``); a row opens the query with the wrong
   model's neighbour, a click in a model's neighbour column with that model's;
+- **what changed** (issue 41, :mod:`.changes_panel`, its own job): the change table of A and B
+  on the split (test for ``both``) and the queries B broke and fixed;
 - the **sanity-check curve**: :func:`dmlviewer.core.explain.randomization.randomization_check`
   on model A or B (its own job), the mean Spearman of each method's overall maps with the
   trained model's per randomized depth (depth 0: the trained model, 1 by definition), drawn
@@ -39,6 +41,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QGroup
 
 from dmlviewer.core.explain import methods as registry
 from dmlviewer.gui.common.widgets import LegendStrip, method_color, series_pen, style_plot
+from dmlviewer.gui.evaluation.changes_panel import ChangesPanel
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +228,9 @@ class CompareWindow(QWidget):
         self.lists = QTabWidget()
         self.lists.addTab(self.table, "Pairs by disagreement")
         self.lists.addTab(self.retrieval_table, "Retrieval disagreements")
+        self.changes = ChangesPanel(window, self.split_combo.currentData, locked_steps)  # issue 41
+        self.changes.pair_chosen.connect(self.pair_chosen.emit)
+        self.lists.addTab(self.changes, "What changed")
 
         # the sanity check (cascading randomization)
         self.check_model_combo = QComboBox()
@@ -339,6 +345,7 @@ class CompareWindow(QWidget):
             self._draw_checks()
         self.save_button.setEnabled(self.result is not None)
         self.check_save_button.setEnabled(bool(self.check_results))
+        self.changes.refresh()
 
     # -- the comparison job
     def start(self) -> None:

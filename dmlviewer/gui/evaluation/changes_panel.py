@@ -1,0 +1,171 @@
+"""The Compare Models window's "What changed" tab (issue 41): the change table of models A and
+B on the window's split (:func:`dmlviewer.core.evaluate.changes.compare_models_changes`, run as
+a job with progress and cancel), the neighbour overlap, and the broken and fixed queries, the
+largest change of margin first. Clicking a row opens the query with the top-1 of the model
+that got it wrong; clicking the "Top-1 A" or "Top-1 B" cell opens it with that model's top-1.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("Change", "Query", "Top-1 A", "Top-1 B", "Margin A", "Margin B", "Margin change")
+
+
+class ChangesPanel(QWidget):
+    """See the module docstring. ``window``: the main window (``session``, ``runner``,
+    ``model_lock``, ``device``, ``labels``); ``split``: a callable giving the split to compare
+    (the Compare Models window's choice; "both" compares the test split); ``locked(job, lock)``:
+    the job's steps each under the model lock (the window's ``locked_steps``)."""
+
+    pair_chosen = Signal(int, int)  # (query, reference) dataset indices
+
+    def __init__(self, window, split, locked, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.window_ = window
+        self._split = split
+        self._locked = locked
+        self.job = None
+        self._stamps = None
+        self.result: dict | None = None
+        self.run_button = QPushButton("What changed")
+        self.run_button.setToolTip("Each query's top-1 right or wrong under A and under B, the neighbour overlap, "
+                                   "and the queries B broke and fixed")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.status = QLabel("What changed from model A to model B: the queries B broke and fixed.")
+        self.status.setWordWrap(True)
+        self.counts = QLabel()
+        self.counts.setWordWrap(True)
+        self.counts.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.verticalHeader().hide()
+        self.table.setToolTip("Broken: right under A, wrong under B; fixed: the reverse. Click a row to open the "
+                              "query with the wrong top-1, a 'Top-1' cell to open that model's")
+        self.table.cellClicked.connect(self._on_cell)
+        controls = QHBoxLayout()
+        controls.addWidget(self.run_button)
+        controls.addWidget(self.cancel_button)
+        controls.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.status)
+        layout.addWidget(self.counts)
+        layout.addWidget(self.table, 1)
+
+    def split(self) -> str:
+        chosen = self._split()
+        return "test" if chosen == "both" else chosen
+
+    def refresh(self) -> None:
+        session = self.window_.session
+        ready = (session.slot("primary") is not None and session.slot("compare") is not None
+                 and session.dataset is not None)
+        self.run_button.setEnabled(ready and (self.job is None or self.job.ended))
+
+    def start(self) -> None:
+        """Queue the change table of the open models on the split."""
+        from dmlviewer.core.evaluate.changes import compare_models_changes
+
+        window, session = self.window_, self.window_.session
+        a, b = session.slot("primary"), session.slot("compare")
+        if a is None or b is None or session.dataset is None:
+            self.refresh()
+            return
+        models = [("A", a.model, a.sha256 or "", None), ("B", b.model, b.sha256 or "", None)]
+        dataset, device, lock, split = session.dataset, window.device, window.model_lock, self.split()
+        locked = self._locked
+
+        def factory(cancel):
+            return locked(compare_models_changes(models, dataset, split, device, num_workers=0, cancel=cancel),
+                                lock)
+
+        self._stamps = (session.stamp("primary"), session.stamp("compare"))
+        self.job = window.runner.submit(
+            f"What changed from {window.labels.job_name('primary')} to {window.labels.job_name('compare')} on the "
+            f"{split} split of {Path(session.dataset_path).name}", factory,
+            progress=self._on_progress, finished=self._on_finished, failed=self._on_failed,
+            cancelled=self._on_cancelled)
+        self.status.setText("Comparing the neighbours… (see View ▸ Jobs)")
+        self.cancel_button.setEnabled(True)
+        self.refresh()
+
+    def cancel(self) -> None:
+        if self.job is not None and not self.job.ended:
+            self.window_.runner.cancel(self.job)
+
+    def _ended(self, job) -> bool:
+        if job is not self.job:
+            return False
+        self.cancel_button.setEnabled(False)
+        self.refresh()
+        return True
+
+    def _on_progress(self, job, event) -> None:
+        if job is self.job and getattr(event, "total", 0):
+            self.status.setText(f"{event.message or 'working'}: {event.current}/{event.total}")
+
+    def _on_finished(self, job, result) -> None:
+        if not self._ended(job):
+            return
+        if not all(self.window_.session.accepts(s) for s in self._stamps or (None,)):
+            self.status.setText("The models or the dataset changed meanwhile: the result was dropped. Run it again.")
+            return
+        self.show_result(result)
+
+    def _on_failed(self, job, text: str) -> None:
+        if self._ended(job):
+            from dmlviewer.gui.common import errors
+
+            first, details = errors.split_failure(text)
+            self.status.setText(f"What changed failed: {first}")
+            errors.show_error(self, "What changed failed", first, details)
+
+    def _on_cancelled(self, job) -> None:
+        if self._ended(job):
+            self.status.setText("Cancelled.")
+
+    def show_result(self, result: dict) -> None:
+        """Show a change table (:func:`~dmlviewer.core.evaluate.changes.change_table`'s result)."""
+        self.result = result
+        overlap = ", ".join(f"top-{k} {v:.3f}" for k, v in result["overlap"].items())
+        recall = result["recall@1"]
+        self.status.setText(f"{result['num_queries']} queries: Recall@1 A {recall[0]:.3f}, B {recall[1]:.3f}. "
+                            "Click a row to open the query with the wrong top-1.")
+        self.counts.setText(f"both right {result['both_right']} · A only {result['a_only']} · B only "
+                            f"{result['b_only']} · both wrong {result['both_wrong']} · neighbour overlap {overlap}")
+        rows = [("broken", e) for e in result["broken"]] + [("fixed", e) for e in result["fixed"]]
+        self.table.setRowCount(len(rows))
+        for r, (kind, entry) in enumerate(rows):
+            wrong = entry["top1"][1 if kind == "broken" else 0]["index"]
+            cells = [(kind, wrong), (Path(entry["path"]).name, wrong),
+                     (Path(entry["top1"][0]["path"]).name, entry["top1"][0]["index"]),
+                     (Path(entry["top1"][1]["path"]).name, entry["top1"][1]["index"]),
+                     (f"{entry['margin'][0]:+.3f}", wrong), (f"{entry['margin'][1]:+.3f}", wrong),
+                     (f"{entry['margin_change']:+.3f}", wrong)]
+            for c, (text, reference) in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setData(Qt.UserRole, (int(entry["index"]), int(reference)))
+                if c in (1, 2, 3):
+                    item.setToolTip(entry["path"] if c == 1 else entry["top1"][c - 2]["path"])
+                self.table.setItem(r, c, item)
+
+    def _on_cell(self, row: int, column: int) -> None:
+        item = self.table.item(row, column)
+        if item is not None:
+            query, reference = item.data(Qt.UserRole)
+            self.pair_chosen.emit(int(query), int(reference))
