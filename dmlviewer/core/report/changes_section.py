@@ -21,7 +21,8 @@ import numpy as np
 
 from dmlviewer.core.figures import html
 from dmlviewer.core.figures.figure import Figure
-from dmlviewer.core.figures.pair import box_share, pair_panels, similarity_split
+from dmlviewer.core.figures.pair import box_share, pair_panels
+from dmlviewer.core.scene import similarity_split
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
