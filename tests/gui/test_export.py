@@ -11,9 +11,11 @@ import io
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QDialog, QFileDialog
 
@@ -69,7 +71,10 @@ def _check_scene_is_the_screen(view, scene, session) -> None:
             assert o.opacity == pytest.approx(d.opacity) == pytest.approx(screen.overlay_item.opacity())
             if o.kind == "partial" and d.scale == "map":
                 assert key[2:4] == ((-1.0, 1.0) if signed else (0.0, 1.0))
-                assert f"peak {o.levels[1]:.2g}" in screen.readout.text()
+                if np.any(o.data):
+                    assert f"peak {o.levels[1]:.2g}" in screen.readout.text()
+                else:  # an empty partial map has no peak (issue 42 item 9): both say so
+                    assert "nothing to show" in screen.readout.text() and pane.message
             else:
                 assert key[2:4] == pytest.approx(o.levels, rel=1e-6), (row.name, pane.side, o.kind)
             if o.kind == "overall":  # the data's largest cell, not a statistic of a resized map
@@ -175,7 +180,9 @@ def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     assert len(re.findall(r"<circle ", svg)) == 4 + 5 + 2 + 2  # markers and the two dots' legend marks
 
 
-def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch):
+def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch, qtbot):
+    """The scene is drawn off the GUI thread, in the job queue (the window stays responsive);
+    the file, its source and the clipboard are written when the job ends."""
     from PySide6.QtWidgets import QApplication
 
     action = next(a for a in ready.menuBar().actions()[0].menu().actions() if a.text() == "&Export View…")
@@ -190,7 +197,25 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     monkeypatch.setattr(export.ExportDialog, "exec", choose)
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "PNG image (*.png)"))
     QApplication.clipboard().clear()
+    # matplotlib draws in the job queue: the draw function records its thread and waits for the
+    # GUI thread's event loop (a timer), which it would never get if it ran on the GUI thread
+    from dmlviewer.core.scene import draw
+
+    drawing, served = [], threading.Event()
+    real = draw._draw
+
+    def recording(*args, **kwargs):
+        drawing.append(threading.get_ident())
+        drawing.append(served.wait(30))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(draw, "_draw", recording)
+    QTimer.singleShot(200, served.set)
     action.trigger()
+    job = _job_named(ready.runner, "Export View to view.png")
+    qtbot.waitUntil(lambda: job.ended, timeout=120000)
+    assert job.state == "finished" and not ready.dialogs
+    assert drawing and threading.get_ident() not in drawing[0::2] and all(drawing[1::2])
     assert out.exists()
     source = np.load(tmp_path / "view.npz")  # the figure's source beside it
     assert int(source["rows"]) == 1 and (tmp_path / "view.py").exists()
@@ -202,6 +227,34 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+def _job_named(runner, name: str):
+    found = [j for j in [*runner.jobs, *runner.history] if j.name == name]
+    assert len(found) == 1, [j.name for j in [*runner.jobs, *runner.history]]
+    return found[0]
+
+
+def test_a_failed_export_says_so_in_one_dialog(ready, tmp_path, monkeypatch, qtbot):
+    """A drawing that fails in the job (here matplotlib raising) is said once, in the window's
+    dialog of a failed job, and leaves no file."""
+    from dmlviewer.core.scene import draw
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("no room for the figure")
+
+    monkeypatch.setattr(draw, "_draw", broken)
+    monkeypatch.setattr(export.ExportDialog, "exec", lambda dialog: QDialog.Accepted)
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "view.pdf"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "PDF document (*.pdf)"))
+    job = export.export_view(ready, "Pair view")
+    assert job is _job_named(ready.runner, "Export View to view.pdf")
+    qtbot.waitUntil(lambda: job.ended, timeout=60000)
+    qtbot.wait(100)
+    assert job.state == "failed" and len(ready.dialogs) == 1
+    assert "no room for the figure" in ready.dialogs[0][1] and "Export View to view.pdf" in ready.dialogs[0][0]
+    assert list(out.parent.iterdir()) == []
 
 
 _COPY_AND_EXIT = """

@@ -263,6 +263,46 @@ def figure_bytes(scene: Scene, fmt: str, scale: float = 1.0) -> bytes:
     return buffer.getvalue()
 
 
+def write_job(scene: Scene, path: str | Path, scale: float = 1.0, *, source: bool = False,
+              also: tuple[str, ...] = (), cancel=None) -> Iterator:
+    """Export View's job (issue 39): write the scene as ``path``'s format (:func:`write`), its
+    figure source beside it with ``source`` (:func:`.source.write_source`), and draw it also in
+    the formats ``also`` (e.g. ``("png", "svg")`` for the clipboard), checking ``cancel``
+    between drawings. A generator of :class:`~dmlviewer.core.progress.Progress` events, run in
+    a job thread so that the app stays responsive while matplotlib draws; its result is
+    ``{"path": Path, "<fmt>": bytes for each of also}``."""
+    from dmlviewer.core.files import write_bytes_atomic
+    from dmlviewer.core.progress import Progress
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if f".{fmt}" not in FORMATS:
+        raise ValueError(f"{path.name}: export as {', '.join(FORMATS)}")
+    extra = [f for f in dict.fromkeys(a.lower().lstrip(".") for a in also) if f != fmt]
+    total = 1 + bool(source) + len(extra)
+    yield Progress("step", 0, total, f"drawing {path.name}")
+    drawn = {fmt: figure_bytes(scene, fmt, scale)}
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    write_bytes_atomic(path, drawn[fmt])
+    done = 1
+    yield Progress("step", done, total, f"wrote {path}")
+    if source:
+        from .source import write_source
+
+        write_source(scene, path)
+        done += 1
+        yield Progress("step", done, total, f"wrote {path.with_suffix('.npz').name} and {path.with_suffix('.py').name}")
+    for other in extra:
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        drawn[other] = figure_bytes(scene, other, scale)
+        done += 1
+        yield Progress("step", done, total, f"drew the {other.upper()} to copy")
+    result = {"path": path, **{f: drawn[f] for f in dict.fromkeys(a.lower().lstrip(".") for a in also)}}
+    yield Progress("done", total, total, f"exported {path.name}", data={"result": result})
+
+
 def write(scene: Scene, path: str | Path, scale: float = 1.0) -> Path:
     """Write the scene as ``path``'s format (.png, .svg, .pdf), atomically (a temporary file in
     the same folder, then renamed)."""
