@@ -180,6 +180,51 @@ def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     assert len(re.findall(r"<circle ", svg)) == 4 + 5 + 2 + 2  # markers and the two dots' legend marks
 
 
+def test_the_group_tab_exports_as_the_tab_draws_it(ready, tmp_path):
+    """Issue 42 item 6 on screen, issue 39 in the export: the sparse group map as grid cells
+    with the alpha ramp of gamma 0.5, opacity 0.85, the cells carrying 80 % of the share
+    outlined and drawn at least 0.6 opaque, and the concentration line (the old export blended
+    a bilinear map at 0.6 with the linear ramp, without outlines or the line)."""
+    from dmlviewer.core.scene.colormaps import alpha_ramp
+    from dmlviewer.core.scene.draw import cell_outline, composite, figure_bytes, overlay_colours
+
+    tabs = ready.group_tabs
+    for group in (0, tabs.group_count - 1):
+        tabs.tabs.setCurrentIndex(group)
+        scene = export.group_target(tabs, ready.pair_view).figure(1)
+        assert tabs.share_label.text().startswith(scene.notes[0])  # share and concentration line
+        assert "% of its positive share on" in scene.notes[0]
+        svg = figure_bytes(scene, "svg")
+        for pane, screen in zip(scene.rows[0].panes, tabs.panes):
+            o = pane.overlay
+            assert not o.smooth and o.opacity == pytest.approx(screen.overlay_item.opacity()) == 0.85
+            assert np.array_equal(o.data, screen.overlay_item.image)  # the grid's cells, the tab's values
+            assert np.array_equal(o.cells, screen.cells)
+            lut, tab_lut = overlay_colours(o), screen._lut
+            assert np.array_equal(lut[:, :3], tab_lut[:, :3])
+            assert np.array_equal(alpha_ramp(False, 1.5, 0.5), alpha_ramp(False, o.ramp, o.gamma))
+            lifted = lut[:, 3] != alpha_ramp(False, o.ramp, o.gamma)
+            tab_lifted = tab_lut[:, 3] != alpha_ramp(False, o.ramp, o.gamma)
+            # the same entries lifted to 0.6, but for the index of the weakest outlined cell
+            # (pyqtgraph indexes a value by 256 steps, the core by 255: at most one entry apart)
+            assert np.all(lut[lifted, 3] == 153) and np.all(tab_lut[tab_lifted, 3] == 153)
+            assert abs(int(lifted.sum()) - int(tab_lifted.sum())) <= 1
+            # every outlined cell is drawn at least 0.6 x 0.85 opaque: over a black and a white
+            # photograph a pixel is c·a and 255·(1 − a) + c·a
+            gh, gw, k = *o.data.shape, 4
+            black, white = (composite(type(pane)(**dict(pane.__dict__, image=np.full_like(pane.image, v))),
+                                      (gh * k, gw * k)).astype(float) for v in (0, 255))
+            alpha = 1.0 - (white - black).mean(axis=2) / 255.0
+            assert np.all(alpha[1::k, 1::k][o.cells] >= 0.6 * 0.85 - 0.01)
+            assert np.all(alpha.reshape(gh, k, gw, k).std(axis=(1, 3)) < 0.01)  # a cell is one block
+            # the outline: a vector path of the regions' edges on the pane
+            group_svg = _svg_group(svg, f"cells A {pane.side}")
+            assert group_svg is not None and o.cells.any()
+            assert len(list(group_svg.iter("{http://www.w3.org/2000/svg}path"))) == \
+                len(cell_outline(o.cells, pane.image.shape[:2]))
+        assert export.write_figure(scene, tmp_path / f"group{group}.png").exists()
+
+
 def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch, qtbot):
     """The scene is drawn off the GUI thread, in the job queue (the window stays responsive);
     the file, its source and the clipboard are written when the job ends."""
