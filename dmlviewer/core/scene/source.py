@@ -53,7 +53,8 @@ for r in range(rows):
         ax.imshow(rgba, extent=(0, w, h, 0), interpolation="bilinear")
         point = data[key + "point"]
         if np.all(np.isfinite(point)):
-            ax.plot([point[0] + 0.5], [point[1] + 0.5], marker="*", ms=12, mfc="{pin}", mec="black", ls="none", zorder=5)
+            ax.plot([point[0] + 0.5], [point[1] + 0.5], marker="*", ms=12, mfc="{pin}", mec="black", ls="none",
+                    zorder=5)
         ax.set_axis_off()
         bar = fig.colorbar(ScalarMappable(Normalize(low, high), cmap), ax=ax, orientation="horizontal",
                            fraction=0.05, pad=0.02)
