@@ -225,3 +225,21 @@ def test_orientation_guides_and_the_pin_are_vectors_on_their_panes(pair):
         assert [line.get_label() for line in reference.lines] == ["north: 0°", "true heading: 90°"]
         assert reference.lines[1].get_linestyle() == "--"
         assert [line.get_gid() for line in panes[f"pane {name} query"].lines] == [f"pinned {name} query"]
+
+
+def test_the_pin_is_the_screens_star_above_the_match_markers(pair):
+    """The figure's pinned point is the pane's star (its colour, edged black) drawn above the
+    numbered match markers, as on screen (it was white and under a match's marker)."""
+    from dmlviewer.core.scene.draw import draw
+    from dmlviewer.core.scene.scene import PIN_COLOUR
+
+    images, ea, _ = pair
+    display = DisplayOptions()
+    display.matches = True
+    scene = build_scene(display, images, [RowSource("A", ea)], pinned=(0, 5.0, 6.0))
+    assert scene.rows[0].matches
+    query = next(ax for ax in draw(scene).axes if ax.get_gid() == "pane A query")
+    pin = next(line for line in query.lines if line.get_gid() == "pinned A query")
+    assert pin.get_markerfacecolor() == PIN_COLOUR and pin.get_markeredgecolor() == "black"
+    markers = [line for line in query.lines if line is not pin]
+    assert markers and all(pin.get_zorder() > m.get_zorder() for m in markers)

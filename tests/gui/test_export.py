@@ -11,9 +11,11 @@ import io
 import re
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QDialog, QFileDialog
 
@@ -71,8 +73,9 @@ def _check_scene_is_the_screen(view, scene, session) -> None:
                 assert key[2:4] == ((-1.0, 1.0) if signed else (0.0, 1.0))
                 if np.any(o.data):
                     assert f"peak {o.levels[1]:.2g}" in screen.readout.text()
-                else:  # an all-zero partial map has no peak to give (issue 42 item 9)
-                    assert "nothing to show" in screen.readout.text() and "peak" not in screen.readout.text()
+                else:  # an empty partial map has no peak (issue 42 item 9): both say so
+                    assert "nothing to show" in screen.readout.text() and pane.message
+                    assert "peak" not in screen.readout.text()
             else:
                 assert key[2:4] == pytest.approx(o.levels, rel=1e-6), (row.name, pane.side, o.kind)
             if o.kind == "overall":  # the data's largest cell, not a statistic of a resized map
@@ -178,7 +181,54 @@ def test_the_group_tab_and_plots_export(ready, tmp_path, qtbot):
     assert len(re.findall(r"<circle ", svg)) == 4 + 5 + 2 + 2  # markers and the two dots' legend marks
 
 
-def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch):
+def test_the_group_tab_exports_as_the_tab_draws_it(ready, tmp_path):
+    """Issue 42 item 6 on screen, issue 39 in the export: the sparse group map as grid cells
+    with the alpha ramp of gamma 0.5, opacity 0.85, the cells carrying 80 % of the share
+    outlined and drawn at least 0.6 opaque, and the concentration line (the old export blended
+    a bilinear map at 0.6 with the linear ramp, without outlines or the line)."""
+    from dmlviewer.core.scene.colormaps import alpha_ramp
+    from dmlviewer.core.scene.draw import cell_outline, composite, figure_bytes, overlay_colours
+
+    tabs = ready.group_tabs
+    for group in (0, tabs.group_count - 1):
+        tabs.tabs.setCurrentIndex(group)
+        scene = export.group_target(tabs, ready.pair_view).figure(1)
+        assert tabs.share_label.text().startswith(scene.notes[0])  # share and concentration line
+        assert "% of its positive share on" in scene.notes[0]
+        svg = figure_bytes(scene, "svg")
+        for pane, screen in zip(scene.rows[0].panes, tabs.panes):
+            o = pane.overlay
+            assert not o.smooth and o.opacity == pytest.approx(screen.overlay_item.opacity()) == 0.85
+            assert np.array_equal(o.data, screen.overlay_item.image)  # the grid's cells, the tab's values
+            assert np.array_equal(o.cells, screen.cells)
+            lut, tab_lut = overlay_colours(o), screen._lut
+            assert np.array_equal(lut[:, :3], tab_lut[:, :3])
+            assert np.array_equal(alpha_ramp(False, 1.5, 0.5), alpha_ramp(False, o.ramp, o.gamma))
+            lifted = lut[:, 3] != alpha_ramp(False, o.ramp, o.gamma)
+            tab_lifted = tab_lut[:, 3] != alpha_ramp(False, o.ramp, o.gamma)
+            # the same entries lifted to 0.6, but for the index of the weakest outlined cell
+            # (pyqtgraph indexes a value by 256 steps, the core by 255: at most one entry apart)
+            assert np.all(lut[lifted, 3] == 153) and np.all(tab_lut[tab_lifted, 3] == 153)
+            assert abs(int(lifted.sum()) - int(tab_lifted.sum())) <= 1
+            # every outlined cell is drawn at least 0.6 x 0.85 opaque: over a black and a white
+            # photograph a pixel is c·a and 255·(1 − a) + c·a
+            gh, gw, k = *o.data.shape, 4
+            black, white = (composite(type(pane)(**dict(pane.__dict__, image=np.full_like(pane.image, v))),
+                                      (gh * k, gw * k)).astype(float) for v in (0, 255))
+            alpha = 1.0 - (white - black).mean(axis=2) / 255.0
+            assert np.all(alpha[1::k, 1::k][o.cells] >= 0.6 * 0.85 - 0.01)
+            assert np.all(alpha.reshape(gh, k, gw, k).std(axis=(1, 3)) < 0.01)  # a cell is one block
+            # the outline: a vector path of the regions' edges on the pane
+            group_svg = _svg_group(svg, f"cells A {pane.side}")
+            assert group_svg is not None and o.cells.any()
+            assert len(list(group_svg.iter("{http://www.w3.org/2000/svg}path"))) == \
+                len(cell_outline(o.cells, pane.image.shape[:2]))
+        assert export.write_figure(scene, tmp_path / f"group{group}.png").exists()
+
+
+def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, monkeypatch, qtbot):
+    """The scene is drawn off the GUI thread, in the job queue (the window stays responsive);
+    the file, its source and the clipboard are written when the job ends."""
     from PySide6.QtWidgets import QApplication
 
     action = next(a for a in ready.menuBar().actions()[0].menu().actions() if a.text() == "&Export View…")
@@ -193,7 +243,25 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     monkeypatch.setattr(export.ExportDialog, "exec", choose)
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "PNG image (*.png)"))
     QApplication.clipboard().clear()
+    # matplotlib draws in the job queue: the draw function records its thread and waits for the
+    # GUI thread's event loop (a timer), which it would never get if it ran on the GUI thread
+    from dmlviewer.core.scene import draw
+
+    drawing, served = [], threading.Event()
+    real = draw._draw
+
+    def recording(*args, **kwargs):
+        drawing.append(threading.get_ident())
+        drawing.append(served.wait(30))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(draw, "_draw", recording)
+    QTimer.singleShot(200, served.set)
     action.trigger()
+    job = _job_named(ready.runner, "Export View to view.png")
+    qtbot.waitUntil(lambda: job.ended, timeout=120000)
+    assert job.state == "finished" and not ready.dialogs
+    assert drawing and threading.get_ident() not in drawing[0::2] and all(drawing[1::2])
     assert out.exists()
     source = np.load(tmp_path / "view.npz")  # the figure's source beside it
     assert int(source["rows"]) == 1 and (tmp_path / "view.py").exists()
@@ -205,6 +273,34 @@ def test_the_menu_entry_writes_the_chosen_file_and_copies_it(ready, tmp_path, mo
     assert QApplication.clipboard().image().size() == image.size()
     # the pair view's context menu holds the same entry
     assert [a.text() for a in ready.pair_view.actions()] == ["Export View…"]
+
+
+def _job_named(runner, name: str):
+    found = [j for j in [*runner.jobs, *runner.history] if j.name == name]
+    assert len(found) == 1, [j.name for j in [*runner.jobs, *runner.history]]
+    return found[0]
+
+
+def test_a_failed_export_says_so_in_one_dialog(ready, tmp_path, monkeypatch, qtbot):
+    """A drawing that fails in the job (here matplotlib raising) is said once, in the window's
+    dialog of a failed job, and leaves no file."""
+    from dmlviewer.core.scene import draw
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("no room for the figure")
+
+    monkeypatch.setattr(draw, "_draw", broken)
+    monkeypatch.setattr(export.ExportDialog, "exec", lambda dialog: QDialog.Accepted)
+    (tmp_path / "out").mkdir()
+    out = tmp_path / "out" / "view.pdf"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), "PDF document (*.pdf)"))
+    job = export.export_view(ready, "Pair view")
+    assert job is _job_named(ready.runner, "Export View to view.pdf")
+    qtbot.waitUntil(lambda: job.ended, timeout=60000)
+    qtbot.wait(100)
+    assert job.state == "failed" and len(ready.dialogs) == 1
+    assert "no room for the figure" in ready.dialogs[0][1] and "Export View to view.pdf" in ready.dialogs[0][0]
+    assert list(out.parent.iterdir()) == []
 
 
 _COPY_AND_EXIT = """

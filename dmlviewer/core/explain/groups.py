@@ -46,6 +46,15 @@ def concentration(grid_map: np.ndarray, fraction: float = CONCENTRATION) -> np.n
     return mask.reshape(grid_map.shape)
 
 
+def concentration_text(cells: list[np.ndarray], names: tuple[str, ...] = ("query", "reference")) -> str:
+    """How concentrated a group's map is on each image, from the grid (``cells``: per side, the
+    mask of :func:`concentration`), as the group tab and its export say it: "80 % of its
+    positive share on 3 of 256 query cells and 5 of 256 reference cells (outlined)."."""
+    parts = [f"{int(mask.sum())} of {mask.size} {name} cells" if mask.any() else f"no {name} cell (nothing positive)"
+             for mask, name in zip(cells, names)]
+    return f"{100 * CONCENTRATION:.0f} % of its positive share on {' and '.join(parts)} (outlined)."
+
+
 def group_diversity(pair) -> list[float]:
     """Per side of ``pair``, the mean over group pairs of ``1 - cos`` between the positive parts
     of the groups' decomposition maps (see the module docstring); sides where fewer than two

@@ -10,10 +10,11 @@ Layout, in points (1/72 in), the same at every scale: a row per model, two panes
 its overlay composited at the output's pixel density, the colour bar under it from a
 ``Normalize`` over the overlay's levels, whose end ticks are the levels themselves, and the
 caption broken between words by the font's real text widths; then the match text, the
-similarity lines and the notes. Match lines, markers, the pinned point and the guides are
-vectors. The overlay: the grid data upsampled bilinearly (the alignment of
-:func:`~dmlviewer.core.explain.grid.upsample`, as on screen) to the pane's pixel size, coloured
-through the core table with its alpha ramp times the opacity over the photograph, embedded
+similarity lines and the notes. Match lines, markers, the pinned point, the guides and the
+outlines of a group map's cells are vectors. The overlay: the grid data upsampled bilinearly
+(the alignment of :func:`~dmlviewer.core.explain.grid.upsample`, as on screen), or as blocks of
+cells for a group map, to the pane's pixel size, coloured through the core table with its alpha
+ramp (and the outlined cells' least alpha) times the opacity over the photograph, embedded
 with ``interpolation="none"`` (unresampled in SVG and PDF). Pixel density: ``100 * scale``
 pixels per inch in a PNG; ``max(300, 100 * scale)`` in SVG and PDF, so maps are sharp when
 printed at 300 dpi. Only pixels change with the scale; the text and its places do not.
@@ -30,8 +31,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .colormaps import colour_index, overlay_lut, rgb
-from .scene import Overlay, Pane, Scene
+from .colormaps import colour_index, lift_alpha, overlay_lut, rgb
+from .scene import PIN_COLOUR, Overlay, Pane, Scene
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,55 @@ class _Measure:
         return lines
 
 
-def composite(pane: Pane, size: tuple[int, int]) -> np.ndarray:
-    """The pane's photograph at ``size = (height, width)`` pixels with its overlay blended over
-    it: the grid data upsampled bilinearly, coloured by the table, alpha = ramp x opacity."""
+def upsampled(overlay: Overlay, size: tuple[int, int]) -> np.ndarray:
+    """The overlay's grid data at ``size = (height, width)``: bilinear (the alignment of
+    :func:`~dmlviewer.core.explain.grid.upsample`, as the pair view), or each cell a block of
+    pixels (``smooth`` False: a grid stretched over the photograph, as the group tabs)."""
+    if overlay.smooth:
+        from dmlviewer.core.explain.grid import upsample
+
+        return upsample(overlay.data, size)
     import cv2
 
-    from dmlviewer.core.explain.grid import upsample
+    return cv2.resize(np.asarray(overlay.data, np.float32), (size[1], size[0]), interpolation=cv2.INTER_NEAREST)
+
+
+def overlay_colours(overlay: Overlay) -> np.ndarray:
+    """The overlay's 256 x 4 RGBA table: its colours and alpha ramp, the entries from its
+    weakest outlined cell's on at least ``cell_alpha`` opaque (:func:`.colormaps.lift_alpha`)."""
+    lut = overlay_lut(overlay.colormap, overlay.signed, overlay.ramp, overlay.gamma)
+    cells = overlay.cells
+    if cells is not None and np.any(cells) and overlay.cell_alpha > 0:
+        weakest = np.asarray(overlay.data, np.float32)[np.asarray(cells, bool)].min()
+        lut = lift_alpha(lut, int(colour_index(weakest, overlay.levels)), overlay.cell_alpha)
+    return lut
+
+
+def cell_outline(cells: np.ndarray, shape: tuple[int, int]) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+    """Segments (image pixels) of the boundary of the True cells of a grid mask stretched over
+    an image of ``shape = (height, width)``: the outline of each region of adjacent cells."""
+    mask = np.pad(np.asarray(cells, bool), 1)
+    gh, gw = mask.shape[0] - 2, mask.shape[1] - 2
+    sy, sx = shape[0] / gh, shape[1] / gw
+    segments = []
+    for i, j in zip(*np.nonzero(mask[1:-1, 1:-1])):
+        y0, y1, x0, x1 = i * sy, (i + 1) * sy, j * sx, (j + 1) * sx
+        if not mask[i, j + 1]:
+            segments.append(((x0, y0), (x1, y0)))
+        if not mask[i + 2, j + 1]:
+            segments.append(((x0, y1), (x1, y1)))
+        if not mask[i + 1, j]:
+            segments.append(((x0, y0), (x0, y1)))
+        if not mask[i + 1, j + 2]:
+            segments.append(((x1, y0), (x1, y1)))
+    return segments
+
+
+def composite(pane: Pane, size: tuple[int, int]) -> np.ndarray:
+    """The pane's photograph at ``size = (height, width)`` pixels with its overlay blended over
+    it: the grid data upsampled (:func:`upsampled`), coloured by the table, alpha = ramp x
+    opacity."""
+    import cv2
 
     h, w = size
     image = np.asarray(pane.image)
@@ -113,9 +157,7 @@ def composite(pane: Pane, size: tuple[int, int]) -> np.ndarray:
     overlay: Overlay | None = pane.overlay
     if overlay is None:
         return base.astype(np.uint8)
-    lut = overlay_lut(overlay.colormap, overlay.signed, overlay.ramp)
-    index = colour_index(upsample(overlay.data, (h, w)), overlay.levels)
-    colours = lut[index]
+    colours = overlay_colours(overlay)[colour_index(upsampled(overlay, (h, w)), overlay.levels)]
     alpha = colours[..., 3:4].astype(np.float32) / 255.0 * float(overlay.opacity)
     out = base * (1.0 - alpha) + colours[..., :3].astype(np.float32) * alpha
     return np.clip(out + 0.5, 0, 255).astype(np.uint8)
@@ -197,12 +239,19 @@ def _draw(scene: Scene, scale: float, vector: bool):
         ax.set_xlim(0, iw)
         ax.set_ylim(ih, 0)
         ax.set_axis_off()
+        if pane.overlay is not None and pane.overlay.cells is not None and np.any(pane.overlay.cells):
+            from matplotlib.collections import LineCollection
+
+            outline = LineCollection(cell_outline(pane.overlay.cells, (ih, iw)), colors="white", linewidths=1.2,
+                                     capstyle="projecting")
+            outline.set_gid(f"cells {row.name} {pane.side}")
+            ax.add_collection(outline)
         for guide in pane.guides:
             ax.plot(guide.xs, guide.ys, color=guide.colour, lw=1.2, ls="--" if guide.dashed else "-",
                     label=guide.label)
         if pane.point is not None:
-            ax.plot([pane.point[0] + 0.5], [pane.point[1] + 0.5], marker="*", ms=12, mfc="white", mec="black",
-                    mew=0.8, ls="none", gid=f"pinned {row.name} {pane.side}")
+            ax.plot([pane.point[0] + 0.5], [pane.point[1] + 0.5], marker="*", ms=12, mfc=PIN_COLOUR, mec="black",
+                    mew=0.8, ls="none", gid=f"pinned {row.name} {pane.side}", zorder=5)  # above the matches
         axes[(row.name, pane.side)] = ax
     for row in scene.rows:
         q, r = axes.get((row.name, "query")), axes.get((row.name, "reference"))
@@ -261,6 +310,46 @@ def figure_bytes(scene: Scene, fmt: str, scale: float = 1.0) -> bytes:
         fig.savefig(buffer, format=fmt, dpi=PNG_PPI * scale if not vector else 72, metadata=metadata,
                     facecolor="white")
     return buffer.getvalue()
+
+
+def write_job(scene: Scene, path: str | Path, scale: float = 1.0, *, source: bool = False,
+              also: tuple[str, ...] = (), cancel=None) -> Iterator:
+    """Export View's job (issue 39): write the scene as ``path``'s format (:func:`write`), its
+    figure source beside it with ``source`` (:func:`.source.write_source`), and draw it also in
+    the formats ``also`` (e.g. ``("png", "svg")`` for the clipboard), checking ``cancel``
+    between drawings. A generator of :class:`~dmlviewer.core.progress.Progress` events, run in
+    a job thread so that the app stays responsive while matplotlib draws; its result is
+    ``{"path": Path, "<fmt>": bytes for each of also}``."""
+    from dmlviewer.core.files import write_bytes_atomic
+    from dmlviewer.core.progress import Progress
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if f".{fmt}" not in FORMATS:
+        raise ValueError(f"{path.name}: export as {', '.join(FORMATS)}")
+    extra = [f for f in dict.fromkeys(a.lower().lstrip(".") for a in also) if f != fmt]
+    total = 1 + bool(source) + len(extra)
+    yield Progress("step", 0, total, f"drawing {path.name}")
+    drawn = {fmt: figure_bytes(scene, fmt, scale)}
+    if cancel is not None:
+        cancel.raise_if_cancelled()
+    write_bytes_atomic(path, drawn[fmt])
+    done = 1
+    yield Progress("step", done, total, f"wrote {path}")
+    if source:
+        from .source import write_source
+
+        write_source(scene, path)
+        done += 1
+        yield Progress("step", done, total, f"wrote {path.with_suffix('.npz').name} and {path.with_suffix('.py').name}")
+    for other in extra:
+        if cancel is not None:
+            cancel.raise_if_cancelled()
+        drawn[other] = figure_bytes(scene, other, scale)
+        done += 1
+        yield Progress("step", done, total, f"drew the {other.upper()} to copy")
+    result = {"path": path, **{f: drawn[f] for f in dict.fromkeys(a.lower().lstrip(".") for a in also)}}
+    yield Progress("done", total, total, f"exported {path.name}", data={"result": result})
 
 
 def write(scene: Scene, path: str | Path, scale: float = 1.0) -> Path:

@@ -37,6 +37,11 @@ MATCH_COLOURS = ("#e6194b", "#3cb44b", "#ffe119", "#4363d8", "#f58231", "#911eb4
                  "#bfef45", "#fabed4", "#469990", "#dcbeff", "#9a6324", "#fffac8", "#800000", "#aaffc3")
 
 
+#: The pinned point's star: filled with this colour, edged black, above the match markers (the
+#: pair view's panes and the figures).
+PIN_COLOUR = "#ffeb3b"
+
+
 class SceneError(ValueError):
     """A scene that cannot be built (the message names what is missing)."""
 
@@ -45,7 +50,11 @@ class SceneError(ValueError):
 class Overlay:
     """A map over a photograph: ``data`` at grid resolution (already split by the sign), the
     values ``levels = (low, high)`` the colour map's ends stand for, in ``unit``; ``colormap``
-    the table's name (:mod:`.colormaps`); ``signed`` picks the two-sided alpha ramp."""
+    the table's name (:mod:`.colormaps`); ``signed`` picks the two-sided alpha ramp, ``ramp``
+    and ``gamma`` its shape (:func:`.colormaps.alpha_ramp`). ``smooth``: the grid upsampled
+    bilinearly, as the pair view draws it; False: drawn as its cells (the group tabs).
+    ``cells``: a grid mask of cells outlined (the cells carrying most of a group's share),
+    drawn at least ``cell_alpha`` opaque, as are the values above their weakest."""
 
     data: np.ndarray
     levels: tuple[float, float]
@@ -54,7 +63,11 @@ class Overlay:
     opacity: float
     signed: bool = False
     ramp: float = RAMP
-    kind: str = "overall"  # "overall", "partial", "difference"
+    kind: str = "overall"  # "overall", "partial", "difference", "group"
+    gamma: float = 1.0
+    smooth: bool = True
+    cells: np.ndarray | None = None
+    cell_alpha: float = 0.0
 
 
 @dataclass

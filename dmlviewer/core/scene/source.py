@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .colormaps import alpha_ramp, rgb
-from .scene import Scene
+from .scene import PIN_COLOUR, Scene
 
 SCRIPT = '''"""Redraws {name} from {npz} with matplotlib (written by dmlviewer; edit freely).
 
@@ -53,7 +53,8 @@ for r in range(rows):
         ax.imshow(rgba, extent=(0, w, h, 0), interpolation="bilinear")
         point = data[key + "point"]
         if np.all(np.isfinite(point)):
-            ax.plot([point[0] + 0.5], [point[1] + 0.5], marker="*", ms=12, mfc="white", mec="black", ls="none")
+            ax.plot([point[0] + 0.5], [point[1] + 0.5], marker="*", ms=12, mfc="{pin}", mec="black", ls="none",
+                    zorder=5)
         ax.set_axis_off()
         bar = fig.colorbar(ScalarMappable(Normalize(low, high), cmap), ax=ax, orientation="horizontal",
                            fraction=0.05, pad=0.02)
@@ -84,7 +85,7 @@ def source_arrays(scene: Scene) -> dict[str, np.ndarray]:
             out[key + "overlay"] = np.asarray(o.data, dtype=np.float32)
             out[key + "levels"] = np.asarray(o.levels, dtype=np.float64)
             out[key + "rgb"] = np.array(rgb(o.colormap))
-            out[key + "alpha"] = alpha_ramp(o.signed, o.ramp)
+            out[key + "alpha"] = alpha_ramp(o.signed, o.ramp, o.gamma)
             out[key + "opacity"] = np.float64(o.opacity)
             out[key + "point"] = np.asarray(pane.point if pane.point is not None else (np.nan, np.nan), np.float64)
             out[key + "caption"] = np.array(" ".join(t for t in (pane.caption, pane.readout) if t))
@@ -105,5 +106,5 @@ def write_source(scene: Scene, figure: str | Path) -> tuple[Path, Path]:
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **source_arrays(scene))
     write_bytes_atomic(npz, buffer.getvalue())
-    write_text_atomic(script, SCRIPT.format(name=figure.name, npz=npz.name, script=script.name))
+    write_text_atomic(script, SCRIPT.format(name=figure.name, npz=npz.name, script=script.name, pin=PIN_COLOUR))
     return npz, script

@@ -29,6 +29,9 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QStackedWidget, QTabBar, QVBoxLayout, QWidget
 
+from dmlviewer.core.explain.groups import concentration_text
+from dmlviewer.core.scene.colormaps import lift_alpha
+from dmlviewer.core.scene.group import CELL_ALPHA, GROUP_OPACITY, SPARSE_GAMMA, SPARSE_RAMP
 from dmlviewer.core.session import Session
 from dmlviewer.gui.common import errors
 from dmlviewer.gui.pair.colormaps import STATIC_OVERLAY, overlay_lut
@@ -63,40 +66,21 @@ MAP_LABELS = {
 }
 
 
-#: The group decomposition's overlay: transparent at zero, light colours, and alpha rising as
-#: the square root of the value (opaque from 44 % of the scale), so that the few cells a sparse
-#: map puts its share on are seen, and weak cells read as a tint (issue 42 item 6).
-SPARSE_LUT = overlay_lut(STATIC_OVERLAY, ramp=1.5, gamma=0.5)
-#: Least alpha (of the table, before :data:`GROUP_OPACITY`) of the cells that carry 80 % of a
-#: group's positive share (``core.explain.groups.concentration``): they read as clearly drawn.
-CELL_ALPHA = 0.6
+#: The group decomposition's overlay: transparent at zero, light colours, alpha rising as the
+#: square root of the value, at GROUP_OPACITY, the cells carrying most of the share at least
+#: CELL_ALPHA opaque and outlined (issue 42 item 6): the core's group scene's constants, so that
+#: Export View draws what the tab shows (:mod:`dmlviewer.core.scene.group`).
+SPARSE_LUT = overlay_lut(STATIC_OVERLAY, ramp=SPARSE_RAMP, gamma=SPARSE_GAMMA)
 
 
 def sparse_lut(cut: float) -> np.ndarray:
     """:data:`SPARSE_LUT` with every value from ``cut`` (a fraction of the scale: the weakest
     of the cells that carry most of the share) up at least :data:`CELL_ALPHA` opaque."""
-    lut = SPARSE_LUT.copy()
-    start = min(255, max(0, int(np.floor(cut * 256))))  # pyqtgraph's index of a value at the levels
-    lut[start:, 3] = np.maximum(lut[start:, 3], round(CELL_ALPHA * 255))
-    return lut
+    return lift_alpha(SPARSE_LUT, int(np.floor(cut * 256)), CELL_ALPHA)  # pyqtgraph's index of a value
 
 
-#: Opacity of the group tab's overlays: a sparse map's few cells stand out (the rest of its
-#: table is nearly transparent, so the photograph stays seen around them).
-GROUP_OPACITY = 0.85
 #: The head's attention maps (on their own range): alpha rising linearly.
 STATIC_LUT = overlay_lut(STATIC_OVERLAY)
-
-
-def concentration_text(cells: list[np.ndarray]) -> str:
-    """How concentrated a group's map is on each image, from the grid (``cells``: per side, the
-    mask of :func:`~dmlviewer.core.explain.groups.concentration`): "80 % of its positive share
-    on 3 of 256 query cells and 5 of 256 reference cells (outlined)."."""
-    from dmlviewer.core.explain.groups import CONCENTRATION
-
-    parts = [f"{int(mask.sum())} of {mask.size} {name} cells" if mask.any() else f"no {name} cell (nothing positive)"
-             for mask, name in zip(cells, SIDE_NAMES)]
-    return f"{100 * CONCENTRATION:.0f} % of its positive share on {' and '.join(parts)} (outlined)."
 
 
 def map_label(key: str) -> str:
@@ -354,7 +338,7 @@ class GroupTabs(QWidget):
         self.share_label.setText(
             f"Group {p + 1} of {self.group_count}: contributes {share:+.4f} to the similarity "
             f"{total:+.4f}{part}; its point-to-point terms sum to {data['p2p_sums'][p]:+.4f}. "
-            f"{concentration_text([data['cells'][side][p] for side in range(len(SIDE_NAMES))])}   "
+            f"{concentration_text([data['cells'][side][p] for side in range(len(SIDE_NAMES))], SIDE_NAMES)}   "
             "Hover a point for its group-wise partial map.")
 
     # -- group-wise hover

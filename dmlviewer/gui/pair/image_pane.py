@@ -30,6 +30,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout,
                                QWidget)
 
+from dmlviewer.core.scene.scene import PIN_COLOUR
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
 from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
 
@@ -159,7 +160,7 @@ class ImagePane(QWidget):
         self.vline = pg.InfiniteLine(angle=90, pen=pen, movable=False)
         self.hline = pg.InfiniteLine(angle=0, pen=pen, movable=False)
         self.pin_item = pg.ScatterPlotItem(size=16, symbol="star", pen=pg.mkPen("k", width=1),
-                                           brush=pg.mkBrush("#ffeb3b"))
+                                           brush=pg.mkBrush(PIN_COLOUR))
         self.marker_item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=1))
         for z, item in ((20, self.vline), (20, self.hline), (25, self.pin_item), (22, self.marker_item)):
             item.setZValue(z)

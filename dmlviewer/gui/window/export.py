@@ -6,8 +6,10 @@ The pair view is exported as what is on screen (issue 39): the headless scene
 point and the pair view's rows' explanations (rows A and B or the difference, method, sign,
 scale mode, colour map, opacity, the pinned point's partial map, matches on or off, the
 orientation guides), drawn by matplotlib (:mod:`dmlviewer.core.scene.draw`): PNG, SVG and PDF,
-at 1x-4x only the pixels change. Maps not yet computed are never computed here (on the GUI
-thread): Export View says so instead. The group tab is a scene too
+at 1x-4x only the pixels change. The scene is made on the GUI thread (it only reads arrays
+already computed: maps not yet computed are never computed here, Export View says so instead)
+and drawn in the window's job queue (:func:`export_scene`), so the window stays responsive
+through matplotlib's seconds of drawing. The group tab is a scene too
 (:func:`dmlviewer.core.scene.group.group_scene`). The plots are still
 :class:`~dmlviewer.core.figures.Figure` objects (a :class:`~dmlviewer.core.figures.Plot` from a
 plot's curves and points, or
@@ -198,14 +200,8 @@ def targets(window) -> list[Target]:
 
 
 # ---------------------------------------------------------------------------------- writers
-def render_image(figure: Figure | Scene, scale: float = 1.0) -> QImage:
-    """The figure as an image at its size (``scale`` times the 1x figure)."""
-    if isinstance(figure, Scene):
-        from dmlviewer.core.scene.draw import figure_bytes
-
-        image = QImage()
-        image.loadFromData(figure_bytes(figure, "png", scale), "PNG")
-        return image
+def render_image(figure: Figure) -> QImage:
+    """A plot's figure as an image at its size (the figure carries its scale)."""
     svg = figure_svg(figure)
     width, height = dimensions(svg)
     renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
@@ -265,22 +261,25 @@ def write_figure(figure: Figure | Scene, path: str | Path, scale: float = 1.0) -
 _copied: QMimeData | None = None
 
 
-def copy_figure(figure: Figure | Scene, scale: float = 1.0) -> None:
-    """Put the figure on the clipboard: the image, and the SVG for programs that take it."""
-    global _copied
-    data = QMimeData()
-    data.setImageData(render_image(figure, scale))
-    if isinstance(figure, Scene):
-        from dmlviewer.core.scene.draw import figure_bytes
+def copy_figure(figure: Figure) -> None:
+    """Put a plot's figure on the clipboard: the image, and the SVG for programs that take it."""
+    image = render_image(figure)
+    copy_drawing(image, figure_svg(figure).encode("utf-8"))
 
-        svg = figure_bytes(figure, "svg", scale)
-    else:
-        svg = figure_svg(figure).encode("utf-8")
-    data.setData("image/svg+xml", QByteArray(svg))
+
+def copy_drawing(image: QImage | bytes, svg: bytes) -> None:
+    """Put a drawn figure on the clipboard: ``image`` (a QImage or PNG bytes) and its SVG."""
+    global _copied
+    if isinstance(image, (bytes, bytearray)):
+        data, image = bytes(image), QImage()
+        image.loadFromData(data, "PNG")
+    mime = QMimeData()
+    mime.setImageData(image)
+    mime.setData("image/svg+xml", QByteArray(svg))
     if _copied is None:
         atexit.register(_drop_copy_at_exit)
-    _copied = data
-    QApplication.clipboard().setMimeData(data)
+    _copied = mime
+    QApplication.clipboard().setMimeData(mime)
 
 
 def _drop_copy_at_exit() -> None:
@@ -347,9 +346,15 @@ class ExportDialog(QDialog):
         return self.found[self.what.currentIndex()], float(self.scale.currentData())
 
 
-def export_view(window, preferred: str | None = None, source: object = None) -> Path | None:
-    """File > Export View: choose, draw, save (and copy); a dialog says what went wrong.
-    ``preferred``: the target chosen first, by the start of its name; ``source``: by its plot."""
+def export_view(window, preferred: str | None = None, source: object = None):
+    """File > Export View: choose, then save (and copy); a dialog says what went wrong.
+    ``preferred``: the target chosen first, by the start of its name; ``source``: by its plot.
+
+    A scene (the pair view, a group tab) is made here, on the GUI thread, from what is on
+    screen (it only reads arrays), and drawn by matplotlib in the window's job queue
+    (:func:`export_scene`: seconds of drawing, the window stays responsive, progress in the
+    Jobs view, a failure in the window's one dialog); returns that job. A plot (small, drawn
+    by Qt) is written at once; returns the path. None when nothing was started."""
     from dmlviewer.gui.common import errors
 
     found = targets(window)
@@ -369,22 +374,56 @@ def export_view(window, preferred: str | None = None, source: object = None) -> 
     if not Path(path).suffix and chosen in FORMATS:
         path += FORMATS[chosen]
     try:
+        if Path(path).suffix.lower() not in FORMATS.values():
+            raise ValueError(f"{Path(path).name}: export as .png, .svg or .pdf")
         figure = target.figure(scale)  # from maps already computed: nothing runs the model here
+        if isinstance(figure, Scene):
+            return export_scene(window, figure, path, scale, dialog.source.isEnabled() and dialog.source.isChecked(),
+                                dialog.copy.isChecked())
         written = write_figure(figure, path, scale)
-        if isinstance(figure, Scene) and dialog.source.isEnabled() and dialog.source.isChecked():
-            from dmlviewer.core.scene.source import write_source
-
-            write_source(figure, written)
         if dialog.copy.isChecked():
-            copy_figure(figure, scale)
+            copy_figure(figure)
     except (OSError, ValueError) as exc:
         errors.show_error(window, "Export View", f"Could not export the view: {exc}")
         return None
+    _exported(window, written)
+    return written
+
+
+def _exported(window, written: Path) -> None:
     if hasattr(window, "settings"):
-        window.settings.setValue("paths/exports", str(Path(path).parent))
+        window.settings.setValue("paths/exports", str(Path(written).parent))
     if callable(getattr(window, "statusBar", None)):
         window.statusBar().showMessage(f"Exported to {written}", 5000)
-    return written
+
+
+def export_scene(window, scene: Scene, path: str | Path, scale: float, source: bool = False, copy: bool = False):
+    """Draw ``scene`` to ``path`` (and its source, and the clipboard's PNG and SVG with
+    ``copy``) in ``window.runner``'s job queue (:func:`dmlviewer.core.scene.draw.write_job`);
+    the clipboard is filled when the job ends. Returns the job."""
+    from dmlviewer.core.scene.draw import write_job
+
+    path = Path(path)
+    also = ("png", "svg") if copy else ()
+
+    def finished(_job, result) -> None:
+        if copy and isinstance(result, dict):
+            copy_drawing(result["png"], result["svg"])
+        _exported(window, result["path"] if isinstance(result, dict) else path)
+
+    def failed(_job, text: str) -> None:  # the dialog is the window's, one per failed job (JobEvents)
+        from dmlviewer.gui.common import errors
+
+        first, _details = errors.split_failure(text)
+        window.statusBar().showMessage(f"Could not export the view: {first}", 8000)
+
+    waiting = window.runner.busy
+    job = window.runner.submit(f"Export View to {path.name}",
+                               lambda cancel: write_job(scene, path, scale, source=source, also=also, cancel=cancel),
+                               finished=finished, failed=failed)
+    ahead = f", after '{window.runner.current.name}'" if waiting and window.runner.current is not None else ""
+    window.statusBar().showMessage(f"Drawing {path.name} in the job queue{ahead}…", 5000)
+    return job
 
 
 def install(window) -> QAction:
