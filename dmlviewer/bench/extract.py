@@ -11,9 +11,9 @@ workers, each batch normalized, embedded and brought to the host, nothing writte
 Default: resnet18 at 224 px over 800 images of 128 px (on a GPU, where 800 images take a
 tenth of a second and the workers' start would be most of it, the listing names each of them
 five times: 4,000 images decoded; :func:`repeated`); ``--quick``: small_cnn at
-128 px over 200 images. ``loader_images_per_s``: the data loader alone (decoding, resizing,
-handing over, with the same workers; with JPEGs decoded on the device, also that decoding and
-resizing, so it is the input the model gets), so that when the ratio falls short the slower side
+128 px over 200 images. ``loader_images_per_s``: the data loader and the decode stage alone
+(decoding, resizing, handing over, normalizing, with the same workers: the input the model gets,
+:mod:`~dmlviewer.core.data.decode_stage`), so that when the ratio falls short the slower side
 is named by its rate.
 
 ``--decode`` (``cpu``, the default, ``device`` or ``auto``): where JPEGs are decoded
@@ -52,7 +52,8 @@ def repeated(dataset, times: int):
 
 def run(args) -> dict:
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
-    from dmlviewer.core.data.device_input import device_decoding_available, device_levels
+    from dmlviewer.core.data.decode_stage import decoded_batches
+    from dmlviewer.core.data.device_input import device_decoding_available
     from dmlviewer.core.data.torch_dataset import start_workers
     from dmlviewer.core.data.transforms import normalize_on
     from dmlviewer.core.evaluate.extract import (DEFAULT_DECODE, decodes_on_device, default_workers, extract_features,
@@ -102,9 +103,8 @@ def run(args) -> dict:
             start = time.perf_counter()
             loader = make_loader(dataset, model.preprocess, batch, device, workers, decode=how)
             with torch.inference_mode():
-                for images, _, index in start_workers(loader):
-                    if decodes_on_device(device, how):
-                        device_levels(images, index, loader.dataset, device)
+                for _ in decoded_batches(start_workers(loader), loader.dataset, device):
+                    pass
             sync()
             return time.perf_counter() - start
 
