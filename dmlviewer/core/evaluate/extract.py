@@ -499,7 +499,7 @@ def extract_features(model: torch.nn.Module, dataset, out_path: str | os.PathLik
     from .store import FeatureWriter
 
     result: dict = {}
-    with FeatureWriter(out_path, attrs=feature_attrs(model, dataset, checkpoint_sha256)) as writer:
+    with FeatureWriter(out_path, attrs=feature_attrs(model, dataset, checkpoint_sha256), background=True) as writer:
         for event in write_batches(writer, model, dataset, batch_size, device, num_workers, cancel, decode=decode):
             if event.kind == "done":
                 result = event.data["result"]
