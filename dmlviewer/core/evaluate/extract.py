@@ -46,6 +46,8 @@ embedded wholly by the query branch, as before (a log line says so).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import json
 import logging
@@ -72,7 +74,8 @@ BRANCH_CODES = {"query": 0, "reference": 1}
 
 
 #: loader workers for an accelerator: on 16 cores (H100, 2026-11-27) 4 to 8 workers gave the
-#: same extraction rate and 15 a quarter less (each worker's fork and start is paid per pass)
+#: same extraction rate and 15 a quarter less (each worker's fork and start was paid per pass;
+#: :func:`persistent_loaders` now pays it once where a process runs several passes)
 GPU_WORKERS = 8
 
 
@@ -199,6 +202,30 @@ def _collate_mixed(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch
             torch.tensor([item[2] for item in batch], dtype=torch.int64))
 
 
+#: the loaders kept by :func:`persistent_loaders` (``None`` outside it): key -> (dataset, loader)
+_KEPT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("persistent_loaders", default=None)
+
+
+@contextlib.contextmanager
+def persistent_loaders() -> Iterator[None]:
+    """Within it, :func:`make_loader` keeps each loader with worker processes, and its workers
+    alive (``persistent_workers``), for the next pass over the same dataset object with the same
+    settings: a process that runs several passes (a training run's evaluation every epoch,
+    ``bench extract``) forks its workers once instead of once a pass (about 16 ms a worker on
+    the H100 machine, 2026-11-28). The workers end when the block ends."""
+    kept: dict = {}
+    token = _KEPT.set(kept)
+    try:
+        yield
+    finally:
+        _KEPT.reset(token)
+        for _, loader in kept.values():
+            started = getattr(loader, "_iterator", None)
+            if started is not None:
+                started._shutdown_workers()
+                loader._iterator = None
+
+
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None, rank: int = 0,
                 world_size: int = 1, branches: np.ndarray | None = None,
@@ -211,23 +238,34 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
     For an accelerator a batch is uint8 grey levels (:class:`ImageLevels`), pinned. ``decode``
     (:data:`DECODES`) meaning the device (:func:`decodes_on_device`): a batch is an
     :class:`~dmlviewer.core.data.device_input.EncodedBatch` (JPEG bytes, other images' levels)
-    for :func:`~dmlviewer.core.data.device_input.device_levels`."""
+    for :func:`~dmlviewer.core.data.device_input.device_levels`. Inside :func:`persistent_loaders`
+    a loader with workers is kept and handed out again for the same dataset and settings."""
     workers = default_workers(device) if num_workers is None else num_workers
+    kept = _KEPT.get() if workers else None
+    key = None
+    if kept is not None and branches is None:
+        key = (id(dataset), preprocess, batch_size, str(device), workers, rank, world_size,
+               decodes_on_device(device, decode))
+        if key in kept:
+            return kept[key][1]
     if branches is None:
         decoder = JPEG_DECODER if decodes_on_device(device, decode) else CPU_DECODER
         images, collate = decoder.images(dataset, preprocess, device), decoder.collate
     else:
         images, collate = BranchImages(dataset, preprocess, branches), _collate_mixed
-    return torch.utils.data.DataLoader(
+    loader = torch.utils.data.DataLoader(
         images, collate_fn=collate,
         batch_sampler=ListingBatches(len(dataset), batch_size, rank, world_size), num_workers=workers,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
         generator=torch.Generator().manual_seed(0),
-        # one pass per loader: persistent workers would outlive it for nothing (their OpenCV
-        # threads: torch_dataset.start_workers)
-        persistent_workers=False,
+        # one pass per loader unless persistent_loaders keeps it (workers forked once, with their
+        # OpenCV on one thread: torch_dataset.start_workers)
+        persistent_workers=key is not None,
     )
+    if key is not None:
+        kept[key] = (dataset, loader)  # the dataset held, so that its id is not reused
+    return loader
 
 
 def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,

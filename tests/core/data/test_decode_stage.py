@@ -193,3 +193,28 @@ def test_a_cancelled_extraction_stops_the_stage(mixed, tmp_path):
     assert not (tmp_path / "f.h5").exists()
     assert not [t for t in threading.enumerate() if t.name == "decode-stage"]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_persistent_loaders_fork_the_workers_once_for_several_passes(mixed, tmp_path):
+    from dmlviewer.core.evaluate import read_features
+    from dmlviewer.core.evaluate.extract import extract_features, make_loader, persistent_loaders
+
+    model, cpu = _model(32), torch.device("cpu")
+
+    def workers(loader) -> list[int]:
+        return [w.pid for w in loader._iterator._workers]
+
+    with persistent_loaders():
+        run_to_end(extract_features(model, mixed, tmp_path / "a.h5", batch_size=4, num_workers=2))
+        loader = make_loader(mixed, model.preprocess, 4, cpu, 2)  # the one the extraction used
+        first = workers(loader)
+        run_to_end(extract_features(model, mixed, tmp_path / "b.h5", batch_size=4, num_workers=2))
+        assert make_loader(mixed, model.preprocess, 4, cpu, 2) is loader and workers(loader) == first
+        assert make_loader(mixed, model.preprocess, 5, cpu, 2) is not loader  # other settings: its own
+        processes = list(loader._iterator._workers)
+    assert all(not p.is_alive() for p in processes)  # ended with the block
+    a, b = read_features(tmp_path / "a.h5"), read_features(tmp_path / "b.h5")
+    np.testing.assert_array_equal(a.embeddings_raw, b.embeddings_raw)
+    assert a.paths == b.paths == list(mixed.paths)
+    outside = make_loader(mixed, model.preprocess, 4, cpu, 2)
+    assert outside is not loader and not outside.persistent_workers
