@@ -8,7 +8,7 @@ forward passes alone). ``ratio`` = our images/s over the bare loop's (target at 
 ``bare_decoding_images_per_s``: the plainest loop that decodes too (the same loader and
 workers, each batch normalized, embedded and brought to the host, nothing written), and
 ``ratio_to_bare_decoding`` ours over it: what the pipeline costs beyond decoding.
-Default: resnet18 at 224 px over 800 images of 128 px (on a GPU, where 800 images take a
+Default: resnet18 at 224 px, batch 64 (``--backbone``, ``--batch-size``) over 800 images of 128 px (on a GPU, where 800 images take a
 tenth of a second and the workers' start would be most of it, the listing names each of them
 five times: 4,000 images decoded; :func:`repeated`); ``--quick``: small_cnn at
 128 px over 200 images. ``loader_images_per_s``: the data loader and the decode stage alone
@@ -51,6 +51,7 @@ def repeated(dataset, times: int):
 
 
 def run(args) -> dict:
+    from dmlviewer.bench import BenchError
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
     from dmlviewer.core.data.decode_stage import decoded_batches
     from dmlviewer.core.data.device_input import device_decoding_available
@@ -64,8 +65,13 @@ def run(args) -> dict:
     quick = bool(getattr(args, "quick", False))
     device = resolve_device(getattr(args, "device", "cpu") or "cpu")
     backbone, size, classes, batch = ("small_cnn", 128, 10, 50) if quick else ("resnet18", 224, 20, 64)
+    backbone = getattr(args, "backbone", None) or backbone
+    batch = getattr(args, "batch_size", None) or batch  # 1..4096, checked when parsed
     torch.manual_seed(0)
-    model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
+    try:
+        model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
+    except ValueError as exc:
+        raise BenchError(f"--backbone: {exc}") from None
     workers = default_workers(device)
     decode = getattr(args, "decode", None) or DEFAULT_DECODE
     on_device_decode = decodes_on_device(device, decode)
