@@ -218,7 +218,8 @@ def persistent_loaders() -> Iterator[None]:
     try:
         yield
     finally:
-        _KEPT.reset(token)
+        with contextlib.suppress(ValueError):  # a generator finished from another context
+            _KEPT.reset(token)
         for _, loader in kept.values():
             started = getattr(loader, "_iterator", None)
             if started is not None:
