@@ -5,7 +5,6 @@ the current one, and an error or an early stop ends its thread."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 
@@ -192,7 +191,6 @@ def test_a_cancelled_extraction_stops_the_stage(mixed, tmp_path):
         run_to_end(events)
     assert not (tmp_path / "f.h5").exists()
     assert not [t for t in threading.enumerate() if t.name == "decode-stage"]
-    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_persistent_loaders_fork_the_workers_once_for_several_passes(mixed, tmp_path):
