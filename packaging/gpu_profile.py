@@ -5,7 +5,15 @@
 2. extraction (resnet50 at 224 px, batch 128, 800 demo JPEGs listed five times): ours at several worker counts,
    the data loader alone at the same counts, the bare loop on preloaded tensors, and a cProfile
    of the main process during one extraction;
-3. nvJPEG: batched ``torchvision.io.decode_jpeg(..., device="cuda")`` over the same files.
+3. nvJPEG: batched ``torchvision.io.decode_jpeg(..., device="cuda")`` over the same files;
+4. ``wall`` (issue 43): the wall time of one extraction of 100,000 images (resnet18 at 224 px,
+   batch 64, the default workers; a synthetic dataset made here, ``--distinct`` demo images of
+   ``--image-px`` listed again until the listing holds ``--images``), with each decoder, as JSON;
+5. ``weights`` (issue 43): the pair graph's weight check (``cuda_graph._Weights.unchanged``,
+   paid by every replayed pair) timed for a resnet50 on the device, beside a walk of the module
+   tree reading every parameter's and buffer's address (what it replaced), as JSON.
+
+``--device cpu`` and small ``--images`` run 4 and 5 on a machine without a GPU (a smoke run).
 """
 
 from __future__ import annotations
@@ -167,10 +175,102 @@ def extraction_profile() -> None:
         print(f"  nvJPEG batched decode (bytes already read): {n / (time.perf_counter() - start):.0f} images/s")
 
 
-if __name__ == "__main__":
-    import sys
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
 
-    parts = sys.argv[1:] or ["pairs", "extract"]
+
+def extraction_wall(dev: torch.device, images: int, distinct: int, image_px: int,
+                    backbone: str = "resnet18") -> list[dict]:
+    """One extraction of ``images`` listed images per decoder (``cpu``, then ``device`` where
+    torchvision decodes there), timed from the call to the file in place: worker start,
+    decoding, forward passes, writing."""
+    from dmlviewer.bench.extract import repeated
+    from dmlviewer.core.data import make_demo_data, open_dataset
+    from dmlviewer.core.data.device_input import device_decoding_available
+    from dmlviewer.core.evaluate.extract import default_workers, extract_features
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.core.progress import run_to_end
+
+    torch.manual_seed(0)
+    model = build_model(default_config(backbone=backbone, image_size=224, dim=512), dev).eval()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        per_class = 50
+        root = make_demo_data(Path(tmp) / "data", classes=max(1, -(-distinct // per_class)), per_class=per_class,
+                              size=image_px)
+        made_s = time.perf_counter() - t0
+        base = open_dataset(root).select_split("all")
+        dataset = repeated(base, -(-images // len(base))).subset(np.arange(images))
+        decodes = ["cpu"] + (["device"] if dev.type == "cuda" and device_decoding_available() else [])
+        for decode in decodes:
+            out = Path(tmp) / f"{decode}.h5"
+            start = time.perf_counter()
+            result = run_to_end(extract_features(model, dataset, out, 64, dev, default_workers(dev), decode=decode))
+            _sync(dev)
+            wall = time.perf_counter() - start
+            rows.append({"benchmark": "extract-wall", "model": f"{backbone}@224", "batch_size": 64,
+                         "num_workers": default_workers(dev), "device": str(dev), "decode": decode,
+                         "images": images, "distinct_images": len(base), "image_px": image_px,
+                         "dataset_made_s": round(made_s, 1), "written": result["num_images"],
+                         "wall_s": round(wall, 2), "images_per_s": round(images / wall, 1),
+                         "file_mb": round(out.stat().st_size / 2**20, 1)})
+            out.unlink()
+    return rows
+
+
+def weights_check(dev: torch.device) -> dict:
+    """Median time of ``_Weights.unchanged()`` (2,000 calls) for a resnet50 on ``dev``, beside
+    the module-tree walk reading each parameter's and buffer's address."""
+    from dmlviewer.core.explain.cuda_graph import _Weights
+    from dmlviewer.core.models import build_model, default_config
+
+    model = build_model(default_config(backbone="resnet50", image_size=224, dim=512), dev).eval()
+    weights = _Weights(model)
+
+    def walk() -> bool:
+        return all(t.data_ptr() for m in model.modules() for t in (*m._parameters.values(), *m._buffers.values())
+                   if t is not None)
+
+    def median_ms(fn, repeat: int = 2000) -> float:
+        for _ in range(50):
+            fn()
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return round(float(np.median(times)) * 1e3, 4)
+
+    assert weights.unchanged()
+    return {"benchmark": "weights-check", "model": "resnet50", "device": str(dev), "tensors": len(weights.recorded),
+            "slots": len(weights.slots), "unchanged_ms": median_ms(weights.unchanged),
+            "module_walk_ms": median_ms(walk)}
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", default=["pairs", "extract"],
+                        choices=["pairs", "cprofile", "extract", "wall", "weights"])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--images", type=int, default=100_000)
+    parser.add_argument("--distinct", type=int, default=1_000)
+    parser.add_argument("--image-px", type=int, default=256)
+    parser.add_argument("--backbone", default="resnet18", help="wall: the model's backbone")
+    args = parser.parse_args()
+    parts, dev = args.parts, torch.device(args.device)
+    if "wall" in parts:
+        for row in extraction_wall(dev, args.images, args.distinct, args.image_px, args.backbone):
+            print(json.dumps(row), flush=True)
+    if "weights" in parts:
+        print(json.dumps(weights_check(dev)), flush=True)
+    parts = [p for p in parts if p not in ("wall", "weights")]
+    if not parts:
+        raise SystemExit(0)
     print(torch.cuda.get_device_name(0), time.strftime("%Y-%m-%d"), parts)
     if "pairs" in parts:
         pair_profile()

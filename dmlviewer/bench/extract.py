@@ -8,12 +8,12 @@ forward passes alone). ``ratio`` = our images/s over the bare loop's (target at 
 ``bare_decoding_images_per_s``: the plainest loop that decodes too (the same loader and
 workers, each batch normalized, embedded and brought to the host, nothing written), and
 ``ratio_to_bare_decoding`` ours over it: what the pipeline costs beyond decoding.
-Default: resnet18 at 224 px over 800 images of 128 px (on a GPU, where 800 images take a
+Default: resnet18 at 224 px, batch 64 (``--backbone``, ``--batch-size``) over 800 images of 128 px (on a GPU, where 800 images take a
 tenth of a second and the workers' start would be most of it, the listing names each of them
 five times: 4,000 images decoded; :func:`repeated`); ``--quick``: small_cnn at
-128 px over 200 images. ``loader_images_per_s``: the data loader alone (decoding, resizing,
-handing over, with the same workers; with JPEGs decoded on the device, also that decoding and
-resizing, so it is the input the model gets), so that when the ratio falls short the slower side
+128 px over 200 images. ``loader_images_per_s``: the data loader and the decode stage alone
+(decoding, resizing, handing over, normalizing, with the same workers: the input the model gets,
+:mod:`~dmlviewer.core.data.decode_stage`), so that when the ratio falls short the slower side
 is named by its rate.
 
 ``--decode`` (``cpu``, the default, ``device`` or ``auto``): where JPEGs are decoded
@@ -51,20 +51,27 @@ def repeated(dataset, times: int):
 
 
 def run(args) -> dict:
+    from dmlviewer.bench import BenchError
     from dmlviewer.core.data import load_image, make_demo_data, open_dataset, to_tensor
-    from dmlviewer.core.data.device_input import device_decoding_available, device_levels
+    from dmlviewer.core.data.decode_stage import decoded_batches
+    from dmlviewer.core.data.device_input import device_decoding_available
     from dmlviewer.core.data.torch_dataset import start_workers
     from dmlviewer.core.data.transforms import normalize_on
     from dmlviewer.core.evaluate.extract import (DEFAULT_DECODE, decodes_on_device, default_workers, extract_features,
-                                                 image_decoder, make_loader)
+                                                 image_decoder, make_loader, persistent_loaders)
     from dmlviewer.core.models import build_model, default_config, resolve_device
     from dmlviewer.core.progress import run_to_end
 
     quick = bool(getattr(args, "quick", False))
     device = resolve_device(getattr(args, "device", "cpu") or "cpu")
     backbone, size, classes, batch = ("small_cnn", 128, 10, 50) if quick else ("resnet18", 224, 20, 64)
+    backbone = getattr(args, "backbone", None) or backbone
+    batch = getattr(args, "batch_size", None) or batch  # 1..4096, checked when parsed
     torch.manual_seed(0)
-    model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
+    try:
+        model = build_model(default_config(backbone=backbone, image_size=size, dim=512), device).eval()
+    except ValueError as exc:
+        raise BenchError(f"--backbone: {exc}") from None
     workers = default_workers(device)
     decode = getattr(args, "decode", None) or DEFAULT_DECODE
     on_device_decode = decodes_on_device(device, decode)
@@ -102,9 +109,8 @@ def run(args) -> dict:
             start = time.perf_counter()
             loader = make_loader(dataset, model.preprocess, batch, device, workers, decode=how)
             with torch.inference_mode():
-                for images, _, index in start_workers(loader):
-                    if decodes_on_device(device, how):
-                        device_levels(images, index, loader.dataset, device)
+                for _ in decoded_batches(start_workers(loader), loader.dataset, device):
+                    pass
             sync()
             return time.perf_counter() - start
 
@@ -125,14 +131,17 @@ def run(args) -> dict:
         compare = device.type == "cuda" and device_decoding_available()
         bare()  # warm-up (allocator, kernels)
         bare_s, ours_s, ours_other_s, bare_decoding_s = [], [], [], []
-        for _ in range(2):  # alternate, so that load from other processes hits all alike
-            ours_s.append(ours(decode))
-            if compare:
-                ours_other_s.append(ours(other))
-            bare_s.append(bare())
-            bare_decoding_s.append(bare_decoding())
-        loader_s = loader_only(decode)
-        loader_other_s = loader_only(other) if compare else None
+        # one process, several passes: each loader's workers are forked once (as in a training
+        # run's evaluations), so that the passes time decoding, not the workers' start
+        with persistent_loaders():
+            for _ in range(2):  # alternate, so that load from other processes hits all alike
+                ours_s.append(ours(decode))
+                if compare:
+                    ours_other_s.append(ours(other))
+                bare_s.append(bare())
+                bare_decoding_s.append(bare_decoding())
+            loader_s = loader_only(decode)
+            loader_other_s = loader_only(other) if compare else None
     ours_ips, bare_ips = n / min(ours_s), n / min(bare_s)
     result = {
         "benchmark": "extract",

@@ -32,7 +32,7 @@ BENCHMARKS = {
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from dmlviewer.commands.common import add_decode, add_device
+    from dmlviewer.commands.common import add_decode, add_device, int_range
 
     p = sub.add_parser("bench", help="run benchmarks (ratios against a baseline measured in the same run)")
     p.add_argument("name", nargs="?", choices=sorted(BENCHMARKS), help="benchmark to run")
@@ -43,6 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "200,000; metrics: 5,000; extraction: 6,000; changes: 20,000)")
     p.add_argument("--size", type=int, default=None, metavar="N",
                    help="number of items for bench metrics (default 120,053; the baseline runs up to 60,000)")
+    p.add_argument("--backbone", default=None, metavar="NAME",
+                   help="bench extract: the model's backbone (default resnet18; --quick: small_cnn)")
+    p.add_argument("--batch-size", type=int_range(1, 4096), default=None, metavar="N",
+                   help="bench extract: images per batch (default 64; --quick: 50)")
     add_device(p, default="cpu", what=" (benchmarks that use a model or compute metrics)")
     add_decode(p, what="bench extract: ", both=True)
     p.set_defaults(func=run)

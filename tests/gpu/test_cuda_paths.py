@@ -80,8 +80,8 @@ def test_evaluation_on_cuda_matches_the_cpu(data, tmp_path, workers):
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("size", [64, 48])
 def test_nvjpeg_features_are_the_opencv_ones(data, tmp_path, workers, size):
-    """JPEGs decoded by batched nvJPEG and resized on the GPU (``decode="device"``) give the
-    workers' OpenCV features up to the decoders' grey-level differences
+    """JPEGs decoded by batched nvJPEG and resized on the GPU (``decode="device"``, through the
+    decode stage's thread and stream: ``core.data.decode_stage``) give the workers' OpenCV features up to the decoders' grey-level differences
     (:func:`test_nvjpeg_levels_are_the_opencv_ones_within_a_few_grey_levels`): each row's cosine
     with OpenCV's at least 0.999 (an untrained 32-d small_cnn at 48-64 px, the most sensitive
     case: on an H100, 2026-11-28, 4 of 1,504 values differed by 0.011-0.016); a PNG goes through
@@ -119,29 +119,32 @@ def test_nvjpeg_features_are_the_opencv_ones(data, tmp_path, workers, size):
 
 @pytest.mark.parametrize("size", [64, 48])
 def test_nvjpeg_levels_are_the_opencv_ones_within_a_few_grey_levels(data, size):
-    """The network input decoded by nvJPEG and resized on the GPU against the workers' (OpenCV's
-    decoding and resizing), pixel by pixel: on average within 2.5 grey levels, and fewer than 5 %
-    of the values more than 8 levels apart. The two decoders' IDCT and chroma upsampling differ,
-    most at the demo images' saturated colour edges: on an H100 (2026-11-28) the mean was 1.67
-    levels at 64 px (decoding alone), 2.9 % of the values over 8 levels apart, at most 64; at
-    48 px 0.97, 1.1 %, 41. A swapped red and blue (17 levels, 49 %) or a one-row shift (10
-    levels, 33 %) of these images fails it."""
+    """The network input made by the decode stage from JPEGs decoded by nvJPEG and resized on
+    the GPU, against the one it makes from the workers' OpenCV decoding and resizing, value by
+    value in grey levels: on average within 2.5, and fewer than 5 % of the values more than 8
+    levels apart. The two decoders' IDCT and chroma upsampling differ, most at the demo images'
+    saturated colour edges: on an H100 (2026-11-28, before the stage) the mean was 1.67 levels
+    at 64 px (decoding alone), 2.9 % of the values over 8 levels apart, at most 64; at 48 px
+    0.97, 1.1 %, 41. A swapped red and blue (17 levels, 49 %) or a one-row shift (10 levels,
+    33 %) of these images fails it."""
     from dmlviewer.core.data import open_dataset
-    from dmlviewer.core.data.device_input import ImageLevels, device_levels
+    from dmlviewer.core.data.decode_stage import decoded_batches
+    from dmlviewer.core.data.torch_dataset import start_workers
     from dmlviewer.core.data.transforms import Preprocess
     from dmlviewer.core.evaluate.extract import make_loader
 
     dataset = open_dataset(data).select_split("all")
     preprocess = Preprocess(size)
     dev = torch.device("cuda")
-    host = ImageLevels(dataset, preprocess, train=False)
-    diffs = []
-    for batch, _, index in make_loader(dataset, preprocess, 16, dev, 0, decode="device"):
-        levels, index = device_levels(batch, index, host, dev)
-        assert (index >= 0).all()
-        expected = torch.stack([host[int(i)][0] for i in index])
-        diffs.append((levels.cpu().int() - expected.int()).abs().flatten())
-    diff = torch.cat(diffs).float()
+    inputs = {}
+    for decode in ("cpu", "device"):
+        loader = make_loader(dataset, preprocess, 16, dev, 2, decode=decode)
+        batches = list(decoded_batches(start_workers(loader), loader.dataset, dev))
+        assert all((index >= 0).all() for _, index in batches)
+        inputs[decode] = (torch.cat([x.cpu() for x, _ in batches]), torch.cat([i for _, i in batches]))
+    assert torch.equal(inputs["cpu"][1], inputs["device"][1])
+    std = torch.tensor(preprocess.std)[None, :, None, None]
+    diff = ((inputs["device"][0] - inputs["cpu"][0]).abs() * std * 255).round().flatten()
     stats = {"mean": float(diff.mean()), "over 8": float((diff > 8).float().mean()), "max": float(diff.max())}
     assert stats["mean"] <= 2.5 and stats["over 8"] < 0.05, stats
 

@@ -3,8 +3,8 @@ Python functions and the benchmarks, importable without numpy or torch (the deco
 :mod:`.device_input` and :func:`dmlviewer.core.evaluate.extract.decodes_on_device`).
 
 - ``cpu``: OpenCV in the loader workers;
-- ``device``: the workers read the files, the main process decodes each batch's JPEGs in one
-  call on the model's device (nvJPEG on CUDA);
+- ``device``: the workers read the files, the decode stage's thread decodes each batch's JPEGs
+  in one call on the model's device (nvJPEG on CUDA; :mod:`.decode_stage`);
 - ``auto``: ``device`` on a CUDA device when torchvision can decode there, else ``cpu``.
 """
 

@@ -11,7 +11,7 @@ anything else (PNG, CMYK JPEG, ...) is decoded and resized in the worker as for
 loader (:class:`~.torch_dataset.ImageFolderDataset`). :func:`collate_encoded` packs a batch's
 bytes into one flat tensor (:class:`EncodedBatch`): one shared-memory transfer per batch, where
 a list of tensors costs one per image (0.5 ms an image for 6 kB JPEGs, measured 2026-11-27 on
-2 cores; the main process is the one that would pay it). :func:`device_levels` then decodes the
+2 cores; the receiving process is the one that would pay it). :func:`device_levels` then decodes the
 batch's JPEGs in one batched ``torchvision.io.decode_jpeg`` call on the device (one at a time
 when the batched call fails; an image the device refuses is decoded by OpenCV, and one that
 fails there too is logged and its row marked -1, left out like a bad image), resizes them there

@@ -130,7 +130,8 @@ def evaluate(checkpoint: str | os.PathLike, dataset_root: str | os.PathLike, spl
         yield Progress("log", message=f"evaluating {name} on {len(dataset)} {split} images{ranks}")
 
         main = ctx.is_main
-        writer = FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"])) if out and main else _NoFile()
+        writer = (FeatureWriter(out, attrs=feature_attrs(model, dataset, info["sha256"]), background=True)
+                  if out and main else _NoFile())
         writer.open()
         try:
             result: dict = {}

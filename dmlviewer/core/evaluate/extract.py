@@ -8,17 +8,21 @@ batch ``b - 1`` while the GPU computes batch ``b`` (no synchronisation per batch
 cannot be read are left out (the loader logs each with its path and reason), so every stored
 row belongs to the image named in ``paths``.
 
-**Decoding** (``decode``): ``"cpu"`` decodes every image with OpenCV in the workers, as above;
+**Decoding** (``decode``): the loader's batches go through the decode stage
+(:mod:`dmlviewer.core.data.decode_stage`), a thread of its own (on CUDA a stream of its own) that
+copies, decodes, resizes and normalizes batch ``k + 1`` while the model runs batch ``k``.
+``"cpu"`` decodes every image with OpenCV in the workers (the stage copies and normalizes);
 ``"device"`` has the workers read and check the files and hand over JPEGs as bytes, which the
-main process decodes per batch with ``torchvision.io.decode_jpeg`` on the model's device (nvJPEG
-on CUDA, libjpeg-turbo on the CPU) and resizes there with the host's arithmetic; other images
-(PNG, CMYK JPEG, ...) are still decoded in the workers
-(:mod:`dmlviewer.core.data.device_input`). ``"auto"`` is ``"device"`` on CUDA when torchvision
-can decode there and ``"cpu"`` otherwise; two-branch models always decode in the workers. The
-default is ``"cpu"`` (:data:`DEFAULT_DECODE`) until the device path has run on a GPU. On an H100
-with 16 cores the workers' OpenCV decoding gave about 7,000 images/s and batched nvJPEG decoding
-alone 17,868 images/s (2026-11-27). The feature file records the decoder (``image_decoder``,
-:func:`image_decoder`).
+stage decodes per batch with ``torchvision.io.decode_jpeg`` on the model's device (nvJPEG on
+CUDA, libjpeg-turbo on the CPU) and resizes there with the host's arithmetic; other images (PNG,
+CMYK JPEG, ...) are still decoded in the workers and a JPEG the device refuses by OpenCV on the
+stage's thread (:mod:`dmlviewer.core.data.device_input`). ``"auto"`` is ``"device"`` on CUDA
+when torchvision can decode there and ``"cpu"`` otherwise; two-branch models always decode in
+the workers (and bypass the stage). The default is ``"cpu"`` (:data:`DEFAULT_DECODE`): decoding
+on the device in the main process measured slower on an H100 (4,032-4,460 against 6,079-6,490
+images/s, 2026-11-28), and the stage that takes it off the forward pass's path has not yet run
+on a GPU; ``"auto"`` keeps its meaning until it has measured faster there. The feature file
+records the decoder (``image_decoder``, :func:`image_decoder`).
 
 Batches are always consecutive runs of the listing: batch ``b`` holds positions
 ``b*B .. (b+1)*B - 1``. Under ``torch.distributed`` (``dist``: a
@@ -42,6 +46,8 @@ embedded wholly by the query branch, as before (a log line says so).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import json
 import logging
@@ -52,11 +58,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from dmlviewer.core.data.decode_stage import CPU_DECODER, JPEG_DECODER, decoded_batches
 from dmlviewer.core.data.decoders import DECODES, DEFAULT_DECODE
-from dmlviewer.core.data.device_input import (EncodedImages, ImageLevels, collate_encoded, device_decoding_available,
-                                              device_levels)
+from dmlviewer.core.data.device_input import device_decoding_available
 from dmlviewer.core.data.torch_dataset import ImageFolderDataset
-from dmlviewer.core.data.transforms import normalize_on
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
 
 log = logging.getLogger(__name__)
@@ -69,7 +74,8 @@ BRANCH_CODES = {"query": 0, "reference": 1}
 
 
 #: loader workers for an accelerator: on 16 cores (H100, 2026-11-27) 4 to 8 workers gave the
-#: same extraction rate and 15 a quarter less (each worker's fork and start is paid per pass)
+#: same extraction rate and 15 a quarter less (each worker's fork and start was paid per pass;
+#: :func:`persistent_loaders` now pays it once where a process runs several passes)
 GPU_WORKERS = 8
 
 
@@ -196,6 +202,31 @@ def _collate_mixed(batch: list) -> tuple[list[torch.Tensor], torch.Tensor, torch
             torch.tensor([item[2] for item in batch], dtype=torch.int64))
 
 
+#: the loaders kept by :func:`persistent_loaders` (``None`` outside it): key -> (dataset, loader)
+_KEPT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("persistent_loaders", default=None)
+
+
+@contextlib.contextmanager
+def persistent_loaders() -> Iterator[None]:
+    """Within it, :func:`make_loader` keeps each loader with worker processes, and its workers
+    alive (``persistent_workers``), for the next pass over the same dataset object with the same
+    settings: a process that runs several passes (a training run's evaluation every epoch,
+    ``bench extract``) forks its workers once instead of once a pass (about 16 ms a worker on
+    the H100 machine, 2026-11-28). The workers end when the block ends."""
+    kept: dict = {}
+    token = _KEPT.set(kept)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # a generator finished from another context
+            _KEPT.reset(token)
+        for _, loader in kept.values():
+            started = getattr(loader, "_iterator", None)
+            if started is not None:
+                started._shutdown_workers()
+                loader._iterator = None
+
+
 def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
                 num_workers: int | None = None, rank: int = 0,
                 world_size: int = 1, branches: np.ndarray | None = None,
@@ -208,25 +239,34 @@ def make_loader(dataset, preprocess, batch_size: int, device: torch.device,
     For an accelerator a batch is uint8 grey levels (:class:`ImageLevels`), pinned. ``decode``
     (:data:`DECODES`) meaning the device (:func:`decodes_on_device`): a batch is an
     :class:`~dmlviewer.core.data.device_input.EncodedBatch` (JPEG bytes, other images' levels)
-    for :func:`~dmlviewer.core.data.device_input.device_levels`."""
+    for :func:`~dmlviewer.core.data.device_input.device_levels`. Inside :func:`persistent_loaders`
+    a loader with workers is kept and handed out again for the same dataset and settings."""
     workers = default_workers(device) if num_workers is None else num_workers
-    if branches is None and decodes_on_device(device, decode):
-        images, collate = EncodedImages(dataset, preprocess, train=False), collate_encoded
-    elif branches is None:
-        kind = ImageFolderDataset if device.type == "cpu" else ImageLevels
-        images, collate = kind(dataset, preprocess, train=False), None
+    kept = _KEPT.get() if workers else None
+    key = None
+    if kept is not None and branches is None:
+        key = (id(dataset), preprocess, batch_size, str(device), workers, rank, world_size,
+               decodes_on_device(device, decode))
+        if key in kept:
+            return kept[key][1]
+    if branches is None:
+        decoder = JPEG_DECODER if decodes_on_device(device, decode) else CPU_DECODER
+        images, collate = decoder.images(dataset, preprocess, device), decoder.collate
     else:
         images, collate = BranchImages(dataset, preprocess, branches), _collate_mixed
-    return torch.utils.data.DataLoader(
+    loader = torch.utils.data.DataLoader(
         images, collate_fn=collate,
         batch_sampler=ListingBatches(len(dataset), batch_size, rank, world_size), num_workers=workers,
         pin_memory=device.type == "cuda",
         # an explicit generator: iterating must not draw from torch's global generator
         generator=torch.Generator().manual_seed(0),
-        # one pass per loader: persistent workers would outlive it for nothing (their OpenCV
-        # threads: torch_dataset.start_workers)
-        persistent_workers=False,
+        # one pass per loader unless persistent_loaders keeps it (workers forked once, with their
+        # OpenCV on one thread: torch_dataset.start_workers)
+        persistent_workers=key is not None,
     )
+    if key is not None:
+        kept[key] = (dataset, loader)  # the dataset held, so that its id is not reused
+    return loader
 
 
 def embed_batches(model: torch.nn.Module, dataset, batch_size: int = 64,
@@ -287,29 +327,24 @@ def _embed_local(model: torch.nn.Module, loader, dev: torch.device, cancel: Canc
 
     batches: ListingBatches = loader.batch_sampler
     channels_last = dev.type == "cuda"
-    levels = isinstance(loader.dataset, ImageLevels)  # EncodedImages too: levels once decoded
-    encoded = isinstance(loader.dataset, EncodedImages)
-    preprocess = loader.dataset.preprocess
     was_training = model.training
     model.eval()
     pending = None
+    started = start_workers(loader)
+    # one-branch models: batches decoded, moved and normalized by the decode stage's thread
+    # (core.data.decode_stage) while the model runs the previous one
+    inputs = started if branches is not None else decoded_batches(started, loader.dataset, dev)
     try:
         with torch.inference_mode(), worker_errors():
-            for b, (images, _, index) in zip(batches.batch_ids(), start_workers(loader)):
+            for b, item in zip(batches.batch_ids(), inputs):
                 if cancel is not None:
                     cancel.raise_if_cancelled()
                 expected = batches.rows(b)
                 if branches is not None:
+                    images, _, index = item
                     arrays = _forward_by_branch(model, images, branches[index.numpy()], dev, channels_last)
                 else:
-                    if encoded:  # JPEGs decoded and resized here; rows no decoder could read: index -1
-                        images, index = device_levels(images, index, loader.dataset, dev)
-                    else:
-                        images = images.to(dev, non_blocking=True)
-                    if levels:  # NHWC uint8 -> normalized NCHW, channels-last as it comes
-                        images = normalize_on(images, preprocess.mean, preprocess.std)
-                    elif channels_last:
-                        images = images.contiguous(memory_format=torch.channels_last)
+                    images, index = item
                     out = model(images)
                     arrays = {"embeddings": out.embedding, "embeddings_raw": out.embedding_raw}
                     if out.groups is not None:
@@ -328,6 +363,8 @@ def _embed_local(model: torch.nn.Module, loader, dev: torch.device, cancel: Canc
             if pending is not None:
                 yield _finished(*pending)
     finally:
+        if inputs is not started:
+            inputs.close()  # stops the decode stage's thread
         model.train(was_training)
 
 
@@ -501,7 +538,7 @@ def extract_features(model: torch.nn.Module, dataset, out_path: str | os.PathLik
     from .store import FeatureWriter
 
     result: dict = {}
-    with FeatureWriter(out_path, attrs=feature_attrs(model, dataset, checkpoint_sha256)) as writer:
+    with FeatureWriter(out_path, attrs=feature_attrs(model, dataset, checkpoint_sha256), background=True) as writer:
         for event in write_batches(writer, model, dataset, batch_size, device, num_workers, cancel, decode=decode):
             if event.kind == "done":
                 result = event.data["result"]

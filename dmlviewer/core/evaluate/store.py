@@ -27,7 +27,8 @@ project report), and extraction should not wait for the compressor. The small ``
 Atomicity: :class:`FeatureWriter` writes ``.<name>.tmp-<host>-<pid>-<n>`` in the target's
 folder (:mod:`dmlviewer.core.files`); closing it normally flushes, fsyncs and ``os.replace``-s
 it onto the target (then fsyncs the folder), while an exception, :meth:`FeatureWriter.abort`
-or cancellation deletes it. A process killed outright leaves only its temporary file, never a
+or cancellation deletes it (with ``background=True``, used by extraction, the HDF5 writes run
+on a writer thread; closing waits for it, aborting stops it first). A process killed outright leaves only its temporary file, never a
 half target; the next writer in that folder deletes temporary files whose process is gone
 (POSIX). HDF5 writes through a :class:`~dmlviewer.core.files.GuardedWriter`, so a full disk
 ends in one ``OSError`` (ENOSPC) instead of errors inside HDF5's cache (which crash it).
@@ -54,10 +55,13 @@ too no handle stays open between reads.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
+import queue
 import shutil
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -220,16 +224,25 @@ class FeatureWriter:
     ``embeddings_raw``. ``boxes`` default to NaN; ``groups`` must be given in every batch or
     in none. Leaving the block by an exception (cancellation included) or calling
     :meth:`abort` discards everything; the target keeps its previous content.
+
+    ``background``: the HDF5 writes run on a writer thread of their own (:class:`_AppendThread`,
+    at most :data:`QUEUED_APPENDS` batches waiting), so that the caller (an extraction's loop)
+    goes on at once; each batch is checked in the caller's thread, and an error of a write is
+    raised by the next :meth:`append` or by :meth:`close`. :meth:`close` waits for the writes
+    before moving the file into place; :meth:`abort` drops the waiting ones.
     """
 
-    def __init__(self, path: str | Path, attrs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, path: str | Path, attrs: Mapping[str, Any] | None = None, background: bool = False) -> None:
         self.path = Path(path)
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.tmp_path: Path | None = None
         self.rows = 0
+        self.background = background
         self._file: h5py.File | None = None
         self._guard: GuardedWriter | None = None
-        self._names: set[str] | None = None  # datasets created by the first batch
+        self._names: set[str] | None = None  # the arrays of the first batch
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._appends: _AppendThread | None = None
 
     def __enter__(self) -> "FeatureWriter":
         self.open()
@@ -257,6 +270,8 @@ class FeatureWriter:
             self._guard.close()
             remove(self.tmp_path)
             raise
+        if self.background:
+            self._appends = _AppendThread(self._write, self.path.name)
 
     def set_attrs(self, **attrs: Any) -> None:
         """Attributes to write on close (added to / replacing those given to the constructor)."""
@@ -295,25 +310,37 @@ class FeatureWriter:
         batch = _batch_arrays(embeddings_raw, labels, paths, split, embeddings, groups, boxes, extra)
         if self._names is None:
             self._names = set(batch)
-            for name, array in batch.items():
-                compression = "gzip" if name in ("labels", "boxes") else None
-                self._create(name, array, compression)
+            self._shapes = {name: array.shape[1:] for name, array in batch.items()}
         elif self._names != set(batch):
             raise StoreError(
                 f"every batch must hold the same arrays: first {sorted(self._names)}, now {sorted(batch)}"
             )
-        start, n = self.rows, len(batch["labels"])
         for name, array in batch.items():
+            if self._shapes[name] != array.shape[1:]:
+                raise StoreError(f"{name}: batch rows have shape {array.shape[1:]}, earlier ones {self._shapes[name]}")
+        start = self.rows
+        self.rows = start + len(batch["labels"])
+        if self._appends is not None:
+            self._appends.submit(start, batch)
+        else:
+            self._write(start, batch)
+
+    def _write(self, start: int, batch: dict[str, np.ndarray]) -> None:
+        """Write a checked batch at rows ``start ..`` (the datasets made by the first one)."""
+        n = len(batch["labels"])
+        for name, array in batch.items():
+            if name not in self._file:
+                self._create(name, array, "gzip" if name in ("labels", "boxes") else None)
             ds = self._file[name]
-            if ds.shape[1:] != array.shape[1:]:
-                raise StoreError(f"{name}: batch rows have shape {array.shape[1:]}, earlier ones {ds.shape[1:]}")
             ds.resize(start + n, axis=0)
             ds[start:] = array
         self._guard.raise_error()  # a full disk, seen by a write from HDF5's cache
-        self.rows = start + n
 
     def abort(self) -> None:
         """Discard the temporary file; the target is left as it was."""
+        if self._appends is not None:
+            self._appends.stop()
+            self._appends = None
         if self._file is not None:
             try:
                 self._file.close()
@@ -328,6 +355,9 @@ class FeatureWriter:
         if self._file is None:
             return
         try:
+            if self._appends is not None:
+                self._appends.finish()  # every queued batch written (or its error raised)
+                self._appends = None
             if self._names is None:
                 raise StoreError(f"{self.path}: nothing was appended")
             attrs = {**DEFAULT_ATTRS, **self.attrs}
@@ -349,6 +379,69 @@ class FeatureWriter:
                 remove(self.tmp_path)
             raise
         log.info("wrote %d feature rows to %s", self.rows, self.path)
+
+
+#: batches a background :class:`FeatureWriter` holds waiting for its writer thread
+QUEUED_APPENDS = 2
+
+
+class _AppendThread:
+    """A writer thread running ``write(start, batch)`` for each submitted batch in order; the
+    first error stops it and is raised by the next :meth:`submit` or by :meth:`finish`."""
+
+    _END = object()
+
+    def __init__(self, write, name: str) -> None:
+        self._write = write
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUED_APPENDS)
+        self._error: BaseException | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"feature-writer {name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._END or self._stopped.is_set():
+                return
+            try:
+                self._write(*item)
+            except BaseException as exc:  # raised in the caller's thread
+                self._error = exc
+                self._stopped.set()
+                return
+
+    def _put(self, item) -> None:
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._stopped.is_set() or not self._thread.is_alive():
+                return
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def submit(self, start: int, batch: dict[str, np.ndarray]) -> None:
+        self._put((start, batch))
+
+    def finish(self) -> None:
+        """Wait until every submitted batch is written; the first write's error, if any."""
+        self._put(self._END)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        """Drop the waiting batches and end the thread (after the write in progress)."""
+        self._stopped.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(self._END)
+        self._thread.join()
 
 
 def _batch_arrays(embeddings_raw, labels, paths, split, embeddings, groups, boxes, extra) -> dict[str, np.ndarray]:

@@ -504,10 +504,13 @@ class Trainer:
             self.dist.close()
 
     def _run(self) -> Iterator[Progress]:
+        from dmlviewer.core.evaluate.extract import persistent_loaders
+
         c = self.config
         try:
             yield from self.prepare()
-            with deterministic(c.deterministic, self.device):
+            # the evaluation loaders' workers forked once for the run, not once an evaluation
+            with deterministic(c.deterministic, self.device), persistent_loaders():
                 yield from self._epochs()
         except torch.cuda.OutOfMemoryError:
             raise TrainingFieldsError(

@@ -214,6 +214,80 @@ def test_update_attrs_adds_metrics_atomically(tmp_path, monkeypatch):
         update_attrs(path, format_version=2)
 
 
+def test_a_background_writer_writes_the_same_file_and_raises_its_writes_error(tmp_path, monkeypatch):
+    """The writer thread's file holds what a direct writer's holds; a write that fails there is
+    raised in the caller (by the next append or by close) and the target keeps its content."""
+    parts = [_arrays(n=7, seed=s, groups=True) for s in range(5)]
+    files = {}
+    for background in (False, True):
+        files[background] = tmp_path / f"{background}.h5"
+        with FeatureWriter(files[background], ATTRS, background=background) as w:
+            for part in parts:
+                w.append(**part)
+            assert w.rows == 35
+    direct, threaded = read_features(files[False]), read_features(files[True])
+    for name in ("embeddings", "embeddings_raw", "labels", "boxes", "groups"):
+        np.testing.assert_array_equal(getattr(threaded, name), getattr(direct, name))
+    assert threaded.paths == direct.paths and list(threaded.split) == list(direct.split)
+
+    before = files[True].read_bytes()
+    real = FeatureWriter._write
+    written = []
+
+    def fail_third(self, start, batch):
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        written.append(start)
+        real(self, start, batch)
+
+    monkeypatch.setattr(FeatureWriter, "_write", fail_third)
+    with pytest.raises(OSError, match="No space left"):
+        with FeatureWriter(files[True], ATTRS, background=True) as w:
+            for part in parts:
+                w.append(**part)
+    assert written == [0, 7] and files[True].read_bytes() == before and _temps(tmp_path) == []
+
+
+def test_a_cancel_while_the_writer_thread_writes_keeps_the_previous_file(tmp_path, monkeypatch):
+    """An extraction cancelled after its writer thread has written blocks of rows: no half file,
+    no temporary file, the previous features unchanged, the thread ended."""
+    import threading
+
+    import torch
+
+    from dmlviewer.core.data import make_demo_data, open_dataset
+    from dmlviewer.core.evaluate import extract as extract_module
+    from dmlviewer.core.models import build_model, default_config
+
+    dataset = open_dataset(make_demo_data(tmp_path / "data", classes=3, per_class=8, size=32))
+    out = tmp_path / "out"
+    out.mkdir()
+    target = write_features(out / "f.h5", _arrays(seed=3), ATTRS)
+    before = target.read_bytes()
+    monkeypatch.setattr(extract_module, "WRITE_ROWS", 4)  # a block to the writer thread every batch
+    written = []
+    real = FeatureWriter._write
+    monkeypatch.setattr(FeatureWriter, "_write", lambda self, start, batch: (written.append(start),
+                                                                             real(self, start, batch)))
+    torch.manual_seed(0)
+    model = build_model(default_config(backbone="small_cnn", dim=8, image_size=32)).eval()
+    token = CancelToken()
+    job = extract_module.extract_features(model, dataset, target, batch_size=4, num_workers=0, cancel=token)
+    for event in job:
+        if event.current >= 12:
+            break
+    deadline = time.monotonic() + 60
+    while len(written) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(written) >= 2  # the thread has written rows into the temporary file
+    assert len(_temps(out)) == 1
+    token.cancel()
+    with pytest.raises(Cancelled):
+        list(job)
+    assert target.read_bytes() == before and _temps(out) == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("feature-writer")]
+
+
 CHILD = textwrap.dedent(
     """
     import sys, time
@@ -222,7 +296,7 @@ CHILD = textwrap.dedent(
     from dmlviewer.core.evaluate.store import FeatureWriter
     target, flag = Path(sys.argv[1]), Path(sys.argv[2])
     rng = np.random.default_rng(5)
-    with FeatureWriter(target, {"dataset_root": "child"}) as w:
+    with FeatureWriter(target, {"dataset_root": "child"}, background=sys.argv[3] == "1") as w:
         for batch in range(10_000):
             w.append(embeddings_raw=rng.standard_normal((64, 32)).astype(np.float32),
                      labels=np.zeros(64, np.int64), paths=["p"] * 64, split="test")
@@ -233,9 +307,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def _kill_mid_write(target: Path, tmp_path: Path) -> None:
+def _kill_mid_write(target: Path, tmp_path: Path, background: bool = False) -> None:
     flag = tmp_path / "midway.flag"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(flag)],
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(flag), str(int(background))],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -252,13 +326,14 @@ def _kill_mid_write(target: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL is POSIX")
+@pytest.mark.parametrize("background", [False, True], ids=["direct", "writer-thread"])
 @pytest.mark.parametrize("previous", [True, False])
-def test_sigkill_mid_write_leaves_previous_file_or_nothing(tmp_path, previous):
+def test_sigkill_mid_write_leaves_previous_file_or_nothing(tmp_path, previous, background):
     target = tmp_path / "features.h5"
     if previous:
         write_features(target, _arrays(seed=9), ATTRS)
         before = target.read_bytes()
-    _kill_mid_write(target, tmp_path)
+    _kill_mid_write(target, tmp_path, background)
     leftovers = _temps(tmp_path)
     assert len(leftovers) == 1 and leftovers[0].startswith(".features.h5.tmp-")  # killed mid-way
     if previous:

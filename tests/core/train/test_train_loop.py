@@ -107,3 +107,26 @@ def test_learner_weights_of_each_head(grouping, expected):
     assert [tuple(w.shape) for w in weights] == expected
     if grouping == "m":  # row blocks of the shared last layer, as views (gradients reach it)
         assert weights[1].data_ptr() == model.head.projection.out.weight[8:].data_ptr()
+
+
+def test_evaluations_of_a_run_reuse_their_loader_workers(tiny_config, tmp_path, monkeypatch):
+    """Each epoch's evaluation runs over the same loader, whose worker processes were forked for
+    the first one (``extract.persistent_loaders``) and end with the run."""
+    from dmlviewer.core.evaluate import extract
+
+    made = []
+    real = extract.make_loader
+
+    def recording(*args, **kwargs):
+        loader = real(*args, **kwargs)
+        made.append(loader)
+        return loader
+
+    monkeypatch.setattr(extract, "make_loader", recording)
+    seen: list[tuple[int, ...]] = []
+    config = tiny_config(tmp_path / "run", epochs=2, eval_every=1, num_workers=2)
+    for event in Trainer(config).run():
+        if event.kind == "eval":
+            seen.append(tuple(w.pid for w in made[-1]._iterator._workers))
+    assert len(seen) == 3 and len({id(m) for m in made}) == 1 and len(set(seen)) == 1  # epochs 0, 1, 2
+    assert made[0]._iterator is None  # its workers shut down when the run ended
