@@ -133,7 +133,7 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         hover = view.link.hover
         if k >= warmup:
             times.append((t1 - t0) * 1e3)
-            drawn = all(row.panes[1].overlay_item.isVisible() for row in view.rows)
+            drawn = all(row.panes[1].overlay_shown for row in view.rows)
             if hover is not None and hover != last and drawn:
                 changed += 1
         last = hover

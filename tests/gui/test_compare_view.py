@@ -111,7 +111,7 @@ def test_hover_on_either_query_drives_both_models_partial_maps(compared):
     assert agree(first_a, expected_partial(ea, "query", x, y, lut)) > 0.98
     assert agree(first_b, expected_partial(eb, "query", x, y, lut)) > 0.98
     assert not np.array_equal(first_a, first_b)  # two models, two maps
-    assert qa.vline.isVisible() and qb.vline.isVisible()  # the crosshair on both queries
+    assert qa.crosshair is not None and qb.crosshair is not None  # the crosshair on both queries
 
     side, x2, y2 = hover(qb, view.link, 50.0, 10.0)  # now on model B's query: A's row follows
     assert side == QUERY
