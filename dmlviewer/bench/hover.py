@@ -21,7 +21,13 @@ larger point-to-point tensor per hover), its baseline recomputing the explanatio
 measurement with a second model (B, other random weights) compared in the pair view (issue 24):
 one event then draws both models' partial maps and repaints both reference viewports; its
 ``p50_ms``/``p95_ms`` are also given as ``two_models_p50_ms``/``two_models_p95_ms`` beside the
-one-model figures of the same run.
+one-model figures of the same run. ``vit_s16_256`` and ``dinov2_reg4_518``: a timm ViT-S/16 at
+256 px (16x16 tokens) and DINOv2 ViT-S/14 with registers at 518 px (37x37), when timm is
+installed. ``busy``: one model and two models again while a training job runs in the same
+process (:func:`training_job`: small_cnn forward and backward passes on random batches, submitted
+to the app's :class:`~dmlviewer.gui.jobs.runner.JobRunner` as a thread job, so it runs at the
+priority and with the torch threads the app gives background work); its ``steps`` say how much
+training went on during the measurement.
 """
 
 from __future__ import annotations
@@ -71,6 +77,52 @@ def timm_vit(name: str, image_size: int):
     net = timm.create_model(name, pretrained=False, num_classes=0, img_size=image_size)
     model, _ = open_model(net, size=image_size)
     return model
+
+
+def training_job(cancel, steps: list, batch: int = 32, size: int = 128):
+    """A job generator that trains small_cnn on random batches until cancelled (the busy
+    background of ``bench hover``'s ``busy`` rows); appends each finished step to ``steps``."""
+    import torch
+
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.core.progress import Cancelled, Progress
+
+    torch.manual_seed(2)
+    model = build_model(default_config(backbone="small_cnn", dim=128, image_size=size)).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    images = torch.randn(batch, 3, size, size)
+    while True:
+        if cancel.cancelled:
+            raise Cancelled()
+        optimizer.zero_grad()
+        model(images).embedding_raw.pow(2).mean().backward()
+        optimizer.step()
+        steps.append(time.perf_counter())
+        yield Progress("step", len(steps), 0)
+
+
+def busy_rows(events: int) -> dict[str, Any]:
+    """One model and two models timed while :func:`training_job` runs in a job thread."""
+    from dmlviewer.gui.jobs.runner import JobRunner
+    from dmlviewer.gui.window.app import create_app
+
+    app = create_app()
+    runner = JobRunner()
+    steps: list[float] = []
+    runner.submit("bench training", lambda cancel: training_job(cancel, steps))
+    deadline = time.monotonic() + 120
+    while len(steps) < 2 and time.monotonic() < deadline:  # training is under way
+        app.processEvents()
+        time.sleep(0.01)
+    try:
+        start = len(steps)
+        one = measure(events=events)
+        two = measure(events=events, compare=True)
+        trained = len(steps) - start
+    finally:
+        runner.shutdown(30)
+    return {"p50_ms": one["p50_ms"], "p95_ms": one["p95_ms"], "two_models_p50_ms": two["p50_ms"],
+            "two_models_p95_ms": two["p95_ms"], "steps": trained, "one_model": one, "two_models": two}
 
 
 def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
@@ -190,6 +242,9 @@ def run(args) -> dict[str, Any]:
             row = measure(events=200 if quick else 1000, image_size=size, model=vit)
             result[key] = row
             result[f"{key}_p95_ms"] = row["p95_ms"]
+    busy = busy_rows(events=200 if quick else 1000)
+    result["busy"] = busy
+    result["busy_p95_ms"], result["busy_two_models_p95_ms"] = busy["p95_ms"], busy["two_models_p95_ms"]
     result["core"] = run_core(events=300 if quick else 2000)
     result["machine"] = describe()
     return result
