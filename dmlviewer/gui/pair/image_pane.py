@@ -512,8 +512,9 @@ class ImagePane(QWidget):
             # again per event (issue 24).
             if _DIGITS.sub("0", text) != self._readout_key:
                 self._place_readout()
-        self.readout.show()
-        self.readout.raise_()
+        if not self.readout.isVisible():  # raising it again per event repainted the whole view
+            self.readout.show()
+            self.readout.raise_()
 
     def _place_readout(self) -> None:
         """Size the read-out to its text, but no wider than the view left of the colour bar: on
