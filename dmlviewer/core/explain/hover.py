@@ -5,7 +5,10 @@ Everything the GUI needs per mouse event is precomputed once per pair (a float32
 side) and every output buffer is preallocated, so one event is a handful of numpy/OpenCV calls
 on small arrays: the 4-row bilinear blend (grid alignment of :mod:`.grid`), an affine scaling to
 colour indices on the grid (exact, since bilinear weights sum to 1), ``cv2.resize``, a clip, a
-cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event.
+cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event. A hover
+(:meth:`HoverRenderer.hover`) stops at the colour indices: the GUI looks them up once, in a
+table of premultiplied BGRA with its opacity baked in (:func:`premultiplied_table`, issue 40),
+so the overlay is resampled once, here, and coloured once, there.
 
 One pass per point (issue 30): :meth:`HoverRenderer.hover` gives the overlay, the point's share
 of the similarity and the value the top colour stands for from one bilinear blend;
