@@ -268,3 +268,30 @@ def test_moving_the_crosshair_or_the_pin_changes_nothing_in_the_scene(pane):
     assert np.count_nonzero(column) > 100  # dashes down the whole view
     aside = np.any(drawn[:, x + 20] != bare[:, x + 20], axis=1)
     assert np.count_nonzero(aside) <= 3  # 20 px aside: the horizontal line only
+
+
+def test_the_crosshair_over_the_overall_map_repaints_no_image_item(qtbot, monkeypatch):
+    """Issue 40: the photograph and the overall map under the moving crosshair are blitted from
+    their caches; neither item is painted again (pyqtgraph's ImageItem.paint ran per strip)."""
+    painted = []
+    original = pg.ImageItem.paint
+    monkeypatch.setattr(pg.ImageItem, "paint", lambda item, *args: (painted.append(item), original(item, *args)))
+    pane = ImagePane("test")  # made after the patch: the binding looks a Python override up once
+    qtbot.addWidget(pane)
+    pane.resize(640, 480)
+    pane.set_image(np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8))
+    pane.set_map(np.random.default_rng(4).random((30, 40)).astype(np.float32), (0.0, 1.0))
+    pane.show()
+    qtbot.waitExposed(pane)
+    pane.set_crosshair((100.0, 100.0))
+    _settle()
+    assert pane.overlay_item in painted and pane.image_item in painted  # the patch sees paints
+    painted.clear()
+    log = PaintLog(pane.graphics.viewport())
+    for k in range(5):
+        pane.set_crosshair((120.0 + 20 * k, 90.0 + 10 * k))
+        _settle()
+    assert len(log.regions) >= 5 and not painted
+    pane.set_map(np.zeros((30, 40), np.float32), (0.0, 1.0))  # a new map is drawn, not the cached one
+    _settle()
+    assert pane.overlay_item in painted

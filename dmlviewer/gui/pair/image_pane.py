@@ -113,31 +113,6 @@ class PaneViewBox(pg.ViewBox):
         super().mouseDragEvent(ev, axis)
 
 
-class OverlayItem(pg.ImageItem):
-    """The overlay ``ImageItem``; a new image marks the viewport area under it for repainting
-    directly. ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport
-    one event loop pass later: a repaint of the viewport in between (the hover benchmark's, or
-    another pane's synchronous repaint, which paints the whole window's pending areas) was then
-    followed by a second paint of the same pixels (issue 24)."""
-
-    def __init__(self, graphics: pg.GraphicsView) -> None:
-        super().__init__(axisOrder="row-major")
-        self._graphics = graphics
-
-    def update(self, *args) -> None:
-        if args or self.scene() is None or not self.isVisible():
-            super().update(*args)
-            return
-        area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
-        self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
-
-
-def _update_now(item: QGraphicsItem, graphics: pg.GraphicsView) -> None:
-    """Mark the viewport area under ``item`` for repainting directly (see :class:`OverlayItem`)."""
-    area = graphics.mapFromScene(item.sceneBoundingRect()).boundingRect()
-    graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
-
-
 class PartialOverlay(QGraphicsItem):
     """A hovered point's partial map: a premultiplied ``ARGB32`` image over the pane's own
     buffer (rewritten in place per event, no copy, no conversion when drawn), stretched over
@@ -164,9 +139,13 @@ class PartialOverlay(QGraphicsItem):
             self._rect = QRectF(rect)
 
     def changed(self) -> None:
-        """The buffer was rewritten: repaint the area under it."""
+        """The buffer was rewritten: mark the viewport area under it for repainting directly.
+        ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport one
+        event loop pass later: a paint of the window's pending areas in between (another pane's
+        synchronous repaint) was then followed by a second paint of the same pixels (issue 24)."""
         if self.scene() is not None and self.isVisible():
-            _update_now(self, self._graphics)
+            area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
+            self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
 
     def boundingRect(self) -> QRectF:  # noqa: N802 - Qt API
         return self._rect
@@ -266,7 +245,11 @@ class ImagePane(QWidget):
         # The photograph only changes with the pair or the zoom: keep it rendered at screen
         # resolution so that a hover repaints the overlay, not the scaled photograph.
         self.image_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-        self.overlay_item = OverlayItem(self.graphics)
+        # The overall maps change with the display, not per hover: kept rendered at screen
+        # resolution like the photograph, so the crosshair's strips over them are blits from
+        # the cache, not pyqtgraph paints (issue 40).
+        self.overlay_item = pg.ImageItem(axisOrder="row-major")
+        self.overlay_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.overlay_item.setAutoDownsample(False)
         self.overlay_item.setZValue(10)
         self.overlay_item.setOpacity(0.6)
