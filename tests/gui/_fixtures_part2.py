@@ -68,3 +68,14 @@ def make_small_demo(folder: Path, classes: int = 6, per_class: int = 6, size: in
 
     make_demo_data(folder, classes=classes, per_class=per_class, size=size, seed=0)
     return folder
+
+
+def priority_job(cancel: CancelToken) -> Iterator[Progress]:
+    """Reports the nice value of the thread it runs in, its process id and torch's threads."""
+    import threading
+
+    import torch
+
+    result = {"nice": os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), "pid": os.getpid(),
+              "threads": torch.get_num_threads()}
+    yield Progress("done", 1, 1, data={"result": result})

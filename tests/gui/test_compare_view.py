@@ -114,7 +114,7 @@ def test_hover_on_either_query_drives_both_models_partial_maps(compared):
     assert agree(first_a, expected_partial(ea, "query", x, y, lut)) > 0.98
     assert agree(first_b, expected_partial(eb, "query", x, y, lut)) > 0.98
     assert not np.array_equal(first_a, first_b)  # two models, two maps
-    assert qa.vline.isVisible() and qb.vline.isVisible()  # the crosshair on both queries
+    assert qa.crosshair is not None and qb.crosshair is not None  # the crosshair on both queries
 
     side, x2, y2 = hover(qb, view.link, 50.0, 10.0)  # now on model B's query: A's row follows
     assert side == QUERY
@@ -541,8 +541,8 @@ def test_a_point_pinned_before_model_b_opens_is_starred_on_both_rows_and_the_sta
     qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
     wait_compare(qtbot, view)
     qb, rb = view.rows[1].panes
-    assert qa.pin_item.isVisible() and qb.pin_item.isVisible()  # the star on both queries
-    assert not ra.pin_item.isVisible() and not rb.pin_item.isVisible()
+    assert qa.pin is not None and qb.pin is not None  # the star on both queries
+    assert ra.pin is None and rb.pin is None
     lut = overlay_lut(view.cmap_combo.currentData())
     assert agree(rb.overlay_image(), expected_partial(view.rows[1].explanation, "query", x, y, lut)) > 0.98
     ea, eb = view.explanation, view.rows[1].explanation

@@ -14,10 +14,13 @@ import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent, QObject
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, QRectF, Qt
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QLabel
 
 from dmlviewer.core.explain.hover import HoverPoint
+from dmlviewer.gui.pair.colormaps import overlay_lut
 from dmlviewer.gui.pair.hover_link import QUERY, HoverLink
 from dmlviewer.gui.pair.image_pane import ImagePane
 
@@ -142,9 +145,9 @@ def test_moves_are_coalesced_while_drawing_is_slow(qtbot):
 
 
 def test_the_readout_has_the_size_of_a_fresh_layout(pane):
-    texts = ["<b>+1.2%</b> of the similarity<br>peak 0.034", "<b>+7.9%</b> of the similarity<br>peak 0.051",
-             "<b>+12.5%</b> of the similarity<br>peak 0.051", "<b>−3.0%</b> of the similarity<br>peak 0.1",
-             "<b>+4.4%</b> of the similarity<br>peak 0.052"]
+    texts = ["+1.2% of the similarity\npeak 0.034", "+7.9% of the similarity\npeak 0.051",
+             "+12.5% of the similarity\npeak 0.051", "−3.0% of the similarity\npeak 0.1",
+             "+4.4% of the similarity\npeak 0.052"]
     for text in texts:
         pane.show_readout(text)
         fresh = QLabel(pane.graphics)
@@ -155,3 +158,140 @@ def test_the_readout_has_the_size_of_a_fresh_layout(pane):
         assert pane.readout.text() == text
         assert pane.readout.size() == fresh.size(), text
         fresh.deleteLater()
+
+
+def test_the_readout_is_plain_text(pane):
+    """Issue 40: no rich text parsed per hover event; a rich-text caller's lines and words stay."""
+    pane.show_readout("<b>+1.2%</b> of A&#x2019;s similarity<br>peak 0.034")
+    assert pane.readout.textFormat() == Qt.PlainText
+    assert pane.readout.text() == "+1.2% of A’s similarity\npeak 0.034"
+    pane.show_readout("+3.0% of the similarity")
+    assert pane.readout.text() == "+3.0% of the similarity" and pane.readout.isVisible()
+    pane.show_readout(None)
+    assert not pane.readout.isVisible()
+
+
+def _pixels(pane) -> np.ndarray:
+    """The viewport as drawn: H x W x 3 uint8 (RGB)."""
+    image = pane.graphics.viewport().grab().toImage().convertToFormat(QImage.Format_RGB888)
+    h, w, bpl = image.height(), image.width(), image.bytesPerLine()
+    return np.frombuffer(image.constBits(), np.uint8, bpl * h).reshape(h, bpl)[:, : 3 * w].reshape(h, w, 3).copy()
+
+
+def test_the_premultiplied_overlay_draws_the_straight_alpha_blend(pane):
+    """The partial map through the pane's premultiplied table (opacity baked in) draws what a
+    straight-alpha RGBA image at the item's opacity drew (the old path), within 1 grey level,
+    for every colour and alpha of the table (one 16 x 16 block each). Pixels on a block's edge
+    are left out: the two paths may sample the stretched image half a pixel apart there."""
+    lut = overlay_lut("jet")
+    index = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    bare = _pixels_without_overlay(pane)
+    for opacity in (0.6, 1.0, 0.8, 0.35, 0.1):
+        pane.set_opacity(opacity)
+        pane.set_indexed(index, lut)
+        _settle()
+        new = _pixels(pane)
+        assert np.array_equal(pane.overlay_image(), lut[index])
+        # the old path: a pyqtgraph ImageItem of straight RGBA at the item's opacity
+        old_item = pg.ImageItem(lut[index], axisOrder="row-major")
+        old_item.setOpacity(opacity)
+        old_item.setZValue(10)
+        old_item.setRect(QRectF(0, 0, 400, 300))
+        pane.partial_item.hide()
+        pane.view.addItem(old_item, ignoreBounds=True)
+        _settle()
+        old = _pixels(pane)
+        pane.view.removeItem(old_item)
+        colour = _block_ids(pane, 16, 16)
+        inside = np.ones(colour.shape, bool)
+        for dy, dx in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+            inside &= colour == np.roll(colour, (dy, dx), axis=(0, 1))
+        inside &= colour >= 0
+        assert len(np.unique(colour[inside])) == 256  # every entry of the table is compared
+        # the exact straight-alpha blend over the photograph: at most one grey level off its rounding
+        rgba = lut[colour[inside]].astype(float)
+        alpha = rgba[:, 3:] / 255.0 * opacity
+        exact = rgba[:, :3] * alpha + bare[inside] * (1.0 - alpha)
+        assert np.abs(new[inside] - exact).max() < 1.5, opacity
+        assert np.abs(new[inside] - bare[inside].astype(int)).max() > 20  # drawn at all
+        if opacity in (0.6, 1.0):  # the default and opaque: within 1 grey level of the old path
+            # (elsewhere Qt's old path rounds twice, premultiplying then applying the opacity,
+            # and strays up to 2 levels from the exact blend where the new one stays within 1)
+            assert np.abs(new[inside].astype(int) - old[inside].astype(int)).max() <= 1, opacity
+
+
+def _block_ids(pane, rows: int, cols: int) -> np.ndarray:
+    """For each viewport pixel, which cell of a ``rows x cols`` image stretched over the
+    photograph (400 x 300) its centre shows (-1 outside)."""
+    vp = pane.graphics.viewport()
+    origin = pane.view.mapSceneToView(pane.graphics.mapToScene(0, 0))
+    step = pane.view.mapSceneToView(pane.graphics.mapToScene(100, 100)) - origin
+    vx = origin.x() + (np.arange(vp.width()) + 0.5) * step.x() / 100
+    vy = origin.y() + (np.arange(vp.height()) + 0.5) * step.y() / 100
+    i, j = np.floor(vy * rows / 300).astype(int), np.floor(vx * cols / 400).astype(int)
+    ids = i[:, None] * cols + j[None, :]
+    return np.where(((i >= 0) & (i < rows))[:, None] & ((j >= 0) & (j < cols))[None, :], ids, -1)
+
+
+def _pixels_without_overlay(pane) -> np.ndarray:
+    pane.clear_overlay()
+    _settle()
+    return _pixels(pane)
+
+
+def test_moving_the_crosshair_or_the_pin_changes_nothing_in_the_scene(pane):
+    """Issue 40: the marks are drawn in the view's foreground, so moving them touches no item
+    of the scene (no bounding rects to recompute, no item to repaint but what lies under two
+    thin strips), and they are drawn where the point is."""
+    changed = []
+    pane.graphics.scene().changed.connect(changed.append)
+    pane.set_crosshair((100.0, 100.0))
+    pane.set_pin((50.0, 60.0))
+    _settle()
+    log = PaintLog(pane.graphics.viewport())
+    pane.set_crosshair((140.0, 180.0))
+    pane.set_pin((70.0, 20.0))
+    _settle()
+    assert not changed
+    assert pane.crosshair == (140.0, 180.0) and pane.pin == (70.0, 20.0)
+    strips = (pane.graphics.viewport().width() + pane.graphics.viewport().height()) * 5 * 2 + 2 * 23 * 23
+    assert 0 < log.area() <= strips
+    # the crosshair is drawn: the pixel column under it is white-ish dashes over the photograph
+    x = int(pane._to_viewport(140.0, 180.0).x())
+    drawn = _pixels(pane)
+    pane.set_crosshair(None)
+    pane.set_pin(None)
+    _settle()
+    bare = _pixels(pane)
+    assert pane.crosshair is None and pane.pin is None
+    column = np.any(drawn[:, x - 1 : x + 2] != bare[:, x - 1 : x + 2], axis=(1, 2))
+    assert np.count_nonzero(column) > 100  # dashes down the whole view
+    aside = np.any(drawn[:, x + 20] != bare[:, x + 20], axis=1)
+    assert np.count_nonzero(aside) <= 3  # 20 px aside: the horizontal line only
+
+
+def test_the_crosshair_over_the_overall_map_repaints_no_image_item(qtbot, monkeypatch):
+    """Issue 40: the photograph and the overall map under the moving crosshair are blitted from
+    their caches; neither item is painted again (pyqtgraph's ImageItem.paint ran per strip)."""
+    painted = []
+    original = pg.ImageItem.paint
+    monkeypatch.setattr(pg.ImageItem, "paint", lambda item, *args: (painted.append(item), original(item, *args)))
+    pane = ImagePane("test")  # made after the patch: the binding looks a Python override up once
+    qtbot.addWidget(pane)
+    pane.resize(640, 480)
+    pane.set_image(np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8))
+    pane.set_map(np.random.default_rng(4).random((30, 40)).astype(np.float32), (0.0, 1.0))
+    pane.show()
+    qtbot.waitExposed(pane)
+    pane.set_crosshair((100.0, 100.0))
+    _settle()
+    assert pane.overlay_item in painted and pane.image_item in painted  # the patch sees paints
+    painted.clear()
+    log = PaintLog(pane.graphics.viewport())
+    for k in range(5):
+        pane.set_crosshair((120.0 + 20 * k, 90.0 + 10 * k))
+        _settle()
+    assert len(log.regions) >= 5 and not painted
+    pane.set_map(np.zeros((30, 40), np.float32), (0.0, 1.0))  # a new map is drawn, not the cached one
+    _settle()
+    assert pane.overlay_item in painted

@@ -57,7 +57,7 @@ def test_hover_draws_the_cores_partial_map_on_the_other_pane(loaded):
     want = expected_overlay(expl, "query", x, y, lut)
     # Identical up to one colour step where rounding puts a pixel into the neighbouring bin.
     assert np.mean(np.all(first == want, axis=-1)) > 0.98
-    assert q.vline.isVisible() and not r.vline.isVisible()
+    assert q.crosshair is not None and r.crosshair is None
     assert "% of the similarity" in loaded.statusBar().currentMessage()  # the point's share (issue 31: short)
 
     # A second point gives another map; the reverse direction works from the reference pane.
@@ -79,14 +79,14 @@ def test_click_pins_and_escape_restores_the_overall_map(loaded, qtbot):
     qtbot.waitUntil(lambda: view.link.pinned is not None, timeout=2000)
     side, px, py = view.link.pinned
     assert side == QUERY and abs(px - 12.0) <= 1 and abs(py - 12.0) <= 1
-    assert q.pin_item.isVisible()
+    assert q.pin is not None
     pinned = r.overlay_image().copy()
 
     hover(q, view.link, 45.0, 50.0)  # moving on does not replace the pinned map
     assert np.array_equal(r.overlay_image(), pinned)
 
     QTest.keyClick(view, Qt.Key_Escape)
-    assert view.link.pinned is None and not q.pin_item.isVisible()
+    assert view.link.pinned is None and q.pin is None
     # Back to live hover at the current mouse position...
     side, hx, hy = view.link.hover
     lut = overlay_lut(view.cmap_combo.currentData())
@@ -411,11 +411,11 @@ def test_a_point_pinned_from_python_while_the_pair_prepares_is_shown_when_it_is_
     assert view.state == "preparing"
     session.set_pinned(("query", 20, 24))
     assert session.pinned == (QUERY, 20.0, 24.0) and view.link.pinned == session.pinned
-    assert q.pin_item.isVisible() and not r.pin_item.isVisible()
+    assert q.pin is not None and r.pin is None
     wait_ready(view)
-    assert view.link.pinned == (QUERY, 20.0, 24.0) and q.pin_item.isVisible()
+    assert view.link.pinned == (QUERY, 20.0, 24.0) and q.pin is not None
     lut = overlay_lut(view.cmap_combo.currentData())
     assert np.mean(np.all(r.overlay_image() == expected_overlay(view.explanation, "query", 20.0, 24.0, lut),
                           axis=-1)) > 0.98
     QTest.keyClick(view, Qt.Key_Escape)  # released on screen: released in the session
-    assert session.pinned is None and not q.pin_item.isVisible()
+    assert session.pinned is None and q.pin is None

@@ -82,8 +82,8 @@ def test_a_transformer_opens_from_the_file_menu_and_the_last_session_and_hovers(
     h, w = expl.image_shape_query
     hover(query, view.link, w * 0.2, h * 0.2)  # a move needs a cursor somewhere else first
     assert hover(query, view.link, w * 0.6, h * 0.4) is not None
-    assert reference.overlay_item.isVisible()
-    drawn = np.asarray(reference.overlay_item.image)
+    assert reference.overlay_shown
+    drawn = reference.overlay_image()
     assert drawn.size and np.ptp(drawn[..., :3]) > 0  # a map with structure, not a flat colour
     sha = window.checkpoint_info["sha256"]
     window.close()

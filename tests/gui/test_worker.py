@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import _fixtures_part2 as jobs  # noqa: E402
 
+from dmlviewer.core.background import BACKGROUND_NICE, background_threads  # noqa: E402
 from dmlviewer.core.progress import Progress  # noqa: E402
 from dmlviewer.gui.jobs.job import JobState  # noqa: E402
 from dmlviewer.gui.jobs.latest import LatestRunner  # noqa: E402
@@ -161,6 +162,25 @@ def test_process_job_streams_events_and_logs(qtbot, runner):
         job = runner.submit("child log", jobs.logging_job, process=True)
     assert blocker.args[1] != os.getpid(), "ran in another process"
     assert any("hello from pid" in line for line in job.log)
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="POSIX priorities")
+def test_background_jobs_run_below_the_gui_and_leave_it_a_core(qtbot, runner):
+    """Issue 40: a thread job's thread and a process job's child run 10 nice levels below the
+    GUI (the GUI thread keeps its own), and their torch pool leaves the GUI a core."""
+    gui = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    lower = min(19, gui + BACKGROUND_NICE)
+    with qtbot.waitSignal(runner.job_finished, timeout=PROCESS_TIMEOUT_MS) as blocker:
+        runner.submit("thread", jobs.priority_job)
+    thread = blocker.args[1]
+    assert thread["pid"] == os.getpid() and thread["nice"] == lower
+    assert thread["threads"] <= background_threads()
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == gui  # the GUI thread's own
+    with qtbot.waitSignal(runner.job_finished, timeout=PROCESS_TIMEOUT_MS) as blocker:
+        runner.submit("process", jobs.priority_job, process=True)
+    child = blocker.args[1]
+    assert child["pid"] != os.getpid() and child["nice"] == lower
+    assert child["threads"] <= background_threads()
 
 
 def test_process_segfault_and_exception_are_reported_and_app_survives(qtbot, runner):

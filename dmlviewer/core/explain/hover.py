@@ -5,7 +5,10 @@ Everything the GUI needs per mouse event is precomputed once per pair (a float32
 side) and every output buffer is preallocated, so one event is a handful of numpy/OpenCV calls
 on small arrays: the 4-row bilinear blend (grid alignment of :mod:`.grid`), an affine scaling to
 colour indices on the grid (exact, since bilinear weights sum to 1), ``cv2.resize``, a clip, a
-cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event.
+cast to uint8 and a 256-entry RGBA lookup. No torch, no allocation per event. A hover
+(:meth:`HoverRenderer.hover`) stops at the colour indices: the GUI looks them up once, in a
+table of premultiplied BGRA with its opacity baked in (:func:`premultiplied_table`, issue 40),
+so the overlay is resampled once, here, and coloured once, there.
 
 One pass per point (issue 30): :meth:`HoverRenderer.hover` gives the overlay, the point's share
 of the similarity and the value the top colour stands for from one bilinear blend;
@@ -23,7 +26,6 @@ they must outlive the event.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import cv2
@@ -68,21 +70,55 @@ def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tupl
     return max(1, round(h * s)), max(1, round(w * s))
 
 
-@dataclass
 class HoverPoint:
-    """What a hovered point shows on the other image, from one blend: ``rgba`` (the renderer's
-    buffer), ``share`` (the point's share of the similarity: its partial map's sum over the
-    renderer's ``share_total``; None without one) and ``peak`` (the value the top colour stands
-    for: the fixed scale, or the map's own maximum, or the rows' larger one with a shared scale;
-    None when the map is empty and drawn on its own scale, since no value stands for its top
-    colour then). ``empty``: the map has no value of the shown sign (a background point whose
-    partial map is all zero, issue 42 item 9). Each renderer owns one and overwrites it at
-    every point."""
+    """What a hovered point shows on the other image, from one blend: ``index`` (the overlay as
+    colour indices, ``H x W`` uint8, the renderer's buffer) and ``lut`` (the renderer's 256 x 4
+    RGBA table), ``rgba`` (the overlay as ``lut[index]``, made on first use only: a pane that
+    draws through :func:`premultiplied_table` never needs it), ``share`` (the point's share of
+    the similarity: its partial map's sum over the renderer's ``share_total``; None without one)
+    and ``peak`` (the value the top colour stands for: the fixed scale, or the map's own maximum,
+    or the rows' larger one with a shared scale; None when the map is empty and drawn on its own
+    scale, since no value stands for its top colour then). ``empty``: the map has no value of the
+    shown sign (a background point whose partial map is all zero, issue 42 item 9). Each
+    renderer owns one and overwrites it at every point."""
 
-    rgba: np.ndarray | None = None
-    share: float | None = None
-    peak: float | None = None
-    empty: bool = False
+    __slots__ = ("index", "lut", "share", "peak", "empty", "_rgba", "_fill")
+
+    def __init__(self, rgba: np.ndarray | None = None, share: float | None = None,
+                 peak: float | None = None) -> None:
+        self.index: np.ndarray | None = None
+        self.lut: np.ndarray | None = None
+        self.share, self.peak = share, peak
+        self.empty = False
+        self._rgba = rgba
+        self._fill = None  # the renderer's colouring of ``index`` into its RGBA buffer
+
+    @property
+    def rgba(self) -> np.ndarray | None:
+        if self._rgba is None and self._fill is not None:
+            self._rgba = self._fill()
+        return self._rgba
+
+    def _indexed(self, index: np.ndarray, lut: np.ndarray, fill) -> None:
+        self.index, self.lut, self._fill, self._rgba = index, lut, fill, None
+
+
+def premultiplied_table(lut: np.ndarray, opacity: float = 1.0) -> np.ndarray:
+    """``lut`` (256 x 4 RGBA, straight alpha) as 256 uint32 premultiplied ``0xAARRGGBB`` values
+    with ``opacity`` baked into the alpha: taken through an index image, the result's bytes
+    are B, G, R, A on a little-endian machine, the layout of Qt's ``ARGB32_Premultiplied``
+    (drawn without a per-pixel conversion). Alpha ``a = round(A * opacity)``, colours
+    ``round(c * a / 255)``: the straight-alpha blend ``c * (A / 255) * opacity + dst * (1 - ...)``
+    up to rounding."""
+    lut = np.asarray(lut, dtype=np.float64)
+    if lut.shape != (256, 4):
+        raise ValueError(f"colour look-up table must be 256 x 4, got {lut.shape}")
+    if not 0.0 <= opacity <= 1.0:
+        raise ValueError(f"opacity must be in [0, 1], got {opacity}")
+    a = np.round(lut[:, 3] * opacity)
+    r, g, b = (np.round(lut[:, k] * a / 255.0) for k in range(3))
+    return (a.astype(np.uint32) << 24 | r.astype(np.uint32) << 16 | g.astype(np.uint32) << 8
+            | b.astype(np.uint32))
 
 
 class HoverRenderer:
@@ -127,6 +163,7 @@ class HoverRenderer:
         lut = colormap_lut() if lut is None else np.ascontiguousarray(lut, dtype=np.uint8)
         if lut.shape != (256, 4):
             raise ValueError(f"colour look-up table must be 256 x 4 uint8, got {lut.shape}")
+        self.lut = lut
         self._lut32 = lut.view(np.uint32).reshape(256)
         h, w = self.target_grid
         height, width = self.target_shape
@@ -172,7 +209,7 @@ class HoverRenderer:
         grid = self.grid_map(x, y)
         point = self.point
         scale = self.scale if scale is None else scale
-        point.rgba = self.colour(grid, scale)
+        point._indexed(self.indices(grid, scale), self.lut, self._take)
         point.empty = not (float(np.abs(grid).max()) if self.signed else float(grid.max())) > 0
         point.peak = None if point.empty and scale is None else self.last_scale
         total = self.share_total
@@ -187,6 +224,12 @@ class HoverRenderer:
         """Colour-map an ``h x w`` map on the target grid to the target size (internal buffer):
         ``[0, s]`` (or ``[-s, s]`` when signed) over the table, ``s = scale`` or the map's own
         maximum."""
+        self.indices(grid, scale)
+        return self._take()
+
+    def indices(self, grid: np.ndarray, scale: float | None = None) -> np.ndarray:
+        """The colour indices :meth:`colour` looks up (``H x W`` uint8, internal buffer): the map
+        scaled to ``[0, 255]`` on the grid, upsampled once (bilinear) to the target size."""
         s = scale
         if s is None:
             s = float(np.abs(grid).max()) if self.signed else float(grid.max())
@@ -202,6 +245,10 @@ class HoverRenderer:
         cv2.resize(self._scaled, (width, height), dst=self._up, interpolation=cv2.INTER_LINEAR)
         np.clip(self._up, 0.0, 255.0, out=self._up)
         np.copyto(self._index, self._up, casting="unsafe")
+        return self._index
+
+    def _take(self) -> np.ndarray:
+        """The RGBA buffer filled from the index buffer through the table."""
         np.take(self._lut32, self._index, out=self._rgba32, mode="clip")
         return self._rgba
 
@@ -252,7 +299,9 @@ class DifferenceRenderer:
     def hover(self, x: float, y: float, scale: float | None = None) -> HoverPoint:
         """A minus B at the point (:attr:`point`: the overlay and its largest ``|A - B|`` or
         fixed scale as ``peak``; no share)."""
-        self.point.rgba = self.render(x, y, scale)
+        out = self._out
+        self.point._indexed(out.indices(self.grid_map(x, y), out.scale if scale is None else scale), out.lut,
+                            out._take)
         self.point.peak = self.last_scale
         return self.point
 

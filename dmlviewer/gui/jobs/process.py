@@ -16,6 +16,7 @@ import signal
 import threading
 from typing import Any, Callable
 
+from dmlviewer.core.background import yield_to_foreground
 from dmlviewer.core.progress import CancelToken, Progress, run_job
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,10 @@ def child_main(factory: Any, conn: Any, cancel_event: Any) -> None:
     re-imports torch and the project, for every epoch's training loader and every evaluation's
     loaders. That made a training run from the app take 2.4 to 5 times as long as the same
     run from the command line (``bench train-gui``). The job gets the platform's default
-    method back (fork on Linux, as on the command line)."""
+    method back (fork on Linux, as on the command line). The child runs below the GUI's CPU
+    priority with a core left to it (``core.background``)."""
     multiprocessing.set_start_method(None, force=True)
+    yield_to_foreground(whole_process=True)
     lock = threading.Lock()
 
     def send(message: tuple) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
+from dmlviewer.core.background import yield_to_foreground
 from dmlviewer.core.progress import JobFactory, Progress, run_job
 from dmlviewer.gui.jobs.job import Job, JobState
 from dmlviewer.gui.jobs.process import ChildProcess
@@ -49,6 +50,8 @@ class _JobThread(QThread):
 
     def run(self) -> None:  # noqa: D102 - QThread entry point
         try:
+            if self.child is None:  # a child lowers its own (it would inherit this thread's)
+                yield_to_foreground()
             if self.child is not None:
                 status, payload = self.child.run(self.event.emit)
             else:

@@ -363,7 +363,7 @@ class GroupTabs(QWidget):
         link.renderers = row.renderers
         link.colorbar = ("jet", False, (0.0, row.scale), f"group {group}: contribution to the cosine")
         link.readout = lambda p: (None if p.share is None
-                                  else f"<b>{100.0 * p.share:+.1f}%</b> of the similarity (group {group})")
+                                  else f"{100.0 * p.share:+.1f}% of the similarity (group {group})")
 
     def _describe(self, side: int | None, x: float, y: float, _point, pinned: bool) -> str | None:
         if side is None:

@@ -239,7 +239,10 @@ class HoverLink(QObject):
             if point is None:
                 pane.clear_overlay()
                 continue
-            pane.set_rgba(point.rgba)
+            if point.index is not None:  # the core's colour indices: one look-up into the pane's buffer
+                pane.set_indexed(point.index, point.lut)
+            else:
+                pane.set_rgba(point.rgba)
             if row.colorbar is not None:
                 pane.set_colorbar(*row.colorbar)
             pane.show_readout(row.readout(point) if row.readout is not None else None)

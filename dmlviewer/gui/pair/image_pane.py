@@ -5,10 +5,16 @@ view coordinates, y down, aspect locked. View coordinates are pixel *edges*; the
 coordinates put pixel ``k``'s centre at ``k`` (``dmlviewer.core.explain.grid``), so a point
 ``(x, y)`` of the core sits at view ``(x + 0.5, y + 0.5)``. Signals carry core coordinates.
 
-Overlays are a second ``ImageItem`` stretched over the image (any resolution): either a float
-map drawn with fixed levels and a 256-entry RGBA look-up table (:meth:`ImagePane.set_map`) or
-an RGBA image already colour-mapped by the core's hover renderer
-(:meth:`ImagePane.set_rgba`). Neither path computes levels from the data.
+Overlays are stretched over the image (any resolution): either a float map drawn by an
+``ImageItem`` with fixed levels and a 256-entry RGBA look-up table (:meth:`ImagePane.set_map`,
+the overall maps) or a hovered point's partial map (:meth:`ImagePane.set_indexed`, the core
+renderer's colour indices; :meth:`ImagePane.set_rgba`), written into one premultiplied
+``ARGB32`` buffer per pane with the opacity baked into its table and drawn by a light item as
+one unconverted blit (issue 40). Neither path computes levels from the data.
+
+The crosshair and the pin are drawn in the view's foreground (:class:`PaneGraphics`), in
+viewport pixels: moving them repaints two thin strips, with no item of theirs to bound, map
+or paint in Python. The read-out is plain text.
 
 Mouse: plain moves over the viewport are handled by an event filter (``hovered(x, y)``,
 ``left()``) and consumed, which spares pyqtgraph's per-move hover search; a left click is
@@ -22,14 +28,16 @@ from __future__ import annotations
 import functools
 import html
 import re
+from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath
+from PySide6.QtCore import QEvent, QObject, QPointF, QRect, QRectF, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QRegion
 from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout,
                                QWidget)
 
+from dmlviewer.core.explain.hover import premultiplied_table
 from dmlviewer.core.scene.scene import PIN_COLOUR
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
 from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
@@ -42,6 +50,15 @@ MARKER_COLORS = [
 
 
 _DIGITS = re.compile(r"\d")
+_TAGS = re.compile(r"<[^>]*>")
+
+
+def plain_text(text: str) -> str:
+    """A read-out as plain text: a rich-text one (``<b>``, ``<br>``) has its line breaks kept
+    and its tags dropped, so that the label never parses HTML per hover event."""
+    if "<" not in text and "&" not in text:
+        return text
+    return html.unescape(_TAGS.sub("", text.replace("<br>", "\n")))
 
 
 @functools.lru_cache(maxsize=8)
@@ -98,23 +115,104 @@ class PaneViewBox(pg.ViewBox):
         super().mouseDragEvent(ev, axis)
 
 
-class OverlayItem(pg.ImageItem):
-    """The overlay ``ImageItem``; a new image marks the viewport area under it for repainting
-    directly. ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport
-    one event loop pass later: a repaint of the viewport in between (the hover benchmark's, or
-    another pane's synchronous repaint, which paints the whole window's pending areas) was then
-    followed by a second paint of the same pixels (issue 24)."""
+class PartialOverlay(QGraphicsItem):
+    """A hovered point's partial map: a premultiplied ``ARGB32`` image over the pane's own
+    buffer (rewritten in place per event, no copy, no conversion when drawn), stretched over
+    the photograph's rectangle."""
 
     def __init__(self, graphics: pg.GraphicsView) -> None:
-        super().__init__(axisOrder="row-major")
+        super().__init__()
         self._graphics = graphics
+        self._rect = QRectF()
+        self.buffer: np.ndarray | None = None  # H x W uint32, 0xAARRGGBB premultiplied
+        self._image: QImage | None = None
 
-    def update(self, *args) -> None:
-        if args or self.scene() is None or not self.isVisible():
-            super().update(*args)
+    def buffer_for(self, shape: tuple[int, int]) -> np.ndarray:
+        """The buffer to write an ``H x W`` overlay into (a new one when the shape changes)."""
+        if self.buffer is None or self.buffer.shape != tuple(shape):
+            self.buffer = np.zeros(shape, dtype=np.uint32)
+            h, w = self.buffer.shape
+            self._image = QImage(self.buffer.data, w, h, 4 * w, QImage.Format_ARGB32_Premultiplied)
+        return self.buffer
+
+    def set_rect(self, rect: QRectF) -> None:
+        if rect != self._rect:
+            self.prepareGeometryChange()
+            self._rect = QRectF(rect)
+
+    def changed(self) -> None:
+        """The buffer was rewritten: mark the viewport area under it for repainting directly.
+        ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport one
+        event loop pass later: a paint of the window's pending areas in between (another pane's
+        synchronous repaint) was then followed by a second paint of the same pixels (issue 24)."""
+        if self.scene() is not None and self.isVisible():
+            area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
+            self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 - Qt API
+        return self._rect
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        if self._image is not None:
+            painter.drawImage(self._rect, self._image)
+
+
+#: The pin's star, 16 px across (pyqtgraph's "star" symbol, as the pin used to be drawn).
+PIN_SIZE = 16
+
+
+class PaneGraphics(pg.GraphicsLayoutWidget):
+    """The pane's graphics view; it draws the crosshair and the pin over the scene in viewport
+    pixels (``drawForeground``), clipped to the view box."""
+
+    def __init__(self, view_rect: Callable[[], QRect], to_viewport: Callable[[float, float], QPointF]) -> None:
+        super().__init__()
+        self._view_rect, self._to_viewport = view_rect, to_viewport
+        self.crosshair: tuple[float, float] | None = None  # core coordinates
+        self.pin: tuple[float, float] | None = None
+        self._cross_pen = pg.mkPen("#ffffff", width=1, style=Qt.DashLine, cosmetic=True)
+        self._pin_pen = pg.mkPen("k", width=1, cosmetic=True)
+        self._pin_brush = pg.mkBrush(PIN_COLOUR)
+        from pyqtgraph.graphicsItems.ScatterPlotItem import Symbols
+
+        self._star = Symbols["star"]
+
+    def marks_region(self) -> QRegion:
+        """Viewport pixels the crosshair and the pin cover now (to repaint when they move)."""
+        region = QRegion()
+        box = self._view_rect()
+        if self.crosshair is not None:
+            p = self._to_viewport(*self.crosshair)
+            x, y = int(p.x()), int(p.y())
+            region += QRect(x - 2, box.top(), 5, box.height())
+            region += QRect(box.left(), y - 2, box.width(), 5)
+        if self.pin is not None:
+            p = self._to_viewport(*self.pin)
+            r = PIN_SIZE // 2 + 3
+            region += QRect(int(p.x()) - r, int(p.y()) - r, 2 * r + 1, 2 * r + 1)
+        return region
+
+    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:  # noqa: N802 - Qt API
+        if self.crosshair is None and self.pin is None:
             return
-        area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
-        self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
+        painter.save()
+        painter.resetTransform()
+        box = self._view_rect()
+        painter.setClipRect(box)
+        if self.crosshair is not None:
+            p = self._to_viewport(*self.crosshair)
+            painter.setPen(self._cross_pen)
+            painter.drawLine(QPointF(p.x(), box.top()), QPointF(p.x(), box.bottom() + 1))
+            painter.drawLine(QPointF(box.left(), p.y()), QPointF(box.right() + 1, p.y()))
+        if self.pin is not None:
+            p = self._to_viewport(*self.pin)
+            painter.setRenderHint(QPainter.Antialiasing)
+            painter.translate(p)
+            painter.scale(PIN_SIZE, PIN_SIZE)
+            painter.setPen(self._pin_pen)
+            painter.setBrush(self._pin_brush)
+            painter.drawPath(self._star)
+        painter.restore()
 
 
 class ImagePane(QWidget):
@@ -131,7 +229,7 @@ class ImagePane(QWidget):
         self.title.setObjectName("paneTitle")
         # A long caption must not widen the pane (the two panes share the width equally).
         self.title.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics = PaneGraphics(self._view_rect, self._to_viewport)
         self.graphics.setBackground("#1e1e1e")
         self.graphics.ci.setContentsMargins(2, 2, 2, 2)
         self.view = PaneViewBox()
@@ -149,23 +247,29 @@ class ImagePane(QWidget):
         # The photograph only changes with the pair or the zoom: keep it rendered at screen
         # resolution so that a hover repaints the overlay, not the scaled photograph.
         self.image_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-        self.overlay_item = OverlayItem(self.graphics)
+        # The overall maps change with the display, not per hover: kept rendered at screen
+        # resolution like the photograph, so the crosshair's strips over them are blits from
+        # the cache, not pyqtgraph paints (issue 40).
+        self.overlay_item = pg.ImageItem(axisOrder="row-major")
+        self.overlay_item.setCacheMode(QGraphicsItem.DeviceCoordinateCache)
         self.overlay_item.setAutoDownsample(False)
         self.overlay_item.setZValue(10)
         self.overlay_item.setOpacity(0.6)
+        self.partial_item = PartialOverlay(self.graphics)
+        self.partial_item.setZValue(10)
+        self.partial_item.hide()
+        self._opacity = 0.6  # baked into the partial overlay's table
+        self._table: tuple[bytes, float, np.ndarray] | None = None  # (lut bytes, opacity, table)
+        self._shown_index: tuple[np.ndarray, np.ndarray] | None = None  # (index, lut) drawn
+        self._straight: np.ndarray | None = None  # the RGBA drawn by set_rgba
         self.view.addItem(self.image_item)
         self.view.addItem(self.overlay_item, ignoreBounds=True)
+        self.view.addItem(self.partial_item, ignoreBounds=True)
 
-        pen = pg.mkPen("#ffffff", width=1, style=Qt.DashLine, cosmetic=True)
-        self.vline = pg.InfiniteLine(angle=90, pen=pen, movable=False)
-        self.hline = pg.InfiniteLine(angle=0, pen=pen, movable=False)
-        self.pin_item = pg.ScatterPlotItem(size=16, symbol="star", pen=pg.mkPen("k", width=1),
-                                           brush=pg.mkBrush(PIN_COLOUR))
         self.marker_item = pg.ScatterPlotItem(size=11, pen=pg.mkPen("k", width=1))
-        for z, item in ((20, self.vline), (20, self.hline), (25, self.pin_item), (22, self.marker_item)):
-            item.setZValue(z)
-            item.hide()
-            self.view.addItem(item, ignoreBounds=True)
+        self.marker_item.setZValue(22)
+        self.marker_item.hide()
+        self.view.addItem(self.marker_item, ignoreBounds=True)
         self._marker_labels: list[pg.TextItem] = []
         # Outlines of grid cells over the map (where a sparse group map's share is, issue 42 item 6).
         self.cells_item = QGraphicsPathItem()
@@ -194,7 +298,7 @@ class ImagePane(QWidget):
         self.message.hide()
         self.readout = QLabel(self.graphics)
         self.readout.setObjectName("paneReadout")
-        self.readout.setTextFormat(Qt.RichText)
+        self.readout.setTextFormat(Qt.PlainText)
         self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
         self.readout.move(6, 4)
         self.readout.hide()
@@ -260,9 +364,8 @@ class ImagePane(QWidget):
         values = np.ascontiguousarray(values, dtype=np.float32)
         if self._lut is None:
             self.set_lut(overlay_lut("jet"))
-        elif self.overlay_item.lut is None:
-            self.overlay_item.setLookupTable(self._lut)
         self.overlay_item.setImage(values, autoLevels=False, levels=levels)
+        self._show_partial(False)
         self._fit_overlay(values.shape[:2])
 
     def set_cells(self, mask: np.ndarray | None) -> None:
@@ -281,17 +384,56 @@ class ImagePane(QWidget):
         self.cells_item.setPath(path.simplified())  # the regions' outlines, not every cell's
         self.cells_item.show()
 
-    def set_rgba(self, rgba: np.ndarray) -> None:
-        """Overlay an H x W x 4 uint8 image that is already colour-mapped (no levels, no LUT)."""
+    def set_indexed(self, index: np.ndarray, lut: np.ndarray) -> None:
+        """Overlay ``lut[index]`` (``index``: H x W uint8 colour indices, e.g. the core hover
+        renderer's buffer; ``lut``: 256 x 4 RGBA, straight alpha): one table look-up into the
+        pane's premultiplied buffer, the opacity baked into the table."""
         if self.cells is not None:  # outlines belong to a static map, not to a hover map
             self.set_cells(None)
-        if self.overlay_item.lut is not None:
-            self.overlay_item.setLookupTable(None, update=False)
-        self.overlay_item.setImage(rgba, autoLevels=False, levels=None)
+        table = self._premultiplied(lut)
+        np.take(table, index, out=self.partial_item.buffer_for(index.shape), mode="clip")
+        self._shown_index = (index, lut)
+        self._show_partial(True)
+        self._fit_overlay(index.shape[:2])
+        self.partial_item.changed()
+
+    def set_rgba(self, rgba: np.ndarray) -> None:
+        """Overlay an H x W x 4 uint8 image that is already colour-mapped (straight alpha)."""
+        if self.cells is not None:  # outlines belong to a static map, not to a hover map
+            self.set_cells(None)
+        rgba = np.ascontiguousarray(rgba, dtype=np.uint8)
+        shape = rgba.shape[:2]
+        self._shown_index, self._straight = None, rgba
+        flat = rgba.reshape(-1, 4).astype(np.float64)
+        a = np.round(flat[:, 3] * self._opacity)
+        packed = a.astype(np.uint32) << 24
+        for k, shift in ((0, 16), (1, 8), (2, 0)):
+            packed |= np.round(flat[:, k] * a / 255.0).astype(np.uint32) << shift
+        np.copyto(self.partial_item.buffer_for(shape), packed.reshape(shape))
+        self._show_partial(True)
         self._fit_overlay(rgba.shape[:2])
+        self.partial_item.changed()
+
+    def _premultiplied(self, lut: np.ndarray) -> np.ndarray:
+        """``lut`` as the premultiplied table at the pane's opacity (cached: built once per
+        colour map and opacity, compared by value)."""
+        key = lut.tobytes()
+        if self._table is None or self._table[0] != key or self._table[1] != self._opacity:
+            self._table = (key, self._opacity, premultiplied_table(lut, self._opacity))
+        return self._table[2]
+
+    def _show_partial(self, shown: bool) -> None:
+        self.partial_item.setVisible(shown)
+        self.overlay_item.setVisible(not shown)
 
     def overlay_image(self) -> np.ndarray | None:
-        """The array the overlay item currently shows (None when hidden)."""
+        """What the overlay shows (None when hidden): the overall map's float array, or a
+        partial map as straight RGBA (``H x W x 4`` uint8)."""
+        if self.partial_item.isVisible():
+            if self._shown_index is None:
+                return self._straight
+            index, lut = self._shown_index
+            return np.asarray(lut, dtype=np.uint8)[index]
         return self.overlay_item.image if self.overlay_item.isVisible() else None
 
     def clear_overlay(self) -> None:
@@ -300,15 +442,31 @@ class ImagePane(QWidget):
         jumped each time a map was computing (Grad-CAM weights, occlusion) and back after."""
         self.overlay_item.hide()
         self.set_cells(None)
+        self.partial_item.hide()
         self.colorbar.setOpacity(0.0)
         self.readout.hide()
+
+    @property
+    def overlay_shown(self) -> bool:
+        """Whether an overlay (overall or partial map) is drawn."""
+        return self.partial_item.isVisible() or self.overlay_item.isVisible()
 
     @property
     def colorbar_shown(self) -> bool:
         return self.colorbar.isVisible() and self.colorbar.opacity() > 0
 
+    @property
+    def opacity(self) -> float:
+        return self._opacity
+
     def set_opacity(self, opacity: float) -> None:
+        self._opacity = float(opacity)
         self.overlay_item.setOpacity(opacity)
+        if self.partial_item.isVisible():  # the shown partial map again, with the new table
+            if self._shown_index is not None:
+                self.set_indexed(*self._shown_index)
+            else:
+                self.set_rgba(self._straight)
 
     def set_colorbar(self, name: str, signed: bool, levels: tuple[float, float], label: str = "") -> None:
         """Colour bar for the overlay; a no-op when nothing changed (hover calls it per event)."""
@@ -353,21 +511,24 @@ class ImagePane(QWidget):
         self.message.show()
         self.message.raise_()
 
-    def show_readout(self, html: str | None) -> None:
+    def show_readout(self, text: str | None) -> None:
         """A short read-out in the view's top-left corner (the hovered point's share of the
-        similarity, beside the colour bar that shows its map); None hides it."""
-        if not html:
+        similarity, beside the colour bar that shows its map), plain text (lines split by
+        ``\\n``; rich text is made plain, see :func:`plain_text`); None hides it."""
+        if not text:
             self.readout.hide()
             return
-        if html != self.readout.text():
-            self.readout.setText(html)
+        text = plain_text(text)
+        if text != self.readout.text():
+            self.readout.setText(text)
             # Digits have one width (tabular figures): a text that differs from the last placed
             # one in its digits only keeps the label's size, so hovering does not lay it out
             # again per event (issue 24).
-            if _DIGITS.sub("0", html) != self._readout_key:
+            if _DIGITS.sub("0", text) != self._readout_key:
                 self._place_readout()
-        self.readout.show()
-        self.readout.raise_()
+        if not self.readout.isVisible():  # raising it again per event repainted the whole view
+            self.readout.show()
+            self.readout.raise_()
 
     def _place_readout(self) -> None:
         """Size the read-out to its text, but no wider than the view left of the colour bar: on
@@ -383,22 +544,39 @@ class ImagePane(QWidget):
             label.resize(room, label.heightForWidth(room))
 
     # -- marks
+    @property
+    def crosshair(self) -> tuple[float, float] | None:
+        """The crosshair's point (core coordinates), None when not drawn."""
+        return self.graphics.crosshair
+
+    @property
+    def pin(self) -> tuple[float, float] | None:
+        """The pin's point (core coordinates), None when not drawn."""
+        return self.graphics.pin
+
     def set_crosshair(self, point: tuple[float, float] | None) -> None:
-        if point is None:
-            self.vline.hide()
-            self.hline.hide()
-            return
-        self.vline.setPos(point[0] + 0.5)
-        self.hline.setPos(point[1] + 0.5)
-        self.vline.show()
-        self.hline.show()
+        self._move_marks(point, self.graphics.pin)
 
     def set_pin(self, point: tuple[float, float] | None) -> None:
-        if point is None:
-            self.pin_item.hide()
+        self._move_marks(self.graphics.crosshair, point)
+
+    def _move_marks(self, crosshair, pin) -> None:
+        """Repaint the strips the crosshair and the pin leave and those they take."""
+        g = self.graphics
+        if (crosshair, pin) == (g.crosshair, g.pin):
             return
-        self.pin_item.setData([point[0] + 0.5], [point[1] + 0.5])
-        self.pin_item.show()
+        before = g.marks_region() if g.isVisible() else None
+        g.crosshair, g.pin = crosshair, pin
+        if before is not None:
+            g.viewport().update(before + g.marks_region())
+
+    def _view_rect(self) -> QRect:
+        """The view box's rectangle in viewport pixels (where the marks are clipped)."""
+        return self.graphics.mapFromScene(self.view.sceneBoundingRect()).boundingRect()
+
+    def _to_viewport(self, x: float, y: float) -> QPointF:
+        """Core image coordinates -> viewport pixels (float)."""
+        return self.graphics.viewportTransform().map(self.view.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
 
     def set_markers(self, points: list[tuple[float, float]]) -> None:
         """Numbered markers (1, 2, ...) at core coordinates, coloured by MARKER_COLORS."""
@@ -497,10 +675,13 @@ class ImagePane(QWidget):
         m.move(max(0, (g.width() - m.width()) // 2), max(0, (g.height() - m.height()) // 2))
 
     def _fit_overlay(self, shape: tuple[int, int]) -> None:
-        if self.shape is not None and self._overlay_shape != (shape, self.shape):
-            self.overlay_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
-            self._overlay_shape = (shape, self.shape)
-        self.overlay_item.show()
+        """Stretch the shown overlay (``shape``) over the photograph; show the colour bar."""
+        if self.shape is not None:
+            if self.partial_item.isVisible():
+                self.partial_item.set_rect(QRectF(0, 0, self.shape[1], self.shape[0]))
+            elif self._overlay_shape != (shape, self.shape):
+                self.overlay_item.setRect(QRectF(0, 0, self.shape[1], self.shape[0]))
+                self._overlay_shape = (shape, self.shape)
         self.colorbar.setOpacity(1.0)
 
     def _on_click(self, ev) -> None:

@@ -13,7 +13,7 @@ from dmlviewer.core.explain.grid import (
     region_cell_weights,
     upsample,
 )
-from dmlviewer.core.explain.hover import HoverRenderer, colormap_lut
+from dmlviewer.core.explain.hover import DifferenceRenderer, HoverRenderer, colormap_lut, premultiplied_table
 from dmlviewer.core.explain.matches import top_matches
 
 
@@ -157,3 +157,32 @@ def test_pair_scale_lets_only_the_strongest_points_saturate():
     assert pair_scale(flat) == pytest.approx(0.2)
     assert pair_scale(np.zeros((4, 4), np.float32)) == 1.0
     assert pair_scale(tensor.reshape(10, 10, 12, 10), saturate=0.05) == pytest.approx(scale)  # h x w x h x w form
+
+
+def test_a_hover_gives_colour_indices_and_the_rgba_only_on_demand():
+    """Issue 40: a hover stops at the colour indices (the GUI colours them once); the RGBA the
+    point gives on demand is the renderer's render() of the same point."""
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(36, 49)).astype(np.float32)
+    a = HoverRenderer(rows, (60, 60), (6, 6), (70, 70), (7, 7))
+    b = HoverRenderer(rows[::-1].copy(), (60, 60), (6, 6), (70, 70), (7, 7))
+    point = a.hover(20.0, 33.0)
+    assert point.index is not None and point.index.shape == (70, 70) and point.index.dtype == np.uint8
+    np.testing.assert_array_equal(point.lut[point.index], point.rgba)
+    np.testing.assert_array_equal(point.rgba, a.render(20.0, 33.0))
+    diff = DifferenceRenderer(a, b).hover(5.0, 50.0)
+    np.testing.assert_array_equal(diff.lut[diff.index], DifferenceRenderer(a, b).render(5.0, 50.0))
+
+
+def test_the_premultiplied_table_is_qt_argb32_premultiplied_with_the_opacity_baked_in():
+    lut = colormap_lut("jet")
+    lut[:, 3] = np.arange(256)
+    table = premultiplied_table(lut, 0.6)
+    assert table.dtype == np.uint32 and table.shape == (256,)
+    for k in (0, 1, 77, 128, 255):
+        alpha = round(int(lut[k, 3]) * 0.6)
+        want = [round(int(lut[k, c]) * alpha / 255) for c in (2, 1, 0)] + [alpha]  # bytes B, G, R, A
+        assert list(table[k : k + 1].view(np.uint8)) == want
+    assert not premultiplied_table(lut, 0.0).any()
+    with pytest.raises(ValueError, match="opacity"):
+        premultiplied_table(lut, 1.5)
