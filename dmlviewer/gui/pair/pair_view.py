@@ -95,6 +95,21 @@ class PairImages:
     cross_view: bool = False
     #: the panorama's true heading in degrees (``headings.csv``), None when unknown
     true_heading: float | None = None
+    #: model B's own reference and its caption (issue 41: A's and B's top-1 of one query);
+    #: None: every row shows ``reference``
+    reference_b: np.ndarray | None = None
+    reference_b_title: str = "Reference"
+
+    def row_reference(self, k: int) -> tuple[np.ndarray, str]:
+        """The reference photograph of row ``k`` (0: A, 1: B) and its caption."""
+        if k > 0 and self.reference_b is not None:
+            return self.reference_b, self.reference_b_title
+        return self.reference, self.reference_title
+
+    @property
+    def own_references(self) -> bool:
+        """Does model B's row show a reference of its own?"""
+        return self.reference_b is not None
 
 
 class PairView(RowController, PairMaps, QWidget):
@@ -218,7 +233,7 @@ class PairView(RowController, PairMaps, QWidget):
             self.row_splitter.addWidget(row.splitter)
             row.splitter.splitterMoved.connect(self._update_lines)
             if self.images is not None:  # a row made for a pair already on screen
-                row.set_images(self.images.query, self.images.reference)
+                row.set_images(self.images.query, self.images.row_reference(k)[0])
             opacity = float(self.display.opacity)
             for pane in row.panes:
                 pane.set_opacity(opacity)
@@ -274,7 +289,13 @@ class PairView(RowController, PairMaps, QWidget):
     @property
     def difference(self) -> bool:
         """Does the second row show A minus B (instead of B's own maps)?"""
-        return self.comparing and self.display.row_b == "difference"
+        return self.comparing and self.display.row_b == "difference" and not self.own_references
+
+    @property
+    def own_references(self) -> bool:
+        """Does model B's row show its own reference (then A minus B is not defined on it:
+        the rows show their own maps)?"""
+        return self.images is not None and self.images.own_references
 
     @property
     def shared_scale(self) -> bool:
@@ -389,8 +410,8 @@ class PairView(RowController, PairMaps, QWidget):
             for row in self.rows[1:]:
                 row.set_state("empty")
             return
-        for row in self._made:
-            row.set_images(images.query, images.reference)
+        for k, row in enumerate(self._made):
+            row.set_images(images.query, images.row_reference(k)[0])
         self._update_titles()
         self._prepare()
 
@@ -432,13 +453,17 @@ class PairView(RowController, PairMaps, QWidget):
         a = "<b>A</b> · " if self.comparing else ""
         for pane, title in zip(self.panes, (images.query_title, images.reference_title)):
             pane.set_title(a + title)
-        # the other rows show the same two images as row A: their captions name the model and
-        # the role only, so that the model's name is not cut off (the whole caption is the tooltip)
-        for row in self.rows[1:]:
+        # the other rows show the same query as row A and the same reference, or their own: their
+        # captions name the model and the role only (and, with its own reference, its file), so
+        # that the model's name is not cut off (the whole caption is the tooltip)
+        for k, row in enumerate(self.rows[1:], 1):
             b = (f"<b>A − {row.letter}</b> · " if self.difference
                  else f"<b>{row.letter}</b> {html.escape(row.name)} · ")
-            for pane, title in zip(row.panes, (images.query_title, images.reference_title)):
-                pane.set_title(b + _role(title), tooltip=b + title)
+            reference_title = images.row_reference(k)[1]
+            short = (_role(images.query_title),
+                     reference_title if images.own_references else _role(reference_title))
+            for pane, title, brief in zip(row.panes, (images.query_title, reference_title), short):
+                pane.set_title(b + brief, tooltip=b + title)
 
     def swap(self) -> None:
         """Exchange the roles: the reference becomes the query (the explanation, captions and
@@ -448,7 +473,7 @@ class PairView(RowController, PairMaps, QWidget):
         if self.swap_handler is not None:
             self.swap_handler()
             return
-        i = self.images
+        i = self.images  # model B's own reference, if any, goes: both rows on the swapped pair
         self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
 
     # -- preparation
@@ -475,7 +500,8 @@ class PairView(RowController, PairMaps, QWidget):
             self.info.setText("Open a checkpoint to explain the pair.")
 
     def _show_similarity_info(self) -> None:
-        line, tooltip, short, detail = similarity_info(self.explanation, self.rows[1:] if self.comparing else [])
+        line, tooltip, short, detail = similarity_info(self.explanation, self.rows[1:] if self.comparing else [],
+                                                   self.own_references)
         self.info.setText(line)
         self.info.setToolTip(tooltip)
         self.rule_label.setText(short)
