@@ -599,7 +599,8 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     """Issue 41 item 2: a click on a broken or fixed query of the "What changed" tab shows row A
     on (query, A's top-1) and row B on (query, B's top-1): each row's photographs, captions and
     similarity (the model's cosine of its own pair) and hover (each model's partial map on its
-    own reference); the browser marks both references, Export View draws each row's own
+    own reference; a point of a reference only on the row showing it); the browser marks both
+    references, Export View draws each row's own
     reference, Swap goes back to one pair; a bad ``reference_b`` from Python changes nothing."""
     from dmlviewer.core.data import load_dataset_image
     from dmlviewer.core.explain.localization import embed_images
@@ -647,6 +648,28 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     assert shown_b.shape[:2] == overlay_shape(row_b.explanation.image_shape_reference)
     assert agree(row_a.panes[REFERENCE].overlay_image(), expected_partial(row_a.explanation, "query", x, y, lut)) > 0.98
     assert agree(shown_b, expected_partial(row_b.explanation, "query", x, y, lut)) > 0.98
+    # a point of a reference is drawn only on the row showing that reference
+    side, x, y = hover(row_b.panes[REFERENCE], view.link, 25.0, 20.0)
+    assert side == REFERENCE
+    assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference", x, y, lut)) > 0.98
+    overall_a = row_a.explanation.overall("decomposition", "query", "positive")
+    np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)  # A's own map stays
+    assert not row_a.panes[REFERENCE].vline.isVisible() and row_b.panes[REFERENCE].vline.isVisible()
+    side, x, y = hover(row_a.panes[REFERENCE], view.link, 25.0, 20.0)
+    assert agree(row_a.panes[QUERY].overlay_image(), expected_partial(row_a.explanation, "reference", x, y, lut)) > 0.98
+    overall_b = row_b.explanation.overall("decomposition", "query", "positive")
+    np.testing.assert_allclose(row_b.panes[QUERY].overlay_image(), overall_b, atol=1e-6)
+    assert not row_b.panes[REFERENCE].vline.isVisible()
+    # a click pins a point of B's reference on row B only
+    pane_b = row_b.panes[REFERENCE]
+    hover(pane_b, view.link, 25.0, 20.0)
+    QTest.mouseClick(pane_b.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(pane_b, 25.0, 20.0))
+    assert session.pinned is not None and session.pinned[0] == REFERENCE
+    assert row_b.panes[REFERENCE].pin_item.isVisible() and not row_a.panes[REFERENCE].pin_item.isVisible()
+    assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference",
+                                                                       *session.pinned[1:], lut)) > 0.98
+    np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)
+    view.link.unpin()
     # the browser marks the query and both references
     model = window.browser.model
     marks = {i: model.data(model.cell(model.row_of(i)), MARK_ROLE) for i in (query, top_a, top_b)}

@@ -234,6 +234,7 @@ class PairView(RowController, PairMaps, QWidget):
             row.splitter.splitterMoved.connect(self._update_lines)
             if self.images is not None:  # a row made for a pair already on screen
                 row.set_images(self.images.query, self.images.row_reference(k)[0])
+                row.link.reference = self._reference_key(k)
             opacity = float(self.display.opacity)
             for pane in row.panes:
                 pane.set_opacity(opacity)
@@ -251,6 +252,10 @@ class PairView(RowController, PairMaps, QWidget):
         row.set_state("empty")
         row.splitter.hide()
         self.link.set_row_shown(row.link, False)
+
+    def _reference_key(self, k: int) -> int:
+        """Which reference row ``k`` shows: 0 (the pair's) or 1 (model B's own)."""
+        return int(k > 0 and self.images is not None and self.images.own_references)
 
     @property
     def panes(self) -> tuple[ImagePane, ImagePane]:
@@ -412,6 +417,7 @@ class PairView(RowController, PairMaps, QWidget):
             return
         for k, row in enumerate(self._made):
             row.set_images(images.query, images.row_reference(k)[0])
+            row.link.reference = self._reference_key(k)  # a point of a reference: drawn on its rows only
         self._update_titles()
         self._prepare()
 
