@@ -640,6 +640,7 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     assert row_b.similarity == pytest.approx(cosines[1], abs=1e-4)
     assert window.similarity_label.text() == f"A {row_a.similarity:+.4f} · B {row_b.similarity:+.4f}"
     assert "on its own reference" in view.info.text()
+    assert not view.compare_view_combo.isEnabled()  # A − B needs one pair
     # hover on the query: each model's partial map on its own reference
     lut = overlay_lut(view.cmap_combo.currentData())
     side, x, y = hover(row_a.panes[QUERY], view.link, 20.0, 30.0)
@@ -688,3 +689,4 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     assert (session.query_index, session.reference_index, session.reference_b) == (top_a, query, None)
     wait_compare(qtbot, view)
     np.testing.assert_array_equal(row_b.panes[REFERENCE].image_item.image, load_dataset_image(ds, query))
+    assert view.compare_view_combo.isEnabled()

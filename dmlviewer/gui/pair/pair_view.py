@@ -418,6 +418,10 @@ class PairView(RowController, PairMaps, QWidget):
         for k, row in enumerate(self._made):
             row.set_images(images.query, images.row_reference(k)[0])
             row.link.reference = self._reference_key(k)  # a point of a reference: drawn on its rows only
+        # A minus B needs one pair: with B on its own reference the second row shows B's maps
+        self.compare_view_combo.setEnabled(not images.own_references)
+        self.compare_view_combo.setToolTip(self.toolbar_widget.compare_view_tip if not images.own_references else
+                                           "Model B shows its own reference: A − B needs one pair for both rows")
         self._update_titles()
         self._prepare()
 
