@@ -250,7 +250,8 @@ class Session:
 
     def set_model(self, model: Any, info: dict | None = None, source: "ModelSource | None" = None,
                   slot: str = "primary") -> None:
-        """Put ``model`` into ``slot`` (None empties the slot)."""
+        """Put ``model`` into ``slot`` (None empties the slot; emptying the compare slot drops
+        model B's own reference, with a pair event)."""
         if slot not in SLOTS:
             raise ValueError(f"unknown model slot {slot!r}: one of {', '.join(SLOTS)}")
         if model is None:
@@ -261,6 +262,8 @@ class Session:
             self.slots[slot] = ModelSlot(model, dict(info or {}), source, self._serials)
         self.generation += 1
         self.events.model.emit(slot)
+        if model is None and slot == "compare" and self.reference_b is not None:
+            self.set_pair(self.query_index, self.reference_index)
 
     def set_pair(self, query_index: int | None, reference_index: int | None,
                  reference_b: int | None = None) -> None:

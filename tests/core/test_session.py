@@ -337,6 +337,10 @@ def test_model_b_may_have_its_own_reference_and_a_bad_one_changes_nothing(tmp_pa
     assert s.reference_b is None and s.row_reference("compare") == 1 and len(heard["pair"]) == 2
     s.set_pair(0, 1, 1)  # model B's reference is A's: one reference for both rows
     assert s.reference_b is None and len(heard["pair"]) == 2
+    s.set_model(object(), slot="compare")
+    s.set_pair(0, 1, 3)
+    s.set_model(None, slot="compare")  # model B closed: its reference goes with it
+    assert (s.query_index, s.reference_index, s.reference_b) == (0, 1, None)
     s.set_pair(0, 1, 3)
     s.set_dataset(_dataset(4), str(tmp_path))
     assert s.reference_b is None

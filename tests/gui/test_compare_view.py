@@ -600,8 +600,8 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     on (query, A's top-1) and row B on (query, B's top-1): each row's photographs, captions and
     similarity (the model's cosine of its own pair) and hover (each model's partial map on its
     own reference; a point of a reference only on the row showing it); the browser marks both
-    references, Export View draws each row's own
-    reference, Swap goes back to one pair; a bad ``reference_b`` from Python changes nothing."""
+    references, Export View draws each row's own reference, Swap or Stop Comparing go back to
+    one pair; a bad ``reference_b`` from Python changes nothing."""
     from dmlviewer.core.data import load_dataset_image
     from dmlviewer.core.explain.localization import embed_images
     from dmlviewer.core.session import SessionError
@@ -690,3 +690,8 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     wait_compare(qtbot, view)
     np.testing.assert_array_equal(row_b.panes[REFERENCE].image_item.image, load_dataset_image(ds, query))
     assert view.compare_view_combo.isEnabled()
+    # Stop Comparing: model B's reference goes with it (no "RB" mark left)
+    session.set_pair(query, top_a, top_b)
+    window.compare.stop_action.trigger()
+    assert (session.query_index, session.reference_index, session.reference_b) == (query, top_a, None)
+    assert model.data(model.cell(model.row_of(top_b)), MARK_ROLE) is None
