@@ -412,9 +412,9 @@ class DatasetBrowser(QWidget):
         self._update_count()
 
     def set_marks(self, query: int | None, reference: int | None, reference_b: int | None = None) -> None:
-        """Mark the pair's images (and model B's own reference); the selection follows the query wherever it was picked (the
-        retrieval panel, the embedding view, a restored session), so the highlight is never left
-        on an image that is no longer the query."""
+        """Mark the pair's images (and model B's own reference); the selection follows the query
+        wherever it was picked (the retrieval panel, the embedding view, a restored session), so
+        the highlight is never left on an image that is no longer the query."""
         self.model.set_marks(query, reference, reference_b)
         if query is None:
             self.view.clearSelection()
