@@ -40,7 +40,10 @@ in the second row instead: the overall maps subtracted at image size, the partia
 :class:`~dmlviewer.core.explain.hover.DifferenceRenderer`, both on one symmetric scale with the
 diverging colour map. B's overall maps are those that come with its pair and the Grad-CAM
 family; grad-weight transfer and occlusion are shown for A only. The read-out gives both
-similarities.
+similarities. Model B's row may show a reference of its own (the session's ``reference_b``,
+``PairImages.reference_b``: A's and B's top-1 of one query, issue 41): it is prepared, titled
+and hovered on its own pair, a reference's point is drawn on its own row only, and Difference
+waits for one pair.
 """
 
 from __future__ import annotations
