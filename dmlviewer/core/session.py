@@ -175,6 +175,9 @@ class Session:
         self.slots: dict[str, ModelSlot] = {}
         self.query_index: int | None = None
         self.reference_index: int | None = None
+        #: model B's own reference (issue 41: A's and B's top-1 of one query), None: row B shows
+        #: ``reference_index`` as row A does
+        self.reference_b: int | None = None
         self.features: Any = None
         self.features_path: str | None = None
         self.features_chosen = False  # the feature file was opened by the user (not computed here)
@@ -231,7 +234,7 @@ class Session:
         self.generation += 1
         self.pair_generation += 1
         had_pair = self.query_index is not None or self.reference_index is not None
-        self.query_index = self.reference_index = None
+        self.query_index = self.reference_index = self.reference_b = None
         stale_features = self.features is not None and dataset is not None and not self.features_fit()
         if stale_features:
             log.info("closing %s: computed from another dataset", self.features_path)
@@ -247,7 +250,8 @@ class Session:
 
     def set_model(self, model: Any, info: dict | None = None, source: "ModelSource | None" = None,
                   slot: str = "primary") -> None:
-        """Put ``model`` into ``slot`` (None empties the slot)."""
+        """Put ``model`` into ``slot`` (None empties the slot; emptying the compare slot drops
+        model B's own reference, with a pair event)."""
         if slot not in SLOTS:
             raise ValueError(f"unknown model slot {slot!r}: one of {', '.join(SLOTS)}")
         if model is None:
@@ -258,20 +262,36 @@ class Session:
             self.slots[slot] = ModelSlot(model, dict(info or {}), source, self._serials)
         self.generation += 1
         self.events.model.emit(slot)
+        if model is None and slot == "compare" and self.reference_b is not None:
+            self.set_pair(self.query_index, self.reference_index)
 
-    def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
+    def set_pair(self, query_index: int | None, reference_index: int | None,
+                 reference_b: int | None = None) -> None:
         """Show the pair of dataset images ``query_index`` and ``reference_index`` (None: not
-        chosen); an index that is not one of the open dataset's raises :class:`SessionError`
-        naming it and changes nothing."""
+        chosen); ``reference_b``: model B's row shows the query against this image instead (A's
+        and B's top-1 side by side, issue 41; None: both rows on ``reference_index``). An index
+        that is not one of the open dataset's raises :class:`SessionError` naming its field and
+        changes nothing."""
         query_index = self._image_index("query_index", query_index)
         reference_index = self._image_index("reference_index", reference_index)
-        if (query_index, reference_index) == (self.query_index, self.reference_index):
+        reference_b = self._image_index("reference_b", reference_b)
+        if reference_b == reference_index:
+            reference_b = None  # one reference for both rows
+        if (query_index, reference_index, reference_b) == (self.query_index, self.reference_index,
+                                                           self.reference_b):
             return
-        self.query_index, self.reference_index = query_index, reference_index
+        self.query_index, self.reference_index, self.reference_b = query_index, reference_index, reference_b
         self.pair_generation += 1
         self.events.pair.emit()
         if self.pinned is not None:
             self.set_pinned(None)
+
+    def row_reference(self, slot: str = "primary") -> int | None:
+        """The reference image of ``slot``'s row: model B's own (:attr:`reference_b`) when set,
+        else the pair's."""
+        if slot == "compare" and self.reference_b is not None:
+            return self.reference_b
+        return self.reference_index
 
     def _image_index(self, name: str, index: Any) -> int | None:
         """``index`` as an image index of the open dataset, or :class:`SessionError` naming ``name``."""

@@ -243,3 +243,28 @@ def test_the_pin_is_the_screens_star_above_the_match_markers(pair):
     assert pin.get_markerfacecolor() == PIN_COLOUR and pin.get_markeredgecolor() == "black"
     markers = [line for line in query.lines if line is not pin]
     assert markers and all(pin.get_zorder() > m.get_zorder() for m in markers)
+
+
+def test_a_row_with_its_own_reference_is_drawn_on_it_with_its_partial_map(pair):
+    """Issue 41: model B's row on its own reference (B's top-1): its reference pane shows that
+    photograph and caption, its maps (overall and the pinned query point's partial map) are of
+    B's own pair, "Difference" is not drawn across two pairs, and the figure draws it."""
+    from dmlviewer.core.scene.draw import draw
+
+    (q, r), ea, _ = pair
+    r_b = np.random.default_rng(1).integers(0, 256, (60, 80, 3), dtype=np.uint8)
+    eb = explain_pair(_model(1), q, r_b, "cpu")
+    sources = [RowSource("A", ea), RowSource("B", eb, reference=r_b, reference_caption="B's top-1")]
+    display = DisplayOptions()
+    display.row_b = "difference"
+    scene = build_scene(display, (q, r), sources, ("Query", "A's top-1"), pinned=(0, 10.0, 12.0))
+    a, b = scene.rows
+    assert a.panes[1].image is r and b.panes[1].image is r_b and b.panes[0].image is q
+    assert "A's top-1" in a.panes[1].caption and "B's top-1" in b.panes[1].caption
+    assert b.panes[1].overlay.kind == "partial" and b.panes[0].overlay.kind == "overall"
+    np.testing.assert_allclose(b.panes[1].overlay.data, sign_part(eb.partial_map("query", 10.0, 12.0), "positive"),
+                               atol=1e-6)
+    np.testing.assert_allclose(b.panes[0].overlay.data, sign_part(eb.overall_grid("decomposition", "query"),
+                                                                  "positive"), atol=1e-6)
+    fig = draw(scene)
+    assert {ax.get_gid() for ax in fig.axes} >= {"pane B reference", "pane A reference"}

@@ -313,3 +313,34 @@ def test_set_pair_refuses_an_index_that_is_not_an_image_of_the_open_dataset(tmp_
     assert (s.query_index, s.reference_index) == (None, None) and heard["pair"] == []
     s.set_pair(3, 0)
     assert (s.query_index, s.reference_index) == (3, 0)
+
+
+def test_model_b_may_have_its_own_reference_and_a_bad_one_changes_nothing(tmp_path):
+    """Issue 41: ``set_pair(query, reference, reference_b)`` gives row B its own reference; a
+    bad ``reference_b`` raises one error naming the field, with no event and the pair kept; a
+    plain ``set_pair`` (or another dataset) drops it."""
+    s = Session()
+    s.set_dataset(_dataset(4), str(tmp_path))
+    s.set_pair(0, 1)
+    heard = _record(s)
+    for bad in (4, -1, "2", 2.0, True):
+        with pytest.raises(SessionError, match="^reference_b: ") as caught:
+            s.set_pair(0, 1, bad)
+        assert "\n" not in str(caught.value)
+    assert (s.query_index, s.reference_index, s.reference_b) == (0, 1, None) and heard["pair"] == []
+    s.set_pair(0, 1, 2)
+    assert (s.reference_b, s.row_reference("primary"), s.row_reference("compare")) == (2, 1, 2)
+    assert len(heard["pair"]) == 1
+    s.set_pair(0, 1, 2)  # no change: no event
+    assert len(heard["pair"]) == 1
+    s.set_pair(0, 1)
+    assert s.reference_b is None and s.row_reference("compare") == 1 and len(heard["pair"]) == 2
+    s.set_pair(0, 1, 1)  # model B's reference is A's: one reference for both rows
+    assert s.reference_b is None and len(heard["pair"]) == 2
+    s.set_model(object(), slot="compare")
+    s.set_pair(0, 1, 3)
+    s.set_model(None, slot="compare")  # model B closed: its reference goes with it
+    assert (s.query_index, s.reference_index, s.reference_b) == (0, 1, None)
+    s.set_pair(0, 1, 3)
+    s.set_dataset(_dataset(4), str(tmp_path))
+    assert s.reference_b is None

@@ -553,8 +553,8 @@ def test_a_point_pinned_before_model_b_opens_is_starred_on_both_rows_and_the_sta
 
 def test_compare_window_what_changed_lists_broken_and_fixed_and_opens_them(compared, qtbot):
     """The "What changed" tab runs the change table of the open models as a job and lists every
-    broken and fixed query; a mouse click on a row opens the query with the wrong model's top-1,
-    on the "Top-1 A" cell with model A's top-1."""
+    broken and fixed query; a mouse click on a row opens the query with A's top-1 on row A and
+    B's on row B, on the "Top-1 A" cell with model A's top-1 on both rows."""
     from PySide6.QtCore import Qt
 
     from dmlviewer.core.evaluate.changes import compare_models_changes
@@ -586,9 +586,112 @@ def test_compare_window_what_changed_lists_broken_and_fixed_and_opens_them(compa
         rect = table.visualRect(table.model().index(row, column))
         qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=rect.center())
 
-    click(0, headers.index("Query"))
-    wrong = entry["top1"][1 if kind == "broken" else 0]
-    assert (window.query_index, window.reference_index) == (entry["index"], wrong["index"])
-    assert session.dataset.labels[window.reference_index] != session.dataset.labels[entry["index"]]
-    click(0, headers.index("Top-1 A"))
-    assert (window.query_index, window.reference_index) == (entry["index"], entry["top1"][0]["index"])
+    click(0, headers.index("Query"))  # both rows: A's top-1 on row A, B's on row B
+    top_a, top_b = entry["top1"][0]["index"], entry["top1"][1]["index"]
+    assert (window.query_index, window.reference_index, session.reference_b) == (entry["index"], top_a, top_b)
+    wrong = top_b if kind == "broken" else top_a
+    assert session.dataset.labels[wrong] != session.dataset.labels[entry["index"]]
+    click(0, headers.index("Top-1 A"))  # that model's top-1 on both rows
+    assert (window.query_index, window.reference_index, session.reference_b) == (entry["index"], top_a, None)
+
+
+def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
+    """Issue 41 item 2: a click on a broken or fixed query of the "What changed" tab shows row A
+    on (query, A's top-1) and row B on (query, B's top-1): each row's photographs, captions and
+    similarity (the model's cosine of its own pair) and hover (each model's partial map on its
+    own reference; a point of a reference only on the row showing it); the browser marks both
+    references, Export View draws each row's own reference, Swap or Stop Comparing go back to
+    one pair; a bad ``reference_b`` from Python changes nothing."""
+    from dmlviewer.core.data import load_dataset_image
+    from dmlviewer.core.explain.localization import embed_images
+    from dmlviewer.core.session import SessionError
+    from dmlviewer.gui.retrieval.browser import MARK_ROLE
+    from dmlviewer.gui.window.export import pair_view_scene
+
+    window, view, session = compared, compared.pair_view, compared.session
+    tool = window.show_compare_window()
+    panel = tool.changes
+    tool.lists.setCurrentWidget(panel)
+    qtbot.mouseClick(panel.run_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=120000)
+    entries = panel.result["broken"] + panel.result["fixed"]
+    assert entries
+    entry = entries[0]
+    query, top_a, top_b = entry["index"], entry["top1"][0]["index"], entry["top1"][1]["index"]
+    assert top_a != top_b
+    table = panel.table
+    column = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())].index("Query")
+    qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=table.visualRect(table.model().index(0, column)).center())
+    assert (session.query_index, session.reference_index, session.reference_b) == (query, top_a, top_b)
+    wait_compare(qtbot, view)
+    ds = session.dataset
+    row_a, row_b = view.rows
+    for row, reference in ((row_a, top_a), (row_b, top_b)):
+        np.testing.assert_array_equal(row.panes[QUERY].image_item.image, load_dataset_image(ds, query))
+        np.testing.assert_array_equal(row.panes[REFERENCE].image_item.image, load_dataset_image(ds, reference))
+        assert f"#{reference}" in row.panes[REFERENCE].title.toolTip()
+    assert f"#{top_b}" in row_b.panes[REFERENCE].title.text()  # B's own reference named on its pane
+    # each row's similarity is its model's cosine of its own pair
+    cosines = []
+    for slot, reference in (("primary", top_a), ("compare", top_b)):
+        e = embed_images(session.slot(slot).model, ds, np.array([query, reference]))
+        cosines.append(float(e[0] @ e[1] / np.linalg.norm(e[0]) / np.linalg.norm(e[1])))
+    assert row_a.similarity == pytest.approx(cosines[0], abs=1e-4)
+    assert row_b.similarity == pytest.approx(cosines[1], abs=1e-4)
+    assert window.similarity_label.text() == f"A {row_a.similarity:+.4f} · B {row_b.similarity:+.4f}"
+    assert "on its own reference" in view.info.text()
+    assert not view.compare_view_combo.isEnabled()  # A − B needs one pair
+    # hover on the query: each model's partial map on its own reference
+    lut = overlay_lut(view.cmap_combo.currentData())
+    side, x, y = hover(row_a.panes[QUERY], view.link, 20.0, 30.0)
+    assert side == QUERY
+    shown_b = row_b.panes[REFERENCE].overlay_image()
+    assert shown_b.shape[:2] == overlay_shape(row_b.explanation.image_shape_reference)
+    assert agree(row_a.panes[REFERENCE].overlay_image(), expected_partial(row_a.explanation, "query", x, y, lut)) > 0.98
+    assert agree(shown_b, expected_partial(row_b.explanation, "query", x, y, lut)) > 0.98
+    # a point of a reference is drawn only on the row showing that reference
+    side, x, y = hover(row_b.panes[REFERENCE], view.link, 25.0, 20.0)
+    assert side == REFERENCE
+    assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference", x, y, lut)) > 0.98
+    overall_a = row_a.explanation.overall("decomposition", "query", "positive")
+    np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)  # A's own map stays
+    assert not row_a.panes[REFERENCE].vline.isVisible() and row_b.panes[REFERENCE].vline.isVisible()
+    side, x, y = hover(row_a.panes[REFERENCE], view.link, 25.0, 20.0)
+    assert agree(row_a.panes[QUERY].overlay_image(), expected_partial(row_a.explanation, "reference", x, y, lut)) > 0.98
+    overall_b = row_b.explanation.overall("decomposition", "query", "positive")
+    np.testing.assert_allclose(row_b.panes[QUERY].overlay_image(), overall_b, atol=1e-6)
+    assert not row_b.panes[REFERENCE].vline.isVisible()
+    # a click pins a point of B's reference on row B only
+    pane_b = row_b.panes[REFERENCE]
+    hover(pane_b, view.link, 25.0, 20.0)
+    QTest.mouseClick(pane_b.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(pane_b, 25.0, 20.0))
+    assert session.pinned is not None and session.pinned[0] == REFERENCE
+    assert row_b.panes[REFERENCE].pin_item.isVisible() and not row_a.panes[REFERENCE].pin_item.isVisible()
+    assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference",
+                                                                       *session.pinned[1:], lut)) > 0.98
+    np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)
+    view.link.unpin()
+    # the browser marks the query and both references
+    model = window.browser.model
+    marks = {i: model.data(model.cell(model.row_of(i)), MARK_ROLE) for i in (query, top_a, top_b)}
+    assert marks == {query: "query", top_a: "reference", top_b: "reference_b"}
+    # Export View: each row drawn on its own reference
+    scene = pair_view_scene(view, session)
+    np.testing.assert_array_equal(scene.rows[0].panes[1].image, load_dataset_image(ds, top_a))
+    np.testing.assert_array_equal(scene.rows[1].panes[1].image, load_dataset_image(ds, top_b))
+    assert f"#{top_b}" in scene.rows[1].panes[1].caption
+    # a bad reference_b from Python: one error naming the field, nothing changes
+    with pytest.raises(SessionError, match="^reference_b: "):
+        session.set_pair(query, top_a, len(ds))
+    assert (session.query_index, session.reference_index, session.reference_b) == (query, top_a, top_b)
+    # Swap: the reference becomes the query, both rows on that one pair
+    qtbot.mouseClick(view.swap_button, Qt.LeftButton)
+    assert (session.query_index, session.reference_index, session.reference_b) == (top_a, query, None)
+    wait_compare(qtbot, view)
+    np.testing.assert_array_equal(row_b.panes[REFERENCE].image_item.image, load_dataset_image(ds, query))
+    assert view.compare_view_combo.isEnabled()
+    # Stop Comparing: model B's reference goes with it (no "RB" mark left)
+    session.set_pair(query, top_a, top_b)
+    window.compare.stop_action.trigger()
+    assert (session.query_index, session.reference_index, session.reference_b) == (query, top_a, None)
+    assert model.data(model.cell(model.row_of(top_b)), MARK_ROLE) is None

@@ -133,13 +133,16 @@ class Scene:
 @dataclass
 class RowSource:
     """What a row is made from: its name, its explanation (``PairExplanation``), a label for
-    the captions (e.g. the checkpoint), and optionally the tensor hovering shows instead of the
-    point-to-point tensor (the occlusion interaction)."""
+    the captions (e.g. the checkpoint), optionally the tensor hovering shows instead of the
+    point-to-point tensor (the occlusion interaction), and the row's own reference photograph
+    with its caption (model B's top-1 beside A's, issue 41; None: the scene's reference)."""
 
     name: str
     explanation: Any
     label: str = ""
     tensor: np.ndarray | None = None
+    reference: np.ndarray | None = None
+    reference_caption: str | None = None
 
 
 def map_unit(method: str) -> str:
@@ -236,7 +239,9 @@ def build_scene(display: DisplayOptions | Mapping[str, Any], images: tuple[np.nd
     if not sources:
         raise SceneError("a scene needs at least one model row (A)")
     method, sign, scale = options["method"], options["sign"], options["scale"]
-    difference = options.get("row_b") == "difference" and len(sources) > 1
+    own_references = any(s.reference is not None for s in sources)
+    # A minus B is defined on one pair only: rows with their own references show their own maps
+    difference = options.get("row_b") == "difference" and len(sources) > 1 and not own_references
     shared = bool(options.get("shared_scale")) and not difference and len(sources) > 1
     opacity, colormap = float(options["opacity"]), options["colormap"]
     pin = pinned_side(pinned)
@@ -265,11 +270,13 @@ def build_scene(display: DisplayOptions | Mapping[str, Any], images: tuple[np.nd
         prefix = f"{s.name}: " if len(shown) > 1 else ""
         panes = []
         diff_row = k > 0 and difference
+        row_images = (images[0], images[1] if s.reference is None else s.reference)
+        row_captions = (captions[0], captions[1] if s.reference_caption is None else s.reference_caption)
         if diff_row:
             diffs = difference_grids(shown[0].explanation, e, method, sign)
             diff_levels = overall_levels([shown[0].explanation, e], method, sign, difference=True)
         for j, side in enumerate(SIDES):
-            caption = f"{prefix}{captions[j]} · {method_label(method)}"
+            caption = f"{prefix}{row_captions[j]} · {method_label(method)}"
             readout = ""
             if pin is not None and j != pin[0]:  # the pane opposite the pin: the point's partial map
                 grid = partials[k]
@@ -284,7 +291,7 @@ def build_scene(display: DisplayOptions | Mapping[str, Any], images: tuple[np.nd
                 else:
                     lv = levels(grid, sign, scale, pair_values[k])
                 lead = f"A − {s.name}: " if diff_row else prefix
-                caption = f"{lead}{captions[j]} · partial map of the pinned {SIDES[pin[0]]} point"
+                caption = f"{lead}{row_captions[j]} · partial map of the pinned {SIDES[pin[0]]} point"
                 if not diff_row:
                     similarity = float(e.similarity)
                     raw = float(_partial(s, *pin).sum(dtype=np.float64))
@@ -305,7 +312,7 @@ def build_scene(display: DisplayOptions | Mapping[str, Any], images: tuple[np.nd
                               opacity, signed, RAMP, kind)
             message = "" if np.any(grid) else f"this map has no {sign} part"
             point = (pin[1], pin[2]) if pin is not None and pin[0] == j else None
-            panes.append(Pane(side, images[j], overlay, caption, point, list((guides or {}).get(side, [])),
+            panes.append(Pane(side, row_images[j], overlay, caption, point, list((guides or {}).get(side, [])),
                               readout, message))
         row = Row(s.name, (panes[0], panes[1]), similarity_line=prefix + similarity_split(e))
         if k == 0 and options.get("matches"):

@@ -1,8 +1,9 @@
 """The Compare Models window's "What changed" tab (issue 41): the change table of models A and
 B on the window's split (:func:`dmlviewer.core.evaluate.changes.compare_models_changes`, run as
 a job with progress and cancel), the neighbour overlap, and the broken and fixed queries, the
-largest change of margin first. Clicking a row opens the query with the top-1 of the model
-that got it wrong; clicking the "Top-1 A" or "Top-1 B" cell opens it with that model's top-1.
+largest change of margin first. Clicking a row opens the query in the pair view with A's top-1
+as model A's reference and B's top-1 as model B's (both rows shown); clicking the "Top-1 A" or
+"Top-1 B" cell opens it with that model's top-1 on both rows.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class ChangesPanel(QWidget):
     (the Compare Models window's choice; "both" compares the test split); ``locked(job, lock)``:
     the job's steps each under the model lock (the window's ``locked_steps``)."""
 
-    pair_chosen = Signal(int, int)  # (query, reference) dataset indices
+    #: (query, reference, model B's reference or None) dataset indices (``MainWindow.set_pair``)
+    pair_chosen = Signal(int, int, object)
 
     def __init__(self, window, split, locked, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -55,7 +57,8 @@ class ChangesPanel(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.table.verticalHeader().hide()
         self.table.setToolTip("Broken: right under A, wrong under B; fixed: the reverse. Click a row to open the "
-                              "query with the wrong top-1, a 'Top-1' cell to open that model's")
+                              "query with A's top-1 on row A and B's on row B, a 'Top-1' cell to open that "
+                              "model's on both rows")
         self.table.cellClicked.connect(self._on_cell)
         controls = QHBoxLayout()
         controls.addWidget(self.run_button)
@@ -145,21 +148,22 @@ class ChangesPanel(QWidget):
         overlap = ", ".join(f"top-{k} {v:.3f}" for k, v in result["overlap"].items())
         recall = result["recall@1"]
         self.status.setText(f"{result['num_queries']} queries: Recall@1 A {recall[0]:.3f}, B {recall[1]:.3f}. "
-                            "Click a row to open the query with the wrong top-1.")
+                            "Click a row to open the query with A's and B's top-1.")
         self.counts.setText(f"both right {result['both_right']} · A only {result['a_only']} · B only "
                             f"{result['b_only']} · both wrong {result['both_wrong']} · neighbour overlap {overlap}")
         rows = [("broken", e) for e in result["broken"]] + [("fixed", e) for e in result["fixed"]]
         self.table.setRowCount(len(rows))
         for r, (kind, entry) in enumerate(rows):
-            wrong = entry["top1"][1 if kind == "broken" else 0]["index"]
-            cells = [(kind, wrong), (Path(entry["path"]).name, wrong),
-                     (Path(entry["top1"][0]["path"]).name, entry["top1"][0]["index"]),
-                     (Path(entry["top1"][1]["path"]).name, entry["top1"][1]["index"]),
-                     (f"{entry['margin'][0]:+.3f}", wrong), (f"{entry['margin'][1]:+.3f}", wrong),
-                     (f"{entry['margin_change']:+.3f}", wrong)]
-            for c, (text, reference) in enumerate(cells):
+            top_a, top_b = int(entry["top1"][0]["index"]), int(entry["top1"][1]["index"])
+            both = (top_a, top_b)  # row A on A's top-1, row B on B's
+            cells = [(kind, both), (Path(entry["path"]).name, both),
+                     (Path(entry["top1"][0]["path"]).name, (top_a, None)),
+                     (Path(entry["top1"][1]["path"]).name, (top_b, None)),
+                     (f"{entry['margin'][0]:+.3f}", both), (f"{entry['margin'][1]:+.3f}", both),
+                     (f"{entry['margin_change']:+.3f}", both)]
+            for c, (text, references) in enumerate(cells):
                 item = QTableWidgetItem(text)
-                item.setData(Qt.UserRole, (int(entry["index"]), int(reference)))
+                item.setData(Qt.UserRole, (int(entry["index"]), *references))
                 if c in (1, 2, 3):
                     item.setToolTip(entry["path"] if c == 1 else entry["top1"][c - 2]["path"])
                 self.table.setItem(r, c, item)
@@ -167,5 +171,5 @@ class ChangesPanel(QWidget):
     def _on_cell(self, row: int, column: int) -> None:
         item = self.table.item(row, column)
         if item is not None:
-            query, reference = item.data(Qt.UserRole)
-            self.pair_chosen.emit(int(query), int(reference))
+            query, reference, reference_b = item.data(Qt.UserRole)
+            self.pair_chosen.emit(int(query), int(reference), reference_b)

@@ -229,7 +229,7 @@ class CompareWindow(QWidget):
         self.lists.addTab(self.table, "Pairs by disagreement")
         self.lists.addTab(self.retrieval_table, "Retrieval disagreements")
         self.changes = ChangesPanel(window, self.split_combo.currentData, locked_steps)  # issue 41
-        self.changes.pair_chosen.connect(self.pair_chosen.emit)
+        self.changes.pair_chosen.connect(window.set_pair)  # with model B's own reference
         self.lists.addTab(self.changes, "What changed")
 
         # the sanity check (cascading randomization)

@@ -117,9 +117,10 @@ class DisplayToolbar(QWidget):
         self.compare_view_combo = QComboBox()
         for key, text in COMPARE_VIEWS:
             self.compare_view_combo.addItem(text, key)
-        self.compare_view_combo.setToolTip("The second row: model B's own maps, or model A's minus model B's on one "
-                                           "symmetric scale (diverging colours: red where A's map is stronger, "
-                                           "blue where B's is)")
+        self.compare_view_tip = ("The second row: model B's own maps, or model A's minus model B's on one "
+                                 "symmetric scale (diverging colours: red where A's map is stronger, "
+                                 "blue where B's is)")
+        self.compare_view_combo.setToolTip(self.compare_view_tip)
         self.shared_scale_box = QCheckBox("Shared scale")
         self.shared_scale_box.setToolTip("One colour scale for both models' maps (off: each row, and each map, "
                                          "has its own)")

@@ -13,6 +13,9 @@ previous drawing (the newest wins), so hovering never queues work, however long 
 Rows (issue 24, issue 30): each row is a pair of panes showing the same two photographs (one
 model per row in the pair view); a point hovered or pinned on either row's pane is drawn on every
 shown row (crosshair and pin on the same side, the row's own partial map on the other side).
+A row may show a reference of its own (model B's top-1 beside A's, issue 41; its
+``LinkRow.reference`` differs): a point of a reference is then drawn only on the rows showing
+that reference, while a point of the query, which every row shows, is drawn on all.
 Each drawn event is one core call, :func:`dmlviewer.core.explain.hover.hover_points`, which
 gives every row's overlay, share and peak from one blend per row; the link then writes every
 pane itself: the overlay, the row's colour bar and the read-out its owner formats. The owner
@@ -73,6 +76,9 @@ class LinkRow:
         self.renderers: dict[int, Any] = {}
         self.colorbar: Colorbar | None = None
         self.readout: Callable[[HoverPoint], str | None] | None = None
+        #: which reference photograph the row shows (set by the owner; rows with the same value
+        #: show the same one)
+        self.reference: Any = None
 
 
 class HoverLink(QObject):
@@ -86,6 +92,9 @@ class HoverLink(QObject):
         super().__init__(parent)
         self.pins = pins if pins is not None else LocalPin()
         self._pin_side: int | None = None  # the side of the pin last drawn
+        self._pin_row: LinkRow | None = None  # the row clicked to pin (None: set from Python, row A's)
+        self._pin_drawn_row: LinkRow | None = None  # the row of the pin last drawn
+        self._hover_row: LinkRow | None = None  # the row whose pane is hovered
         self.pins.events.pinned.connect(self._on_pinned)
         self.rows: list[LinkRow] = []
         self.restore = restore
@@ -105,9 +114,9 @@ class HoverLink(QObject):
         row = LinkRow(panes)
         self.rows.append(row)
         for side, pane in enumerate(panes):
-            pane.hovered.connect(lambda x, y, s=side: self._moved(s, x, y))
+            pane.hovered.connect(lambda x, y, s=side, r=row: self._moved(s, x, y, r))
             pane.left.connect(lambda s=side: self._left(s))
-            pane.clicked.connect(lambda x, y, s=side: self.pin(s, x, y))
+            pane.clicked.connect(lambda x, y, s=side, r=row: self.pin(s, x, y, r))
         return row
 
     def set_row_shown(self, row: LinkRow, shown: bool) -> None:
@@ -124,14 +133,23 @@ class HoverLink(QObject):
     def _shown(self) -> list[LinkRow]:
         return [row for row in self.rows if row.shown]
 
+    def _draws(self, row: LinkRow, side: int, source: LinkRow | None) -> bool:
+        """Is a point of ``side`` on ``source``'s pane (None: row A's) drawn on ``row``? Always
+        for the query; for a reference, on the rows showing the same one."""
+        if side != REFERENCE:
+            return True
+        source = source if source is not None else (self.rows[0] if self.rows else None)
+        return source is None or row.reference == source.reference
+
     # -- pin: kept by ``pins`` (the session); the link draws what it announces
     @property
     def pinned(self) -> tuple[int, float, float] | None:
         """The pinned point ``(side, x, y)`` (the session's), None: none."""
         return self.pins.pinned
 
-    def pin(self, side: int, x: float, y: float) -> None:
-        """Pin the point (a click): set on the session, drawn when it announces it."""
+    def pin(self, side: int, x: float, y: float, row: LinkRow | None = None) -> None:
+        """Pin the point (a click on ``row``'s pane): set on the session, drawn when it announces it."""
+        self._pin_row = row
         self.pins.set_pinned((side, x, y))
 
     def unpin(self) -> None:
@@ -143,7 +161,8 @@ class HoverLink(QObject):
         point = self.pinned
         for row in self.rows:
             for side, pane in enumerate(row.panes):
-                on = point is not None and row.shown and side == point[0]
+                on = (point is not None and row.shown and side == point[0]
+                      and self._draws(row, side, self._pin_row))
                 pane.set_pin((point[1], point[2]) if on else None)
 
     def _on_pinned(self) -> None:
@@ -152,17 +171,20 @@ class HoverLink(QObject):
         if not shiboken6.isValid(self):
             return
         previous, self._pin_side = self._pin_side, None if self.pinned is None else self.pinned[0]
+        previous_row, self._pin_drawn_row = self._pin_drawn_row, self._pin_row
         self._mark_pin()
         if self.pinned is not None:
-            if previous is not None and previous != self.pinned[0]:
-                self.restore()  # the old pin's partial map is on the new pin's side: overall maps back
-            self._show(*self.pinned, pinned=True)
+            moved = previous != self.pinned[0] or (previous == REFERENCE and previous_row is not self._pin_row)
+            if previous is not None and moved:
+                self.restore()  # the old pin's partial map is elsewhere: overall maps back
+            self._show(*self.pinned, pinned=True, source=self._pin_row)
             return
+        self._pin_row = None
         # The pinned point's partial map is on the pane opposite the pin, which may be the pane
         # under the mouse now: put the overall maps back first, then draw the hovered point.
         self._clear()
         if self.hover is not None:
-            self._show(*self.hover, pinned=False)
+            self._show(*self.hover, pinned=False, source=self._hover_row)
 
     def reset(self) -> None:
         """Forget pin and hover (new pair): marks off, nothing pending."""
@@ -180,9 +202,9 @@ class HoverLink(QObject):
         ready while a point was pinned)."""
         if self.pinned is not None:
             self._mark_pin()
-            self._show(*self.pinned, pinned=True)
+            self._show(*self.pinned, pinned=True, source=self._pin_row)
         elif self.hover is not None:
-            self._show(*self.hover, pinned=False)
+            self._show(*self.hover, pinned=False, source=self._hover_row)
 
     def close(self) -> None:
         """Stop following the pinned point (the link's owner is closing)."""
@@ -198,19 +220,20 @@ class HoverLink(QObject):
         self._pending = None
         self.hover = (side, x, y)
         for row in self._shown():
-            row.panes[side].set_crosshair((x, y))
+            row.panes[side].set_crosshair((x, y) if self._draws(row, side, self._hover_row) else None)
             row.panes[1 - side].set_crosshair(None)
         if self.pinned is None:
-            self._show(side, x, y, pinned=False)
+            self._show(side, x, y, pinned=False, source=self._hover_row)
         # The interval counts from the end of this drawing: when drawing takes about as long as
         # the interval (two models, a fine grid, a slow machine), moves are still coalesced
         # instead of each being drawn at once, back to back.
         self._last = time.perf_counter()
 
-    def _moved(self, side: int, x: float, y: float) -> None:
+    def _moved(self, side: int, x: float, y: float, row: LinkRow | None = None) -> None:
         if not self.enabled:
             return
         self._pending = (side, x, y)
+        self._hover_row = row
         wait = self.interval_s - (time.perf_counter() - self._last)
         if wait <= 0:
             self.flush()
@@ -227,14 +250,19 @@ class HoverLink(QObject):
             if self.pinned is None:
                 self._clear()
 
-    def _show(self, side: int, x: float, y: float, pinned: bool) -> None:
+    def _show(self, side: int, x: float, y: float, pinned: bool, source: LinkRow | None = None) -> None:
         rows = self._shown()
+        # a row showing another reference than the one of the point keeps its overall maps
+        drawing = [self._draws(row, side, source) for row in rows]
         if self.enabled:
-            points = hover_points([row.renderers.get(side) for row in rows], x, y, self.shared_peak)
+            points = hover_points([row.renderers.get(side) if on else None for row, on in zip(rows, drawing)],
+                                  x, y, self.shared_peak)
         else:
             points = [None] * len(rows)
         drawn = False
-        for row, point in zip(rows, points):
+        for row, point, on in zip(rows, points, drawing):
+            if not on:
+                continue
             pane = row.panes[1 - side]
             if point is None:
                 pane.clear_overlay()

@@ -30,32 +30,35 @@ class PairChoice:
         """Another dataset is open: the images read for the last pair are no longer its."""
         self._read = None
 
-    def images(self, query_index: int, reference_index: int) -> PairImages | None:
+    def images(self, query_index: int, reference_index: int, reference_b: int | None = None) -> PairImages | None:
         """The pair's images: those ``read`` last when they are this pair's, else read now."""
         read = self._read
-        if read is not None and read[0] == (query_index, reference_index):
+        if read is not None and read[0] == (query_index, reference_index, reference_b):
             return read[1]
-        return self.read(query_index, reference_index)
+        return self.read(query_index, reference_index, reference_b)
 
-    def read(self, query_index: int, reference_index: int) -> PairImages | None:
-        """Read the pair's images (kept for the pair event); None, a problem and a dialog when
-        one cannot be read."""
+    def read(self, query_index: int, reference_index: int, reference_b: int | None = None) -> PairImages | None:
+        """Read the pair's images (and model B's own reference ``reference_b``, if any; kept
+        for the pair event); None, a problem and a dialog when one cannot be read."""
         from dmlviewer.core.data import load_dataset_image
 
         window = self.window
         ds = window.dataset
+        indices = (query_index, reference_index) + (() if reference_b is None else (reference_b,))
         images = []
-        for index in (query_index, reference_index):
+        for index in indices:
             try:
                 images.append(load_dataset_image(ds, index))
             except Exception as exc:  # noqa: BLE001
                 window.problems.add_problem(str(ds.abspath(index)), str(getattr(exc, "reason", exc)))
                 errors.report_exception(window, "Cannot read image", exc)
                 return None
+        own = {} if reference_b is None else {"reference_b": images[2],
+                                              "reference_b_title": self._caption("R", reference_b, query_index)}
         pair = PairImages(images[0], images[1], self._caption("Q", query_index, query_index),
                           self._caption("R", reference_index, query_index),
-                          **self._cross_view_pair(query_index, reference_index))
-        self._read = ((query_index, reference_index), pair)
+                          **self._cross_view_pair(query_index, reference_index), **own)
+        self._read = ((query_index, reference_index, reference_b), pair)
         return pair
 
     def _cross_view_pair(self, query_index: int, reference_index: int) -> dict:

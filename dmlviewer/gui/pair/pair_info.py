@@ -60,10 +60,11 @@ class ClampedLabel(QLabel):
         painter.end()
 
 
-def similarity_info(e, others: list | None = None) -> tuple[str, str, str, str]:
+def similarity_info(e, others: list | None = None, own_references: bool = False) -> tuple[str, str, str, str]:
     """The read-out of model A's explanation ``e`` (and, while comparing, of the other rows
-    ``others``, each with ``letter``, ``similarity`` and ``explanation``): ``(line, tooltip,
-    rule label, rule tooltip)``."""
+    ``others``, each with ``letter``, ``similarity`` and ``explanation``; ``own_references``:
+    they explain the query with references of their own, so their similarities are not of A's
+    pair and no A − B is given): ``(line, tooltip, rule label, rule tooltip)``."""
     others = others or []
     p2p_sum = float(np.asarray(e.point_to_point).sum())
     (hq, wq), (hr, wr) = e.grid_query, e.grid_reference
@@ -72,7 +73,12 @@ def similarity_info(e, others: list | None = None) -> tuple[str, str, str, str]:
         both = f"Similarity A {e.similarity:+.4f}"
         for row in others:
             s, k = row.similarity, row.letter
-            both += f" · {k} " + ("preparing…" if s is None else f"{s:+.4f} (A − {k} {e.similarity - s:+.4f})")
+            if s is None:
+                both += f" · {k} preparing…"
+            elif own_references:
+                both += f" · {k} {s:+.4f} on its own reference"
+            else:
+                both += f" · {k} {s:+.4f} (A − {k} {e.similarity - s:+.4f})"
         both += "   ·   A: "
     line = (f"{both}Similarity (cosine) {e.similarity:+.4f} = point-to-point {p2p_sum:+.4f} "
             f"+ query cells · reference bias {e.bias_query:+.4f} "

@@ -105,10 +105,8 @@ class PairMaps:
             row.link.renderers = {}
         if self.state != "ready":
             return
-        a = self.rows[0].explanation
         sign, by_pair = self.sign, self.display.scale == "pair"
         lut = overlay_lut(self.display.colormap, sign == "signed")
-        shapes = (tuple(a.image_shape_query), tuple(a.image_shape_reference))
         drawn = [row for row in self.rows if row.state == "ready" and self.method in row.methods]
         tensors = {row: self._hover_tensor(row) for row in drawn}
         scales = {row: pair_scale(tensors[row]) if by_pair else None for row in drawn}
@@ -119,6 +117,7 @@ class PairMaps:
             e = row.explanation
             occluded = tensors[row] is not e.point_to_point
             row.scale = scales[row]
+            shapes = (tuple(e.image_shape_query), tuple(e.image_shape_reference))  # the row's own photographs
             row.renderers = dict(enumerate(side_renderers(
                 tensors[row], shapes, (tuple(e.grid_query), tuple(e.grid_reference)), lut=lut, sign=sign,
                 scale=row.scale, similarity=None if occluded else float(e.similarity))))

@@ -40,7 +40,10 @@ in the second row instead: the overall maps subtracted at image size, the partia
 :class:`~dmlviewer.core.explain.hover.DifferenceRenderer`, both on one symmetric scale with the
 diverging colour map. B's overall maps are those that come with its pair and the Grad-CAM
 family; grad-weight transfer and occlusion are shown for A only. The read-out gives both
-similarities.
+similarities. Model B's row may show a reference of its own (the session's ``reference_b``,
+``PairImages.reference_b``: A's and B's top-1 of one query, issue 41): it is prepared, titled
+and hovered on its own pair, a reference's point is drawn on its own row only, and Difference
+waits for one pair.
 """
 
 from __future__ import annotations
@@ -95,6 +98,21 @@ class PairImages:
     cross_view: bool = False
     #: the panorama's true heading in degrees (``headings.csv``), None when unknown
     true_heading: float | None = None
+    #: model B's own reference and its caption (issue 41: A's and B's top-1 of one query);
+    #: None: every row shows ``reference``
+    reference_b: np.ndarray | None = None
+    reference_b_title: str = "Reference"
+
+    def row_reference(self, k: int) -> tuple[np.ndarray, str]:
+        """The reference photograph of row ``k`` (0: A, 1: B) and its caption."""
+        if k > 0 and self.reference_b is not None:
+            return self.reference_b, self.reference_b_title
+        return self.reference, self.reference_title
+
+    @property
+    def own_references(self) -> bool:
+        """Does model B's row show a reference of its own?"""
+        return self.reference_b is not None
 
 
 class PairView(RowController, PairMaps, QWidget):
@@ -218,7 +236,8 @@ class PairView(RowController, PairMaps, QWidget):
             self.row_splitter.addWidget(row.splitter)
             row.splitter.splitterMoved.connect(self._update_lines)
             if self.images is not None:  # a row made for a pair already on screen
-                row.set_images(self.images.query, self.images.reference)
+                row.set_images(self.images.query, self.images.row_reference(k)[0])
+                row.link.reference = self._reference_key(k)
             opacity = float(self.display.opacity)
             for pane in row.panes:
                 pane.set_opacity(opacity)
@@ -236,6 +255,10 @@ class PairView(RowController, PairMaps, QWidget):
         row.set_state("empty")
         row.splitter.hide()
         self.link.set_row_shown(row.link, False)
+
+    def _reference_key(self, k: int) -> int:
+        """Which reference row ``k`` shows: 0 (the pair's) or 1 (model B's own)."""
+        return int(k > 0 and self.images is not None and self.images.own_references)
 
     @property
     def panes(self) -> tuple[ImagePane, ImagePane]:
@@ -274,7 +297,13 @@ class PairView(RowController, PairMaps, QWidget):
     @property
     def difference(self) -> bool:
         """Does the second row show A minus B (instead of B's own maps)?"""
-        return self.comparing and self.display.row_b == "difference"
+        return self.comparing and self.display.row_b == "difference" and not self.own_references
+
+    @property
+    def own_references(self) -> bool:
+        """Does model B's row show its own reference (then A minus B is not defined on it:
+        the rows show their own maps)?"""
+        return self.images is not None and self.images.own_references
 
     @property
     def shared_scale(self) -> bool:
@@ -389,8 +418,13 @@ class PairView(RowController, PairMaps, QWidget):
             for row in self.rows[1:]:
                 row.set_state("empty")
             return
-        for row in self._made:
-            row.set_images(images.query, images.reference)
+        for k, row in enumerate(self._made):
+            row.set_images(images.query, images.row_reference(k)[0])
+            row.link.reference = self._reference_key(k)  # a point of a reference: drawn on its rows only
+        # A minus B needs one pair: with B on its own reference the second row shows B's maps
+        self.compare_view_combo.setEnabled(not images.own_references)
+        self.compare_view_combo.setToolTip(self.toolbar_widget.compare_view_tip if not images.own_references else
+                                           "Model B shows its own reference: A − B needs one pair for both rows")
         self._update_titles()
         self._prepare()
 
@@ -432,13 +466,17 @@ class PairView(RowController, PairMaps, QWidget):
         a = "<b>A</b> · " if self.comparing else ""
         for pane, title in zip(self.panes, (images.query_title, images.reference_title)):
             pane.set_title(a + title)
-        # the other rows show the same two images as row A: their captions name the model and
-        # the role only, so that the model's name is not cut off (the whole caption is the tooltip)
-        for row in self.rows[1:]:
+        # the other rows show the same query as row A and the same reference, or their own: their
+        # captions name the model and the role only (and, with its own reference, its file), so
+        # that the model's name is not cut off (the whole caption is the tooltip)
+        for k, row in enumerate(self.rows[1:], 1):
             b = (f"<b>A − {row.letter}</b> · " if self.difference
                  else f"<b>{row.letter}</b> {html.escape(row.name)} · ")
-            for pane, title in zip(row.panes, (images.query_title, images.reference_title)):
-                pane.set_title(b + _role(title), tooltip=b + title)
+            reference_title = images.row_reference(k)[1]
+            short = (_role(images.query_title),
+                     reference_title if images.own_references else _role(reference_title))
+            for pane, title, brief in zip(row.panes, (images.query_title, reference_title), short):
+                pane.set_title(b + brief, tooltip=b + title)
 
     def swap(self) -> None:
         """Exchange the roles: the reference becomes the query (the explanation, captions and
@@ -448,7 +486,7 @@ class PairView(RowController, PairMaps, QWidget):
         if self.swap_handler is not None:
             self.swap_handler()
             return
-        i = self.images
+        i = self.images  # model B's own reference, if any, goes: both rows on the swapped pair
         self.set_pair(PairImages(i.reference, i.query, i.reference_title, i.query_title))
 
     # -- preparation
@@ -475,7 +513,8 @@ class PairView(RowController, PairMaps, QWidget):
             self.info.setText("Open a checkpoint to explain the pair.")
 
     def _show_similarity_info(self) -> None:
-        line, tooltip, short, detail = similarity_info(self.explanation, self.rows[1:] if self.comparing else [])
+        line, tooltip, short, detail = similarity_info(self.explanation, self.rows[1:] if self.comparing else [],
+                                                   self.own_references)
         self.info.setText(line)
         self.info.setToolTip(tooltip)
         self.rule_label.setText(short)

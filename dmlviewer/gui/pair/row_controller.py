@@ -79,7 +79,8 @@ class RowController:
             self._set_state("preparing")
         else:
             row.set_state("preparing", busy_text=f"preparing model {row.letter}…")
-        model, device, lock, imgs = row.model, row.device, self.model_lock, self.images
+        model, device, lock, query = row.model, row.device, self.model_lock, self.images.query
+        reference = self.images.row_reference(self.rows.index(row))[0]  # the row's own (model B's top-1)
         # Each model at its own input size, or every model at the size chosen for model A.
         size = self.toolbar_widget.chosen_size()
 
@@ -88,7 +89,7 @@ class RowController:
 
             with lock:
                 cancel.raise_if_cancelled()
-                return explain_pair(model, imgs.query, imgs.reference, device=device, size=size)
+                return explain_pair(model, query, reference, device=device, size=size)
 
         row.run(row.runner, job, lambda expl: self._on_prepared(row, expl),
                 lambda text: self._on_prepare_failed(row, text))

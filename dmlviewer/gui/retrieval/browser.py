@@ -12,7 +12,8 @@ search one substring scan over all file names joined into one string (both well 
 
 Choosing images: a click makes the image the query, Ctrl+click (or "Set as reference" in the
 context menu) makes it the reference. The query is framed blue with a "Q" badge, the
-reference orange with an "R" badge; the hint line above the grid says so.
+reference orange with an "R" badge; the hint line above the grid says so. Model B's own
+reference, when its row shows one (issue 41), is framed orange with an "RB" badge.
 
 Given a :class:`~dmlviewer.core.session.Session` (``session=``), the browser follows it: it
 lists the session's dataset and marks the session's pair, whoever changed them (the window, a
@@ -43,7 +44,9 @@ REFERENCE_COLOR = QColor("#f2994a")
 
 #: Model roles beyond Qt's.
 INDEX_ROLE = Qt.UserRole + 1  # dataset index of the row
-MARK_ROLE = Qt.UserRole + 2  # "query", "reference" or None
+MARK_ROLE = Qt.UserRole + 2  # "query", "reference", "reference_b" or None
+#: The badge of each mark.
+MARK_BADGES = {"query": "Q", "reference": "R", "reference_b": "RB"}
 BROKEN_ROLE = Qt.UserRole + 3  # reason the image cannot be read, or None
 
 
@@ -130,9 +133,11 @@ class ThumbnailModel(QAbstractTableModel):
         self.rows = np.flatnonzero(mask).astype(np.int64)
         self.endResetModel()
 
-    def set_marks(self, query: int | None, reference: int | None) -> None:
+    def set_marks(self, query: int | None, reference: int | None, reference_b: int | None = None) -> None:
         old = set(self._marks)
         self._marks = {}
+        if reference_b is not None:
+            self._marks[reference_b] = "reference_b"
         if reference is not None:
             self._marks[reference] = "reference"
         if query is not None:
@@ -240,13 +245,13 @@ class ThumbnailDelegate(QStyledItemDelegate):
             color = QUERY_COLOR if mark == "query" else REFERENCE_COLOR
             painter.setPen(QPen(color, 3))
             painter.drawRect(img_rect.adjusted(1, 1, -1, -1))
-            badge = QRect(img_rect.x() + 3, img_rect.y() + 3, 18, 18)
+            badge = QRect(img_rect.x() + 3, img_rect.y() + 3, 18 if len(MARK_BADGES[mark]) == 1 else 26, 18)
             painter.fillRect(badge, color)
             painter.setPen(Qt.white)
             font = QFont(option.font)
             font.setBold(True)
             painter.setFont(font)
-            painter.drawText(badge, Qt.AlignCenter, "Q" if mark == "query" else "R")
+            painter.drawText(badge, Qt.AlignCenter, MARK_BADGES[mark])
         text_rect = QRect(rect.x(), img_rect.bottom() + 2, rect.width(), self.TEXT_H)
         painter.setFont(option.font)
         painter.setPen(palette.text().color())
@@ -374,9 +379,10 @@ class DatasetBrowser(QWidget):
         """The session's pair changed: mark it (only a whole pair is marked, as the pair view
         shows only a whole pair)."""
         query, reference = self.session.query_index, self.session.reference_index
+        reference_b = self.session.reference_b
         if query is None or reference is None:
-            query = reference = None
-        self.set_marks(query, reference)
+            query = reference = reference_b = None
+        self.set_marks(query, reference, reference_b)
 
     def shutdown(self) -> None:
         """Stop following the session (it may outlive the browser)."""
@@ -405,11 +411,11 @@ class DatasetBrowser(QWidget):
         self.model.set_dataset(dataset)
         self._update_count()
 
-    def set_marks(self, query: int | None, reference: int | None) -> None:
-        """Mark the pair's images; the selection follows the query wherever it was picked (the
-        retrieval panel, the embedding view, a restored session), so the highlight is never left
-        on an image that is no longer the query."""
-        self.model.set_marks(query, reference)
+    def set_marks(self, query: int | None, reference: int | None, reference_b: int | None = None) -> None:
+        """Mark the pair's images (and model B's own reference); the selection follows the query
+        wherever it was picked (the retrieval panel, the embedding view, a restored session), so
+        the highlight is never left on an image that is no longer the query."""
+        self.model.set_marks(query, reference, reference_b)
         if query is None:
             self.view.clearSelection()
             self.view.setCurrentIndex(QModelIndex())

@@ -80,12 +80,15 @@ def pair_view_scene(view, session=None) -> Scene:
     if state == "failed":
         raise ValueError(f"{name} is unavailable for this pair: {first.overall.get(method)}")
     sources, notes = [], []
-    for row in view.rows if view.comparing else view.rows[:1]:
+    for k, row in enumerate(view.rows if view.comparing else view.rows[:1]):
         row_state = view._maps_state(row)
         if row_state == "done":
             tensor = view._hover_tensor(row)
+            own = k > 0 and images.own_references  # model B's own reference (issue 41)
+            reference, caption = images.row_reference(k)
             sources.append(RowSource(row.letter, row.explanation, "" if row.name == row.letter else row.name,
-                                     None if tensor is row.explanation.point_to_point else tensor))
+                                     None if tensor is row.explanation.point_to_point else tensor,
+                                     reference if own else None, _plain(caption) if own else None))
         elif row.state == "ready" and method not in row.methods:
             notes.append(f"{name} is shown for model A only: row {row.letter} left out.")
         else:

@@ -85,7 +85,7 @@ class MainWindow(QMainWindow):
         self.runner = JobRunner(self)
         self.model_lock = threading.RLock()
         self.session = Session()
-        self._shown_pair: tuple[int | None, int | None] = (None, None)  # the pair on screen
+        self._shown_pair: tuple = (None, None, None)  # the pair on screen (query, reference, reference_b)
         self._models_device = "cpu"  # where the open models are (the session's device once moved)
         self._links = SessionLinks()  # the session events this window follows
         self._user_close = False  # File > Quit: a person's close, asked about running jobs
@@ -419,34 +419,40 @@ class MainWindow(QMainWindow):
                                           f"{dataset.num_classes} classes")
         self._show_model_labels()  # the window title
 
-    def set_pair(self, query_index: int | None, reference_index: int | None) -> None:
+    def set_pair(self, query_index: int | None, reference_index: int | None,
+                 reference_b: int | None = None) -> None:
         """Make dataset images ``query_index``/``reference_index`` the pair (a missing reference
-        defaults to another image of the query's class)."""
+        defaults to another image of the query's class); ``reference_b``: model B's row shows
+        the query against this image instead (issue 41: A's and B's top-1)."""
         if self.dataset is None or query_index is None:
             return
         if reference_index is None or reference_index == query_index:
             reference_index = self.pairs.default_reference(query_index)
-        if self.pairs.read(query_index, reference_index) is None:
+        if reference_b == reference_index:
+            reference_b = None
+        if self.pairs.read(query_index, reference_index, reference_b) is None:
             return
-        if (query_index, reference_index) == (self.query_index, self.reference_index):
-            self.session.events.pair.emit()  # the same pair chosen again: shown again
+        session = self.session
+        if (query_index, reference_index, reference_b) == (self.query_index, self.reference_index,
+                                                           session.reference_b):
+            session.events.pair.emit()  # the same pair chosen again: shown again
         else:
-            self.session.set_pair(query_index, reference_index)
+            session.set_pair(query_index, reference_index, reference_b)
 
     def _on_pair_changed(self) -> None:
         """Session event: the pair changed (read by ``set_pair``; cleared with the dataset): the
         pair view shows its images (the group tabs follow it; the browser marks the session's
         pair itself)."""
-        query, reference = self.query_index, self.reference_index
+        query, reference, reference_b = self.query_index, self.reference_index, self.session.reference_b
         if query is None or reference is None:
-            self._shown_pair = (None, None)
+            self._shown_pair = (None, None, None)
             self.pair_view.set_pair(None)
             return
-        pair = self.pairs.images(query, reference)
+        pair = self.pairs.images(query, reference, reference_b)
         if pair is not None:
-            self._shown_pair = (query, reference)
+            self._shown_pair = (query, reference, reference_b)
             self.pair_view.set_pair(pair)
-        elif self._shown_pair != (query, reference):
+        elif self._shown_pair != (query, reference, reference_b):
             # a pair whose images cannot be read (set on the session from Python; ``set_pair``
             # reads them first), said in a dialog: the session goes back to the pair on screen,
             # so that the browser's marks and the pair view agree
