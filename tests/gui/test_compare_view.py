@@ -655,18 +655,18 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference", x, y, lut)) > 0.98
     overall_a = row_a.explanation.overall("decomposition", "query", "positive")
     np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)  # A's own map stays
-    assert not row_a.panes[REFERENCE].vline.isVisible() and row_b.panes[REFERENCE].vline.isVisible()
+    assert row_a.panes[REFERENCE].crosshair is None and row_b.panes[REFERENCE].crosshair is not None
     side, x, y = hover(row_a.panes[REFERENCE], view.link, 25.0, 20.0)
     assert agree(row_a.panes[QUERY].overlay_image(), expected_partial(row_a.explanation, "reference", x, y, lut)) > 0.98
     overall_b = row_b.explanation.overall("decomposition", "query", "positive")
     np.testing.assert_allclose(row_b.panes[QUERY].overlay_image(), overall_b, atol=1e-6)
-    assert not row_b.panes[REFERENCE].vline.isVisible()
+    assert row_b.panes[REFERENCE].crosshair is None
     # a click pins a point of B's reference on row B only
     pane_b = row_b.panes[REFERENCE]
     hover(pane_b, view.link, 25.0, 20.0)
     QTest.mouseClick(pane_b.graphics.viewport(), Qt.LeftButton, Qt.NoModifier, viewport_pos(pane_b, 25.0, 20.0))
     assert session.pinned is not None and session.pinned[0] == REFERENCE
-    assert row_b.panes[REFERENCE].pin_item.isVisible() and not row_a.panes[REFERENCE].pin_item.isVisible()
+    assert row_b.panes[REFERENCE].pin is not None and row_a.panes[REFERENCE].pin is None
     assert agree(row_b.panes[QUERY].overlay_image(), expected_partial(row_b.explanation, "reference",
                                                                        *session.pinned[1:], lut)) > 0.98
     np.testing.assert_allclose(row_a.panes[QUERY].overlay_image(), overall_a, atol=1e-6)
