@@ -159,7 +159,8 @@ def test_the_gallery_colour_bars_are_the_explanations_grid_cells(built):
     expected = {}
     for first, expl in ((1, wrong), (3, same)):
         _, x, y, _ = strongest_points(expl, 1)[0]
-        overall = {side: np.maximum(expl.overall_grid("decomposition", side), 0).max() for side in ("query", "reference")}
+        overall = {side: np.maximum(expl.overall_grid("decomposition", side), 0).max()
+                   for side in ("query", "reference")}
         partial = np.maximum(expl.partial_map("query", x, y), 0).max()
         expected[f"colorbar {first} query"] = overall["query"]
         expected[f"colorbar {first} reference"] = overall["reference"]

@@ -70,8 +70,8 @@ def test_every_reader_of_a_colour_map_gets_the_tables_colours():
 
 def test_reading_the_table_or_hovering_imports_no_matplotlib():
     code = ("import sys; import dmlviewer.core.scene.colormaps as c; import dmlviewer.core.explain.hover as h; "
-            "import dmlviewer.core.scene; h.colormap_lut('plasma'); c.overlay_lut('jet', True); "
-            "print('matplotlib' in sys.modules)")
+            "import dmlviewer.core.scene, dmlviewer.core.report; h.colormap_lut('plasma'); "
+            "c.overlay_lut('jet', True); print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -94,9 +94,9 @@ def change_figure(entry: dict, kind: str, rank: int, models: Sequence, dataset, 
 def changes_section(models: Sequence, embedded: dict, dataset, split: str, count: int, device, figures: list,
                     images: dict, load, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Generator: returns ``(HTML parts, summary)``, the summary the change table's counts and
-    overlap; adds its figures to ``figures`` as ``(name, PairEntry)``. ``embedded[name]`` holds each model's ``embeddings`` and ``rows``
-    (dataset indices); ``load(indices)`` loads images into ``images`` (False when one cannot be
-    read: that entry is left out)."""
+    overlap; adds its figures to ``figures`` as ``(name, PairEntry)``. ``embedded[name]`` holds
+    each model's ``embeddings`` and ``rows`` (dataset indices); ``load(indices)`` loads images
+    into ``images`` (False when one cannot be read: that entry is left out)."""
     from dmlviewer.core.evaluate.changes import change_table
     from dmlviewer.core.evaluate.evaluation import query_gallery
 

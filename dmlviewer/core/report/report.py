@@ -334,7 +334,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
                 f"neighbour of another class (1 − Recall@1 = {1 - embedded[m.name].metrics['recall@1']:.4f}); "
                 f"shown: the {len(shown)} most confident, ranked by the margin of the wrong top-1's similarity "
                 "over the best same-class image's. Maps: positive part of Decomposition (seed 000 Eq. 3), each on "
-                "its own colour bar; matches: the strongest cell pairs of the point-to-point tensor.</p>")
+                "its own colour bar; matches: the strongest cell pairs of the point-to-point tensor; then the "
+                "query's strongest point pinned, its partial map on the other image.</p>")
             if not shown:
                 gallery_html.append('<p class="muted">No failure to show.</p>')
             jobs = [(f.query, f) for f in shown]
