@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dmlviewer.core.evaluate.metrics import retrieval_metrics
-from dmlviewer.core.figures import Bars, Figure, Panel, Plot, figure_svg
+from dmlviewer.core.figures import Bars, Figure, Plot, figure_svg
 from dmlviewer.core.figures.html import figure_html
 from dmlviewer.core.figures.pair import box_share, cell_centres, strongest_points
 from dmlviewer.core.figures.svg import dimensions
@@ -70,32 +70,25 @@ def test_strongest_points_rank_the_query_cells_by_their_share_of_the_similarity(
 
 
 def _figure(scale: float) -> Figure:
-    image = np.zeros((round(40 * scale), round(200 * scale), 3), np.uint8)
-    image[:, : image.shape[1] // 2] = 200
     plot = Plot("curves & <things>", [0.0, 1.0, 2.0], {"decomposition": [1.0, 0.5, float("nan")]})
-    return Figure("Query <a> & reference", [[Panel(image, "Query · Decomposition"), plot]],
-                  ["Similarity (cosine) +0.5 = point-to-point +0.4"], scale)
+    return Figure("Query <a> & reference", [[plot]], ["Similarity (cosine) +0.5 = point-to-point +0.4"], scale)
 
 
 def test_the_svg_keeps_text_as_text_and_is_twice_as_large_at_2x():
     one, two = figure_svg(_figure(1)), figure_svg(_figure(2))
     for svg in (one, two):
         texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
-        assert "Query · Decomposition" in texts and "Query &lt;a&gt; &amp; reference" in texts
+        assert "curves &amp; &lt;things&gt;" in texts and "Query &lt;a&gt; &amp; reference" in texts
         assert "Similarity (cosine) +0.5 = point-to-point +0.4" in texts
         assert "http" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
             'xmlns:xlink="http://www.w3.org/1999/xlink"', "")  # nothing to fetch
     (w1, h1), (w2, h2) = dimensions(one), dimensions(two)
     assert abs(w2 - 2 * w1) <= 2 and abs(h2 - 2 * h1) <= 2
-    # the embedded map is the image drawn at the export resolution
-    assert re.search(r'<image x="[\d.]+" y="[\d.]+" width="400" height="80"', two)
-    assert re.search(r'<image x="[\d.]+" y="[\d.]+" width="200" height="40"', one)
 
 
-def test_the_html_fragment_embeds_png_images_and_names_no_url():
+def test_the_html_fragment_inlines_the_plot_and_names_no_url():
     fragment = figure_html(_figure(1), "f1")
-    assert fragment.count('<img class="map"') == 1 and 'src="data:image/png;base64,' in fragment
-    assert "http" not in fragment and "<script" not in fragment
+    assert "http" not in fragment and "<script" not in fragment and "<img" not in fragment
     assert "<svg " in fragment and "curves &amp; &lt;things&gt;" in fragment
 
 
@@ -129,7 +122,7 @@ def test_a_scatter_series_is_drawn_as_points_without_a_line():
 
 
 def test_the_svg_writer_breaks_captions_between_words_only():
-    """The report's panels (still laid out by core/figures/svg.py) cut "011.square_red_ch / ecker"."""
+    """The report's plots (still laid out by core/figures/svg.py) cut "011.square_red_ch / ecker"."""
     from dmlviewer.core.figures.svg import wrap
 
     text = "Reference 011.square_red_checker/img_0042.png from runs/a4/checkpoint.pt"

@@ -45,8 +45,19 @@ def built(two, tmp_path_factory):
                 calls["compare"] = event.data["result"]
             yield event
 
+    from dmlviewer.core.explain import pair as pair_module
+
+    explain = pair_module.explain_pair
+    calls["explained"] = []
+
+    def explained(*args, **kwargs):  # the gallery's explanations, in the order the report makes them
+        expl = explain(*args, **kwargs)
+        calls["explained"].append(expl)
+        return expl
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(compare_module, "compare_models", spy)
+        patch.setattr(pair_module, "explain_pair", explained)
         out = tmp_path / "two.html"
         result = run_to_end(build_report(models, dataset, out, "test", failures=2, figures_dir=tmp_path / "svg",
                                          changes=CHANGES))
@@ -103,8 +114,8 @@ def test_what_changed_counts_the_change_table_and_its_galleries_read_in_chromium
     assert seen["fetched"] == []
     assert [f for f in seen["figures"] if f.startswith(("broken-", "fixed-"))] == broken + fixed
     section = [i for i in seen["images"] if i["figure"].startswith(("broken-", "fixed-"))]
-    # per entry two rows (A's pair, B's pair): 2 overall maps, the matches, the points, 3 partial maps
-    assert len([i for i in section if i["cls"] == "map"]) == (len(broken) + len(fixed)) * 2 * 7
+    # per entry one picture of its scene (A's pair, B's pair)
+    assert len([i for i in section if i["cls"] == "map"]) == len(broken) + len(fixed)
     assert all(i["complete"] and i["width"] > 0 and i["height"] > 0 for i in seen["images"])
 
 
@@ -117,3 +128,46 @@ def test_a_cancelled_report_leaves_no_file(two, tmp_path):
         for _event in job:
             cancel.cancel()  # checked again before each gallery figure: none is drawn
     assert list(tmp_path.iterdir()) == []
+
+
+def _bar_ends(svg_text: str) -> dict[str, list[str]]:
+    """The printed tick labels of each colour bar of a scene's SVG, by the bar's id."""
+    import xml.etree.ElementTree as ET
+
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = {}
+    for group in ET.fromstring(svg_text).iter(f"{ns}g"):
+        if group.get("id", "").startswith("colorbar "):
+            texts = ["".join(t.itertext()).strip() for t in group.iter(f"{ns}text")]
+            bars[group.get("id")] = [t for t in texts if re.fullmatch(r"-?[\d.e+-]+", t)]
+    return bars
+
+
+def test_the_gallery_colour_bars_are_the_explanations_grid_cells(built):
+    """The first failure's figure (--figures SVG, drawn from the scene): each colour bar's ends
+    are 0 and the largest cell of the map it colours, in the explanation's grid (issue 39 item
+    4): the overall maps of both pairs and the partial map of the query's strongest point. The
+    old panels printed the same kind of number but were no scene: their SVG named no bars."""
+    import numpy as np
+
+    from dmlviewer.core.figures.pair import strongest_points
+
+    result, _, calls, tmp_path = built
+    assert "failure-A-01" in result["figures"]
+    bars = _bar_ends((tmp_path / "svg" / "failure-A-01.svg").read_text(encoding="utf-8"))
+    wrong, same = calls["explained"][:2]  # failure A #1: its wrong top-1, then its best same class
+    expected = {}
+    for first, expl in ((1, wrong), (3, same)):
+        _, x, y, _ = strongest_points(expl, 1)[0]
+        overall = {side: np.maximum(expl.overall_grid("decomposition", side), 0).max()
+                   for side in ("query", "reference")}
+        partial = np.maximum(expl.partial_map("query", x, y), 0).max()
+        expected[f"colorbar {first} query"] = overall["query"]
+        expected[f"colorbar {first} reference"] = overall["reference"]
+        expected[f"colorbar {first + 1} query"] = overall["query"]
+        expected[f"colorbar {first + 1} reference"] = partial
+    assert set(bars) == set(expected)
+    for name, top in expected.items():
+        assert top > 0
+        assert bars[name] == ["0", f"{top:.3g}"], name
+

@@ -52,17 +52,15 @@ def test_the_table_holds_every_map_the_app_offers_with_matplotlibs_colours():
 
 
 def test_every_reader_of_a_colour_map_gets_the_tables_colours():
-    """The Qt LUT, the Qt colour bar, the hover renderer's table and the old figures' bars read
+    """The Qt LUT, the Qt colour bar, and the hover renderer's table read
     one table (before: OpenCV's plasma/inferno in the figures, pyqtgraph's on screen, signed
     twilight_shifted in figures and CET-D1 on screen)."""
     from dmlviewer.core.explain.hover import colormap_lut
-    from dmlviewer.core.figures.figure import ColorBar
     from dmlviewer.gui.pair import colormaps as qt
 
     for name in COLORMAPS + ("viridis (light)",):
         assert np.array_equal(qt.overlay_lut(name)[:, :3], rgb(name))
         assert np.array_equal(colormap_lut(name)[:, :3], rgb(name))
-        assert np.array_equal(ColorBar(0, 1, name).ramp(256, 1)[0], rgb(name))
         bar = qt.colorbar_map(name).getLookupTable(0.0, 1.0, 256, alpha=False)
         assert np.abs(bar.astype(int) - rgb(name)).max() <= 1
         assert np.array_equal(qt.overlay_lut(name, signed=True)[:, :3], rgb(DIVERGING))
@@ -72,8 +70,8 @@ def test_every_reader_of_a_colour_map_gets_the_tables_colours():
 
 def test_reading_the_table_or_hovering_imports_no_matplotlib():
     code = ("import sys; import dmlviewer.core.scene.colormaps as c; import dmlviewer.core.explain.hover as h; "
-            "import dmlviewer.core.scene; h.colormap_lut('plasma'); c.overlay_lut('jet', True); "
-            "print('matplotlib' in sys.modules)")
+            "import dmlviewer.core.scene, dmlviewer.core.report; h.colormap_lut('plasma'); "
+            "c.overlay_lut('jet', True); print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,15 +1,16 @@
 """A :class:`~.figure.Figure` as an HTML fragment, and the self-contained page around fragments.
 
-Panels become ``<img>`` elements with PNG ``data:`` URIs (a reader's browser decodes them; no
-request leaves the file), captions and notes HTML text, plots inline SVG (text as text). The
-page has inline CSS only: no script, no web font, no external URL.
+Plots become inline SVG (text as text), notes HTML text; the report's pair figures are
+``<img>`` elements with ``data:`` URIs (:func:`dmlviewer.core.report.gallery.entry_html`; a
+reader's browser decodes them, no request leaves the file). The page has inline CSS only: no
+script, no web font, no external URL.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from .figure import COLORBAR_HEIGHT, Figure, Panel, data_uri, png_bytes
+from .figure import Figure
 from .svg import _number, plot_svg
 
 STYLE = """
@@ -21,30 +22,10 @@ td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; } th { back
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .figure { border: 1px solid #ddd; border-radius: 4px; padding: 8px 10px; margin: 10px 0 16px 0; }
 .row { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; margin: 6px 0; }
-.panel { margin: 0; font-size: 12px; }
-.panel img.map { display: block; }
-.bar { display: flex; justify-content: space-between; font-size: 11px; }
-.bar img { display: block; width: 100%; }
+.figure img.map { display: block; max-width: 100%; height: auto; }
 .note { font-size: 13px; margin: 3px 0; }
 .muted { color: #555; font-size: 13px; }
 """
-
-
-def panel_html(panel: Panel) -> str:
-    h, w = panel.image.shape[:2]
-    parts = [f'<figure class="panel" style="width:{w}px">',
-             f'<img class="map" width="{w}" height="{h}" alt="{escape(panel.caption)}" '
-             f'src="{data_uri(png_bytes(panel.image))}">']
-    if panel.colorbar is not None:
-        bar = panel.colorbar
-        ramp = bar.ramp(w, COLORBAR_HEIGHT)
-        parts.append(f'<img class="colorbar" width="{w}" height="{COLORBAR_HEIGHT}" alt="colour bar" '
-                     f'src="{data_uri(png_bytes(ramp))}">')
-        parts.append(f'<div class="bar"><span>{_number(bar.low)}</span><span>{_number(bar.high)}</span></div>')
-    if panel.caption:
-        parts.append(f"<figcaption>{escape(panel.caption)}</figcaption>")
-    parts.append("</figure>")
-    return "".join(parts)
 
 
 def figure_html(figure: Figure, anchor: str = "") -> str:
@@ -55,8 +36,7 @@ def figure_html(figure: Figure, anchor: str = "") -> str:
     for row in figure.rows:
         out.append('<div class="row">')
         for item in row:
-            out.append(panel_html(item) if isinstance(item, Panel)
-                       else f'<div class="plot">{plot_svg(item, standalone=False)}</div>')
+            out.append(f'<div class="plot">{plot_svg(item, standalone=False)}</div>')
         out.append("</div>")
     out.extend(f'<p class="note">{escape(note)}</p>' for note in figure.notes)
     out.append("</div>")

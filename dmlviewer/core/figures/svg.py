@@ -1,12 +1,9 @@
-"""A small SVG writer for :class:`~.figure.Figure`: text stays text, images are embedded PNGs.
+"""A small SVG writer for :class:`~.figure.Figure`: text stays text.
 
-The layout is a column of rows; each row places its panels and plots side by side, top
-aligned. A panel is its image, its colour bar with the two end values, and its caption
-(wrapped to the image's width); a plot is drawn with lines, axes and tick labels, a bar
-chart with one ``rect`` per bar. Every length
-is multiplied by the figure's ``scale`` (the images are already drawn at that scale), so the
-SVG at 2x is the 1x figure with twice the pixels. Nothing is fetched: images are ``data:`` URIs,
-fonts are generic families.
+The layout is a column of rows; each row places its plots side by side, top aligned. A plot is
+drawn with lines, axes and tick labels, a bar chart with one ``rect`` per bar. Every length is
+multiplied by the figure's ``scale``, so the SVG at 2x is the 1x figure twice as large. Nothing
+is fetched: fonts are generic families.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ import math
 from collections.abc import Callable
 from html import escape
 
-from .figure import COLORBAR_HEIGHT, FONT, MARGIN, Bars, ColorBar, Figure, Panel, Plot, data_uri, png_bytes
+from .figure import FONT, MARGIN, Bars, Figure, Plot
 
 FONT_FAMILY = "DejaVu Sans, Arial, Helvetica, sans-serif"
 #: series colours of plots (colour-blind safe, Okabe-Ito)
@@ -57,33 +54,6 @@ class _Canvas:
 
     def add(self, element: str) -> None:
         self.parts.append(element)
-
-
-def _panel(canvas: _Canvas, panel: Panel, x: float, y: float, s: float) -> tuple[float, float]:
-    """Draw ``panel`` with its top left at ``(x, y)``; returns its ``(width, height)``."""
-    h, w = panel.image.shape[:2]
-    canvas.add(f'<image x="{x:.1f}" y="{y:.1f}" width="{w}" height="{h}" '
-               f'href="{data_uri(png_bytes(panel.image))}"/>')
-    bottom = y + h
-    if panel.colorbar is not None:
-        bottom = _colorbar(canvas, panel.colorbar, x, bottom + 3 * s, w, s)
-    font = FONT * s
-    for line in wrap(panel.caption, w, font) if panel.caption else []:
-        bottom += font * 1.25
-        canvas.add(_text(x, bottom, line, font))
-    return w, bottom - y + 2 * s
-
-
-def _colorbar(canvas: _Canvas, bar: ColorBar, x: float, y: float, width: float, s: float) -> float:
-    height = max(1, round(COLORBAR_HEIGHT * s))
-    ramp = bar.ramp(int(width), height)
-    canvas.add(f'<image x="{x:.1f}" y="{y:.1f}" width="{int(width)}" height="{height}" '
-               f'preserveAspectRatio="none" xlink:href="{data_uri(png_bytes(ramp))}"/>')
-    font = 0.85 * FONT * s
-    base = y + height + font
-    canvas.add(_text(x, base, _number(bar.low), font))
-    canvas.add(_text(x + width, base, _number(bar.high), font, "end"))
-    return base
 
 
 def plot_size(plot: Plot | Bars, s: float) -> tuple[float, float]:
@@ -225,7 +195,7 @@ def figure_svg(figure: Figure) -> str:
     for row in figure.rows:
         x, row_height = margin, 0.0
         for item in row:
-            w, h = _panel(canvas, item, x, y, s) if isinstance(item, Panel) else _chart(canvas, item, x, y, s)
+            w, h = _chart(canvas, item, x, y, s)
             x += w + margin
             row_height = max(row_height, h)
         width = max(width, x)

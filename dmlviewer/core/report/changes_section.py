@@ -5,8 +5,8 @@ and two galleries, the queries model B broke and those it fixed, the largest cha
 margin first.
 
 A gallery entry shows the query with A's top-1 under model A's maps and the query with B's
-top-1 under model B's maps (each model's maps on its own pair, drawn by
-:func:`~dmlviewer.core.figures.pair.pair_panels`, the panels of the failure gallery), both
+top-1 under model B's maps (each model's maps on its own pair, the scene rows of the failure
+gallery, :func:`~dmlviewer.core.report.gallery.pair_rows`), both
 similarities split into point-to-point and bias terms (seed 000 Eq. 3), both margins and,
 where the dataset has boxes, the share of each pair's positive point-to-point similarity that
 lies between the two objects' boxes (:func:`~dmlviewer.core.figures.pair.box_share`).
@@ -20,10 +20,11 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from dmlviewer.core.figures import html
-from dmlviewer.core.figures.figure import Figure
-from dmlviewer.core.figures.pair import box_share, pair_panels
-from dmlviewer.core.scene import similarity_split
+from dmlviewer.core.figures.pair import box_share
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
+from dmlviewer.core.scene import RowSource, similarity_split
+
+from .gallery import PairEntry, entry_html, pair_rows
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,7 @@ def _caption(dataset, index: int) -> str:
     return f"{dataset.paths[index]} ({dataset.class_names[int(dataset.labels[index])]})"
 
 
-def change_figure(entry: dict, kind: str, rank: int, models: Sequence, dataset, device, images: dict,
-                  scale: float = 1.0) -> Figure:
+def change_figure(entry: dict, kind: str, rank: int, models: Sequence, dataset, device, images: dict) -> PairEntry:
     """One gallery entry (module docstring); ``entry`` is one of the change table's ``broken``
     or ``fixed`` queries (dataset indices), ``models`` the report's two."""
     from dmlviewer.core.explain.pair import explain_pair
@@ -78,8 +78,8 @@ def change_figure(entry: dict, kind: str, rank: int, models: Sequence, dataset, 
         r = top["index"]
         expl = explain_pair(m.model, images[q], images[r], device)
         verdict = "right" if top["label"] == entry["label"] else "wrong"
-        rows.append(pair_panels(expl, images[q], images[r], (f"{m.name}: query", f"{m.name}: top-1 ({verdict})"),
-                                scale=scale))
+        rows += pair_rows((images[q], images[r]), [RowSource(m.name, expl)],
+                          (f"{m.name}: query", f"{m.name}: top-1 ({verdict})"), f"Model {m.name}")
         note = (f"Model {m.name}: top-1 {_caption(dataset, r)}, {verdict}; margin {margin:+.3f} (most similar "
                 f"image of another class minus the most similar of the query's class); {similarity_split(expl)}")
         share = box_share(expl, dataset.boxes[q], dataset.boxes[r])
@@ -88,15 +88,15 @@ def change_figure(entry: dict, kind: str, rank: int, models: Sequence, dataset, 
         notes.append(note)
     title = (f"{kind} #{rank} · query {_caption(dataset, q)} · margin {entry['margin'][0]:+.3f} → "
              f"{entry['margin'][1]:+.3f} (change {entry['margin_change']:+.3f})")
-    return Figure(title, rows, notes, scale)
+    return PairEntry(title, rows, notes)
 
 
 def changes_section(models: Sequence, embedded: dict, dataset, split: str, count: int, device, figures: list,
                     images: dict, load, cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Generator: returns ``(HTML parts, summary)``, the summary the change table's counts and
-    overlap; adds its figures to ``figures`` as ``(name, Figure)``. ``embedded[name]`` holds each model's ``embeddings`` and ``rows``
-    (dataset indices); ``load(indices)`` loads images into ``images`` (False when one cannot be
-    read: that entry is left out)."""
+    overlap; adds its figures to ``figures`` as ``(name, PairEntry)``. ``embedded[name]`` holds
+    each model's ``embeddings`` and ``rows`` (dataset indices); ``load(indices)`` loads images
+    into ``images`` (False when one cannot be read: that entry is left out)."""
     from dmlviewer.core.evaluate.changes import change_table
     from dmlviewer.core.evaluate.evaluation import query_gallery
 
@@ -139,7 +139,7 @@ def changes_section(models: Sequence, embedded: dict, dataset, split: str, count
                 figure = change_figure(entry, title, rank, models, dataset, device, images)
                 name = f"{kind}-{rank:02d}"
                 figures.append((name, figure))
-                parts.append(html.figure_html(figure, name))
+                parts.append(entry_html(figure, name))
             done += 1
             yield Progress("step", done, total, "explaining what changed", eta_s=clock.eta(done))
     summary = {k: changes[k] for k in ("num_queries", "both_right", "a_only", "b_only", "both_wrong", "overlap")}

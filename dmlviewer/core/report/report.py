@@ -12,7 +12,8 @@ report's summary. Steps:
 3. **The failure gallery** (:mod:`.failures`): the ``failures`` most confident wrong top-1s,
    each explained against its wrong top-1 and its best same-class image (two
    :func:`~dmlviewer.core.explain.pair.explain_pair` calls: only the pairs shown are explained):
-   both overall maps, the top matches, the partial maps of the query's strongest points, the
+   both overall maps with the top matches and the partial map of the query's strongest point,
+   drawn as scenes (:mod:`.gallery`: the pair view's scene function, drawn by matplotlib), the
    split of the similarity into point-to-point and bias terms (seed 000 Eq. 3) and, where the
    dataset has boxes, the share of the point-to-point similarity between the two objects' boxes
    (the rest is the background's). ``pairs``: explain these ``(query, reference)`` dataset
@@ -42,13 +43,14 @@ import torch
 from dmlviewer.core.explain.methods import label as method_label
 from dmlviewer.core.figures import html
 from dmlviewer.core.figures.figure import Figure, Plot
-from dmlviewer.core.figures.pair import box_share, pair_panels
-from dmlviewer.core.scene import similarity_split
+from dmlviewer.core.figures.pair import box_share
 from dmlviewer.core.figures.svg import figure_svg
 from dmlviewer.core.progress import CancelToken, EtaClock, Progress
+from dmlviewer.core.scene import RowSource, similarity_split
 
 from .changes_section import DEFAULT_CHANGES, changes_section
 from .failures import Failure, retrieval_failures
+from .gallery import PairEntry, entry_html, entry_svg, pair_rows
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,7 @@ def _box_note(dataset, expl, query: int, reference: int) -> str | None:
 
 
 def failure_figure(model: torch.nn.Module, dataset, failure: Failure, rank: int, name: str, device,
-                   images: dict, scale: float = 1.0) -> Figure:
+                   images: dict) -> PairEntry:
     """One gallery entry (module docstring, step 3); ``failure`` holds dataset indices."""
     from dmlviewer.core.explain.pair import explain_pair
 
@@ -206,13 +208,14 @@ def failure_figure(model: torch.nn.Module, dataset, failure: Failure, rank: int,
     box = _box_note(dataset, wrong, q, w)
     if box:
         notes.append(box)
-    return Figure(title, [pair_panels(wrong, images[q], images[w], ("Query", "Wrong top-1"), scale=scale),
-                          pair_panels(same, images[q], images[s], ("Query", "Best same class"), scale=scale)],
-                  notes, scale)
+    rows = (pair_rows((images[q], images[w]), [RowSource(name, wrong)], ("Query", "Wrong top-1"), "Wrong top-1")
+            + pair_rows((images[q], images[s]), [RowSource(name, same)], ("Query", "Best same class"),
+                        "Best same class"))
+    return PairEntry(title, rows, notes)
 
 
 def pair_figure(model: torch.nn.Module, dataset, query: int, reference: int, rank: int, name: str, device,
-                images: dict, scale: float = 1.0) -> Figure:
+                images: dict) -> PairEntry:
     """A gallery entry for a pair given with ``--pairs``."""
     from dmlviewer.core.explain.pair import explain_pair
 
@@ -222,7 +225,8 @@ def pair_figure(model: torch.nn.Module, dataset, query: int, reference: int, ran
     if box:
         notes.append(box.replace("the wrong top-1's", "the pair's"))
     title = f"#{rank} · model {name} · query {_caption(dataset, query)}, reference {_caption(dataset, reference)}"
-    return Figure(title, [pair_panels(expl, images[query], images[reference], scale=scale)], notes, scale)
+    return PairEntry(title, pair_rows((images[query], images[reference]), [RowSource(name, expl)],
+                                      ("Query", "Reference")), notes)
 
 
 def _load(dataset, indices, images: dict, skipped: dict) -> bool:
@@ -300,7 +304,7 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
     if changes < 0:
         raise ValueError(f"the number of changed queries must not be negative, got {changes}")
     ks = sorted({1, *ks})
-    figures: list[tuple[str, Figure]] = []
+    figures: list[tuple[str, Figure | PairEntry]] = []
     embedded: dict[str, _Embedded] = {}
     found: dict[str, list[Failure]] = {}
     for m in models:
@@ -330,7 +334,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
                 f"neighbour of another class (1 − Recall@1 = {1 - embedded[m.name].metrics['recall@1']:.4f}); "
                 f"shown: the {len(shown)} most confident, ranked by the margin of the wrong top-1's similarity "
                 "over the best same-class image's. Maps: positive part of Decomposition (seed 000 Eq. 3), each on "
-                "its own colour bar; matches: the strongest cell pairs of the point-to-point tensor.</p>")
+                "its own colour bar; matches: the strongest cell pairs of the point-to-point tensor; then the "
+                "query's strongest point pinned, its partial map on the other image.</p>")
             if not shown:
                 gallery_html.append('<p class="muted">No failure to show.</p>')
             jobs = [(f.query, f) for f in shown]
@@ -347,7 +352,7 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
                     figure = pair_figure(m.model, dataset, item[0], item[1], rank, m.name, device, images)
                 name = f"{'failure' if pairs is None else 'pair'}-{m.name}-{rank:02d}"
                 figures.append((name, figure))
-                gallery_html.append(html.figure_html(figure, name))
+                gallery_html.append(entry_html(figure, name))
             done += 1
             yield Progress("step", done, total, "explaining the gallery", eta_s=clock.eta(done))
 
@@ -366,7 +371,8 @@ def build_report(models: Sequence[ReportModel], dataset, out: str | Path, split:
         folder = Path(figures_dir)
         folder.mkdir(parents=True, exist_ok=True)
         for name, figure in figures:
-            write_text_atomic(folder / f"{name}.svg", figure_svg(figure))
+            svg = entry_svg(figure) if isinstance(figure, PairEntry) else figure_svg(figure)
+            write_text_atomic(folder / f"{name}.svg", svg)
     write_text_atomic(out, document)
     result = {"path": str(out), "figures": [name for name, _ in figures],
               "models": {m.name: {"metrics": embedded[m.name].metrics, "num_failures": len(found[m.name]),
@@ -409,15 +415,14 @@ def _two_models(models, dataset, split, device, figures, images, skipped, cancel
         if not _load(dataset, (q, r), images, skipped):
             continue
         ea, eb = (explain_pair(m.model, images[q], images[r], device) for m in models)
-        figure = Figure(
+        figure = PairEntry(
             f"#{row['rank']} · {_caption(dataset, q)} / {_caption(dataset, r)} · Spearman of the overall maps "
             f"{row['overall_map_spearman']:.3f}",
-            [pair_panels(ea, images[q], images[r], (f"{a.name}: query", f"{a.name}: reference"), points=0),
-             pair_panels(eb, images[q], images[r], (f"{b.name}: query", f"{b.name}: reference"), points=0)],
+            pair_rows((images[q], images[r]), [RowSource(a.name, ea), RowSource(b.name, eb)], ("Query", "Reference")),
             [f"Model {a.name}: {similarity_split(ea)}", f"Model {b.name}: {similarity_split(eb)}"])
         name = f"disagreement-{row['rank']:02d}"
         figures.append((name, figure))
-        parts.append(html.figure_html(figure, name))
+        parts.append(entry_html(figure, name))
     parts.append("<h2>Sanity check</h2>")
     parts.append('<p class="muted">Cascading randomization (seed 000): the layers are re-initialized from the top '
                  "down; a map that explains the model changes with it, so its correlation with the trained model's "
