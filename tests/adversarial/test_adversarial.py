@@ -67,6 +67,21 @@ def test_every_subcommand_is_attacked():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def _wait_until_spinning(procs, cpu_s: float = 0.3, timeout_s: float = 60.0) -> None:
+    """Wait until each process has used ``cpu_s`` of CPU time (``/proc/PID/stat``'s utime +
+    stime): a busy loop counts as load once it runs, not once it is started."""
+    import time
+
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        while time.monotonic() < deadline:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            if (int(fields[11]) + int(fields[12])) / tick >= cpu_s:
+                break
+            time.sleep(0.05)
+
+
 def test_a_busy_machine_scales_the_hang_limit_instead_of_counting_a_hang(tmp_path):
     """Issue 42 item 12: the worker and three busy loops share one CPU; the no-op case timed in
     the worker measures it (wall / CPU time), and each case's hang limit grows by that factor
@@ -85,6 +100,7 @@ def test_a_busy_machine_scales_the_hang_limit_instead_of_counting_a_hang(tmp_pat
         os.sched_setaffinity(worker.proc.pid, {cpu})
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                                  preexec_fn=lambda: os.sched_setaffinity(0, {cpu})) for _ in range(3)]
+        _wait_until_spinning(hogs)  # measured before the loops spun, the core looked half free (CI, 1.97)
         slowness = pace.measure(worker)
     finally:
         for hog in hogs:
