@@ -108,7 +108,9 @@ def test_a_busy_machine_scales_the_hang_limit_instead_of_counting_a_hang(tmp_pat
             hog.wait()
         worker.stop()
     case = next(c for c in CASES if c.category == "args")
-    assert slowness > 2.0, pace.timings  # four processes on one core: each gets about a quarter of it
+    # four processes on one core: a quarter of it each in theory; clean CI runs measured 1.97 and
+    # 1.98 (the worker's share was half), so the check asks for a clear slowdown, not a quarter
+    assert slowness > 1.5, pace.timings
     assert pace.limit(case) == pytest.approx(case.timeout * adversarial_runner.HANG_MARGIN * slowness)
     column, detail = adversarial_runner.classify(case, {"timed_out": True, "limit": round(pace.limit(case), 1)})
     assert column == "hangs" and f"no end within {round(pace.limit(case), 1)} s" in detail and "slowness" in detail
