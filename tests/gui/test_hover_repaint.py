@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QLabel
 
 from dmlviewer.core.explain.hover import HoverPoint
 from dmlviewer.gui.pair.colormaps import overlay_lut
-from dmlviewer.gui.pair.hover_link import QUERY, HoverLink
+from dmlviewer.gui.pair.hover_link import QUERY, STATUS_INTERVAL_MS, HoverLink
 from dmlviewer.gui.pair.image_pane import ImagePane
 
 pytestmark = pytest.mark.gui
@@ -140,6 +140,42 @@ def test_moves_are_coalesced_while_drawing_is_slow(qtbot):
     assert drawn == [(1.0, 1.0)]  # right after a drawing: waiting
     qtbot.waitUntil(lambda: len(drawn) == 2, timeout=2000)
     assert drawn[1] == (3.0, 3.0)  # the newest wins
+    for pane in panes:
+        pane.deleteLater()
+
+
+def test_the_status_line_is_worded_at_most_every_status_interval(qtbot):
+    """Issue 40: every move is drawn, but the status line is worded and announced at most once
+    per ``STATUS_INTERVAL_MS`` (the first of a burst at once), and the newest point's line is
+    the one left shown."""
+    panes = (ImagePane("q"), ImagePane("r"))
+    worded, shown, drawn = [], [], []
+
+    class Renderer:
+        def hover(self, x, y, scale=None):
+            drawn.append((x, y))
+            return HoverPoint(rgba=np.zeros((4, 4, 4), np.uint8))
+
+    def describe(side, x, y, points, pinned):
+        worded.append((x, y))
+        return f"point {x:g},{y:g}"
+
+    link = HoverLink(lambda: None, describe=describe, interval_ms=1.0)
+    link.message.connect(shown.append)
+    link.add_row(panes).renderers = {QUERY: Renderer()}
+    start = time.perf_counter()
+    moves = 0
+    while time.perf_counter() - start < 0.3:  # a burst of moves, each drawn at once
+        moves += 1
+        link._moved(QUERY, float(moves), 1.0)
+        link.flush(status=False)
+        QApplication.processEvents()
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    assert len(drawn) == moves  # drawing is not held back by the status line
+    assert worded[0] == (1.0, 1.0)  # the first of the burst: at once
+    assert moves > 20 and len(worded) <= elapsed_ms / STATUS_INTERVAL_MS + 2
+    qtbot.waitUntil(lambda: shown[-1] == f"point {moves:g},1", timeout=2000)  # the newest, in the end
+    assert len(shown) == len(worded)
     for pane in panes:
         pane.deleteLater()
 

@@ -7,8 +7,12 @@ session (``Session.pinned``, issue 39 item 5): a click or Escape sets it there, 
 draws whatever the session's ``events.pinned`` announces, from the panes or from Python, also
 while the pair is still being prepared (the pin's partial map follows when it is ready). A link
 without a session (the group tabs') keeps its pin in a :class:`LocalPin` of its own. Mouse moves
-are coalesced: the first move after a quiet period is drawn at once, later ones no sooner than ``interval_ms`` after the end of the
-previous drawing (the newest wins), so hovering never queues work, however long a drawing takes.
+are throttled by superqt's ``qthrottled`` (issue 40): the first move after a quiet period is drawn
+at once, later ones no sooner than ``interval_ms`` after the end of the previous drawing (the
+throttle's timer starts once the drawing returns; the newest move wins), so hovering never queues
+work, however long a drawing takes. The status line is throttled the same way, at
+``STATUS_INTERVAL_MS``: it is worded and shown at most that often, and the newest line always
+ends up shown.
 
 Rows (issue 24, issue 30): each row is a pair of panes showing the same two photographs (one
 model per row in the pair view); a point hovered or pinned on either row's pane is drawn on every
@@ -25,12 +29,12 @@ and ``describe`` words the point for the status bar (``message``).
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import shiboken6
 from psygnal import Signal as EventSignal, SignalGroup
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
+from superqt.utils import qthrottled
 
 from dmlviewer.core.explain.hover import HoverPoint, hover_points
 from dmlviewer.core.session import pinned_point
@@ -38,6 +42,9 @@ from dmlviewer.gui.pair.image_pane import ImagePane
 
 QUERY, REFERENCE = 0, 1
 SIDE_NAMES = ("query", "reference")
+#: the status line is worded and shown at most this often (a person reads it, a screen need not
+#: repaint the status bar at every drawn move)
+STATUS_INTERVAL_MS = 50
 
 
 class _PinEvents(SignalGroup):
@@ -101,13 +108,10 @@ class HoverLink(QObject):
         self.describe = describe
         #: the shown rows' "each map" partial maps on one colour scale (the larger peak)
         self.shared_peak = False
-        self.interval_s = interval_ms / 1000.0
         self.enabled = True
         self.hover: tuple[int, float, float] | None = None
-        self._pending: tuple[int, float, float] | None = None
-        self._last = 0.0
-        self._timer = QTimer(self, singleShot=True)
-        self._timer.timeout.connect(self.flush)
+        self._draw_move = qthrottled(self._draw_hover, timeout=max(1, round(interval_ms)), leading=True, parent=self)
+        self._say = qthrottled(self._say_now, timeout=STATUS_INTERVAL_MS, leading=True, parent=self)
 
     def add_row(self, panes: tuple[ImagePane, ImagePane]) -> LinkRow:
         """Link another pair of panes showing the same photographs (see the module docstring)."""
@@ -188,8 +192,8 @@ class HoverLink(QObject):
 
     def reset(self) -> None:
         """Forget pin and hover (new pair): marks off, nothing pending."""
-        self._timer.stop()
-        self._pending = None
+        self._draw_move.cancel()
+        self._say.cancel()
         self.hover = None
         for row in self.rows:
             for pane in row.panes:
@@ -211,38 +215,29 @@ class HoverLink(QObject):
         self.pins.events.pinned.disconnect(self._on_pinned, missing_ok=True)
 
     # -- hover
-    def flush(self) -> None:
-        """Draw the newest pending move now (the coalescing timer calls this too)."""
-        self._timer.stop()
-        if self._pending is None:
-            return
-        side, x, y = self._pending
-        self._pending = None
+    def flush(self, status: bool = True) -> None:
+        """Draw the newest pending move now, and with ``status`` show the newest status line now
+        too (else it follows at the status throttle's pace, as in the app)."""
+        self._draw_move.flush()
+        if status:
+            self._say.flush()
+
+    def _draw_hover(self, side: int, x: float, y: float, row: LinkRow | None) -> None:
+        """Draw a move (called by the throttle: at once after a quiet period, else the newest)."""
+        self._hover_row = row
         self.hover = (side, x, y)
-        for row in self._shown():
-            row.panes[side].set_crosshair((x, y) if self._draws(row, side, self._hover_row) else None)
-            row.panes[1 - side].set_crosshair(None)
+        for shown in self._shown():
+            shown.panes[side].set_crosshair((x, y) if self._draws(shown, side, row) else None)
+            shown.panes[1 - side].set_crosshair(None)
         if self.pinned is None:
-            self._show(side, x, y, pinned=False, source=self._hover_row)
-        # The interval counts from the end of this drawing: when drawing takes about as long as
-        # the interval (two models, a fine grid, a slow machine), moves are still coalesced
-        # instead of each being drawn at once, back to back.
-        self._last = time.perf_counter()
+            self._show(side, x, y, pinned=False, source=row)
 
     def _moved(self, side: int, x: float, y: float, row: LinkRow | None = None) -> None:
-        if not self.enabled:
-            return
-        self._pending = (side, x, y)
-        self._hover_row = row
-        wait = self.interval_s - (time.perf_counter() - self._last)
-        if wait <= 0:
-            self.flush()
-        elif not self._timer.isActive():
-            self._timer.start(max(1, int(wait * 1000)))
+        if self.enabled:
+            self._draw_move(side, x, y, row)
 
     def _left(self, side: int) -> None:
-        self._timer.stop()
-        self._pending = None
+        self._draw_move.cancel()
         for row in self.rows:
             row.panes[side].set_crosshair(None)
         if self.hover is not None and self.hover[0] == side:
@@ -275,14 +270,16 @@ class HoverLink(QObject):
                 pane.set_colorbar(*row.colorbar)
             pane.show_readout(row.readout(point) if row.readout is not None else None)
             drawn = True
-        if drawn and self.describe is not None:
-            text = self.describe(side, x, y, points, pinned)
-            if text is not None:
-                self.message.emit(text)
+        if drawn:
+            self._say(side, x, y, points, pinned)
 
     def _clear(self) -> None:
         self.restore()
-        if self.describe is not None:
-            text = self.describe(None, 0.0, 0.0, [], False)
+        self._say(None, 0.0, 0.0, [], False)
+
+    def _say_now(self, side: int | None, x: float, y: float, points: list, pinned: bool) -> None:
+        """Word the point for the status bar and announce it (called by the status throttle)."""
+        if self.describe is not None and shiboken6.isValid(self):
+            text = self.describe(side, x, y, points, pinned)
             if text is not None:
                 self.message.emit(text)
