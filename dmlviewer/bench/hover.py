@@ -28,7 +28,9 @@ one event then draws both models' partial maps and repaints both reference viewp
 ``p50_ms``/``p95_ms`` are also given as ``two_models_p50_ms``/``two_models_p95_ms`` beside the
 one-model figures of the same run. ``vit_s16_256`` and ``dinov2_reg4_518``: a timm ViT-S/16 at
 256 px (16x16 tokens) and DINOv2 ViT-S/14 with registers at 518 px (37x37), when timm is
-installed. ``busy``: one model and two models again while a training job runs in the same
+installed. ``gc``: a full garbage collection in the same process before and after the app's
+start-up freeze (:func:`gc_pause`; the collector runs between hovers, so a long one is a hitch
+the per-event times do not show). ``busy``: one model and two models again while a training job runs in the same
 process (:func:`training_job`: small_cnn forward and backward passes on random batches, submitted
 to the app's :class:`~dmlviewer.gui.jobs.runner.JobRunner` as a thread job, so it runs at the
 priority and with the torch threads the app gives background work); its ``steps`` say how much
@@ -225,6 +227,32 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
     }
 
 
+def gc_pause(repeats: int = 5) -> dict[str, Any]:
+    """A full garbage collection in this process (torch, Qt and the pair view loaded), as the
+    app's GUI-thread collector runs it between two hovers, before and after the start-up freeze
+    (:func:`dmlviewer.gui.window.collector.freeze_startup`), median of ``repeats`` each; the
+    freeze is undone afterwards."""
+    import gc
+
+    def median_ms() -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            gc.collect()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return float(np.median(times))
+
+    objects = len(gc.get_objects())
+    full = median_ms()
+    gc.freeze()
+    try:
+        frozen = median_ms()
+    finally:
+        gc.unfreeze()
+    return {"objects": objects, "full_ms": full, "after_freeze_ms": frozen,
+            "ratio": frozen / full if full else float("nan")}
+
+
 def run(args) -> dict[str, Any]:
     """The ``bench hover`` entry point (``--quick``: fewer events)."""
     from dmlviewer.bench.hover_core import run_core
@@ -249,5 +277,7 @@ def run(args) -> dict[str, Any]:
     result["busy"] = busy
     result["busy_p95_ms"], result["busy_two_models_p95_ms"] = busy["p95_ms"], busy["two_models_p95_ms"]
     result["core"] = run_core(events=300 if quick else 2000)
+    result["gc"] = gc_pause()
+    result["gc_full_ms"], result["gc_after_freeze_ms"] = result["gc"]["full_ms"], result["gc"]["after_freeze_ms"]
     result["machine"] = describe()
     return result

@@ -287,6 +287,8 @@ def _open_window(app: QApplication, splash: QSplashScreen, startup: _Startup, da
     restore = settings.session_values() if last and not (dataset or checkpoint or features) else None
 
     window = MainWindow()
+    frozen = collector.freeze_startup()  # before any file is opened: see collector's docstring
+    log.debug("%d start-up objects exempt from garbage collection", frozen)
     if tab == "groups":
         window.tabs.setCurrentWidget(window.group_tabs)
     window.show()
