@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.figure, "--figure")
         if args.figure_source and Path(args.figure).with_suffix(".npz").resolve() == out.resolve():
             raise UsageError(f"--figure-source would write {out} over --out: give the figure another name")
+    check_point(point, Path(args.query))  # before anything is computed or written
     from dmlviewer.core.explain import Explanation, explain_pair
 
     try:
@@ -141,23 +142,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_point(point: tuple[float, float] | None, query: Path) -> None:
+    """``UsageError`` for a ``--point`` outside the query image (checked before the npz is written)."""
+    from dmlviewer.cli import UsageError
+    from dmlviewer.core.data.images import load_image
+
+    if point is None:
+        return
+    h, w = load_image(query).shape[:2]
+    if not (0 <= point[0] < w and 0 <= point[1] < h):
+        raise UsageError(f"--point: ({point[0]:g}, {point[1]:g}) is outside the query image ({w} x {h} pixels)")
+
+
 def draw_figure(pair, display, point, query: Path, reference: Path, figure: str, scale: int,
                 source: bool = False) -> Path:
     """The pair view's figure of ``pair`` (one row) with ``display`` and the pinned query
     ``point``, written to ``figure`` (``source``: and its ``.npz`` and ``.py`` beside it)."""
-    from dmlviewer.cli import UsageError
     from dmlviewer.core.data.images import load_image
     from dmlviewer.core.explain.inputs import as_rgb
     from dmlviewer.core.scene import RowSource, build_scene
     from dmlviewer.core.scene.draw import write
 
     images = (as_rgb(load_image(query)), as_rgb(load_image(reference)))
-    pinned = None
-    if point is not None:
-        h, w = pair.image_shape_query
-        if not (0 <= point[0] < w and 0 <= point[1] < h):
-            raise UsageError(f"--point: ({point[0]:g}, {point[1]:g}) is outside the query image ({w} x {h} pixels)")
-        pinned = (0, point[0], point[1])
+    pinned = None if point is None else (0, point[0], point[1])
     scene = build_scene(display, images, [RowSource("A", pair)], (f"Query {query.name}", f"Reference {reference.name}"),
                         pinned)
     if source:

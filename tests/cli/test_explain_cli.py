@@ -144,6 +144,7 @@ def test_explain_figure_bad_values_exit_2_in_one_line(setup, bad, says, capsys, 
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
     assert says.replace("x.gif", str(tmp_path / "x.gif")) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a refused command writes nothing"
 
 
 def test_explain_grad_transfer_leaves_the_feature_file_alone_unless_asked(setup):
