@@ -267,41 +267,15 @@ def compare_feature_files(path_a, path_b, split: str | None = None, device: str 
     return result
 
 
-def model_split(model: torch.nn.Module, dataset, split: str, device, features=None, sha256: str = "",
-                name: str = "A", num_workers: int | None = None,
-                cancel: CancelToken | None = None) -> Iterator[Progress]:
-    """Generator: one model's embeddings of ``split``: from the feature file ``features`` when
-    given (it must belong to the model, by ``sha256``, and hold every image of the split, else
-    one ``ValueError`` line naming the file and the model; nothing is extracted), else embedded
-    now. Result: ``{"embeddings", "indices" (dataset indices of the rows), "from_file"}``."""
-    from .extract import embed_dataset
-    from .store import split_embeddings
-
-    indices = dataset.indices(split)
-    if features is not None:
-        embeddings, reason = split_embeddings(features, sha256, dataset, indices)
-        if embeddings is None:
-            raise ValueError(f"feature file {features} of model {name} {reason}")
-        yield Progress("log", message=f"model {name}: features from {features}")
-        return {"embeddings": embeddings, "indices": indices, "from_file": True}
-    result = {}
-    for event in embed_dataset(model, dataset.select_split(split), device=device, num_workers=num_workers,
-                               cancel=cancel):
-        if event.kind == "done":
-            result = event.data["result"]
-        else:
-            event.message = f"model {name}: {event.message}"
-            yield event
-    return {"embeddings": result["embeddings"], "indices": indices[result["rows"]], "from_file": False}
-
-
 def compare_models_changes(models: Sequence[tuple[str, torch.nn.Module, str, object]], dataset, split: str = "test",
                            device: str | torch.device = "cpu", num_workers: int | None = None,
                            cancel: CancelToken | None = None) -> Iterator[Progress]:
     """Generator: the change table of two models ``(name, model, sha256, feature file or
-    None)`` on ``split`` of ``dataset`` (each model's embeddings from :func:`model_split`),
+    None)`` on ``split`` of ``dataset`` (each model's embeddings from
+    :func:`.embed_split.model_split`: a given file that does not fit is one ``ValueError`` line),
     over the images both embedded. Result: :func:`change_table`'s, ``index`` being dataset
     indices, plus ``from_file`` ``[A, B]``."""
+    from .embed_split import model_split
     from .evaluation import query_gallery
 
     if dataset.branches is not None:

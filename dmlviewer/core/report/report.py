@@ -85,19 +85,6 @@ class _Embedded:
     extra: dict = field(default_factory=dict)
 
 
-def _named(events, name: str):
-    """Relay an extraction's progress events, each message naming model ``name``; returns the
-    result its ``done`` event carries."""
-    result = {}
-    for event in events:
-        if event.kind == "done":
-            result = event.data["result"]
-        else:
-            event.message = f"model {name}: {event.message}"
-            yield event
-    return result
-
-
 def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
     """``(query, reference)`` dataset indices from a text file: one pair a line, the two image
     paths (relative to the dataset root, as ``compare --json`` prints them) separated by a comma,
@@ -125,60 +112,26 @@ def read_pairs(path: str | Path, dataset) -> list[tuple[int, int]]:
     return pairs
 
 
-def _from_file(path: Path, sha256: str, dataset, indices: np.ndarray) -> np.ndarray | None:
-    """The embeddings of ``indices`` from the feature file at ``path`` when it matches (module
-    docstring), else ``None`` (the reason is logged)."""
-    from dmlviewer.core.evaluate.store import split_embeddings
-
-    embeddings, reason = split_embeddings(path, sha256, dataset, indices)
-    if embeddings is None:
-        log.warning("%s %s; extracting again", path, reason)
-    return embeddings
-
-
 def _embed(entry: ReportModel, dataset, split: str, device, batch_size: int, num_workers, ks,
            cancel) -> Iterator[Progress]:
-    """Embeddings of ``split`` for one model (module docstring, step 1) and its metrics."""
+    """Embeddings of ``split`` for one model (module docstring, step 1:
+    :func:`~dmlviewer.core.evaluate.embed_split.model_split`, a file that does not fit logged
+    and the model run) and its metrics."""
+    from dmlviewer.core.evaluate.embed_split import model_split
     from dmlviewer.core.evaluate.evaluation import query_gallery
-    from dmlviewer.core.evaluate.extract import embed_dataset, feature_attrs, write_batches
     from dmlviewer.core.evaluate.metrics import compute_metrics
-    from dmlviewer.core.evaluate.store import FeatureWriter
 
-    indices = dataset.indices(split)
-    subset = dataset.select_split(split)
-    path = Path(entry.features) if entry.features else None
-    embeddings, rows, from_file = None, np.arange(len(subset)), False
-    if path is not None and path.exists():
-        embeddings = _from_file(path, entry.sha256, dataset, indices)
-        from_file = embeddings is not None
-        if from_file:
-            yield Progress("log", message=f"model {entry.name}: features from {path}")
-    if embeddings is None:
-        if path is not None and not path.exists():  # written as evaluate writes it
-            writer = FeatureWriter(path, attrs=feature_attrs(entry.model, subset, entry.sha256))
-            writer.open()
-            try:
-                result = yield from _named(write_batches(writer, entry.model, subset, batch_size, device,
-                                                         num_workers, cancel, collect=True), entry.name)
-                rows, embeddings = result["rows"], result["embeddings"]
-                queries, gallery = query_gallery(subset, rows)
-                writer.set_attrs(**compute_metrics(embeddings, subset.labels[rows], ks, device,
-                                                   queries=queries, gallery=gallery))
-                writer.close()
-            except BaseException:
-                writer.abort()
-                raise
-            yield Progress("log", message=f"model {entry.name}: features written to {path}")
-        else:
-            result = yield from _named(embed_dataset(entry.model, subset, batch_size, device, num_workers, cancel),
-                                       entry.name)
-            rows, embeddings = result["rows"], result["embeddings"]
-    queries, gallery = query_gallery(subset, rows)
+    part = yield from model_split(entry.model, dataset, split, device,
+                                  Path(entry.features) if entry.features else None, entry.sha256, entry.name,
+                                  num_workers, cancel, batch_size, strict=False, write=True, ks=ks)
+    indices = part["indices"]
+    labels = dataset.labels[indices]
+    queries, gallery = query_gallery(dataset, indices)
     # the retrieval metrics of evaluate (the report shows no clustering figure: k-means is skipped)
-    metrics = compute_metrics(embeddings, subset.labels[rows], ks, device, clustering=False, queries=queries,
+    metrics = compute_metrics(part["embeddings"], labels, ks, device, clustering=False, queries=queries,
                               gallery=gallery)
-    return _Embedded(np.asarray(embeddings, np.float32), indices[rows], metrics, from_file,
-                     {"queries": queries, "gallery": gallery, "labels": subset.labels[rows]})
+    return _Embedded(part["embeddings"], indices, metrics, part["from_file"],
+                     {"queries": queries, "gallery": gallery, "labels": labels})
 
 
 def _caption(dataset, index: int) -> str:
