@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -102,11 +102,13 @@ def pinned_point(point: Any) -> tuple[int, float, float]:
 
 class SessionEvents(SignalGroup):
     """The session's events, each emitted once per change, after the state has changed:
-    ``dataset()``, ``model(slot)``, ``pair()``, ``features()``, ``device()``, ``jobs()``,
-    ``pinned()``. The display options have their own (``session.display.events``)."""
+    ``dataset()``, ``model(slot)``, ``label(slot)`` (a model's name of the user's changed, the
+    model did not), ``pair()``, ``features()``, ``device()``, ``jobs()``, ``pinned()``. The
+    display options have their own (``session.display.events``)."""
 
     dataset = Signal()
     model = Signal(str)
+    label = Signal(str)
     pair = Signal()
     features = Signal()
     device = Signal()
@@ -264,6 +266,17 @@ class Session:
         self.events.model.emit(slot)
         if model is None and slot == "compare" and self.reference_b is not None:
             self.set_pair(self.query_index, self.reference_index)
+
+    def set_label(self, slot: str, label: str | None) -> None:
+        """Name the model of ``slot`` (None: its own name again). The label is part of its
+        source, so views, tables, exports and the last session keep it; the model is unchanged
+        (``events.label``, not ``events.model``)."""
+        entry = self.slots.get(slot)
+        if entry is None or entry.source is None:
+            raise ValueError(f"{slot}: no model with a source is open in this slot")
+        if entry.source.label != label:
+            entry.source = replace(entry.source, label=label)
+            self.events.label.emit(slot)
 
     def set_pair(self, query_index: int | None, reference_index: int | None,
                  reference_b: int | None = None) -> None:

@@ -88,6 +88,13 @@ def test_a_label_names_the_model_everywhere_and_the_last_session_keeps_it(two_op
     assert [s.path for s in settings.recent_models()].count(str(two_runs["triplet"].resolve())) == 1
     window.label_model("compare", "")  # its own name again
     assert window.compare_label.text() == "B: triplet-64px/checkpoint.pt · Triplet"
+    # the session's label event: a label set from Python shows the same, and the model stays
+    model = window.session.slot("compare").model
+    window.session.set_label("compare", "from python")
+    assert window.compare_label.text() == "B: from python" and window.pair_view.rows[1].name == "from python"
+    assert window.session.slot("compare").model is model
+    with pytest.raises(ValueError, match="no model"):
+        window.session.set_label("nonexistent", "x")
 
 
 def test_a_failed_load_gives_the_line_under_the_images_back(window, demo_root, small_ckpt, tmp_path, qtbot,

@@ -8,7 +8,6 @@ it too).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from PySide6.QtGui import QAction
@@ -61,18 +60,13 @@ class ModelLabels:
     def label_model(self, slot: str, label: str | None) -> None:
         """Give the model of ``slot`` a label of the user's (None or "": its own name again); the
         label is part of its source, so the views, tables, exports and the last session keep it."""
-        window = self.window
         entry = self.session.slot(slot)
         if entry is None or entry.source is None:
             return
         label = (label or "").strip()[:80] or None
         if entry.source.kind == "python":  # a live module's label is its class name when none is given
             label = label or type(entry.model).__name__
-        entry.source = replace(entry.source, label=label)
-        window._show_model_labels()
-        if slot == "compare":
-            window.pair_view.set_compare_model(entry.model, window.device, self.display_name("compare"))
-        window._remember_session()
+        self.session.set_label(slot, label)  # the window follows the session's label event
 
     def ask_label(self, slot: str) -> None:
         """File > Label Model A/B…: a name of the user's for the model (empty: its own name)."""

@@ -245,10 +245,11 @@ class MainWindow(QMainWindow):
         events = self.session.events
         self._links.connect(events.dataset, self._on_dataset_changed)
         self._links.connect(events.model, self._on_model_changed)
+        self._links.connect(events.label, self._on_label_changed)
         self._links.connect(events.pair, self._on_pair_changed)
         self._links.connect(events.features, self._on_features_changed)
         self._links.connect(events.device, self._on_device_changed)
-        for event in (events.dataset, events.model, events.pair, events.features):
+        for event in (events.dataset, events.model, events.label, events.pair, events.features):
             self._links.connect(event, self._remember_session)  # after the panels: the last session on disk
         self.tabs.currentChanged.connect(lambda _i: self.statusBar().clearMessage())
         self.devices.notice.connect(self.statusBar().showMessage)
@@ -343,6 +344,13 @@ class MainWindow(QMainWindow):
         bank = self.jobs.known_grad_bank()
         if bank is not None:
             self.pair_view.set_grad_bank(bank)
+
+    def _on_label_changed(self, slot: str) -> None:
+        """Session event: a model was given a name of the user's (File > Label Model A/B…)."""
+        self._show_model_labels()
+        entry = self.session.slot(slot)
+        if slot == "compare" and entry is not None:
+            self.pair_view.set_compare_model(entry.model, self.device, self.labels.display_name("compare"))
 
     def _show_model_labels(self) -> None:
         """The status bar's model labels: the open model's architecture, and while comparing "A: …"
