@@ -10,9 +10,10 @@ the display options announce theirs on ``session.display.events``).
 - **Slots** hold a model with its ``info`` (from :func:`~dmlviewer.core.models.open_model`) and
   the :class:`~dmlviewer.core.models.source.ModelSource` it was opened from: ``"primary"`` (the
   model on screen) and ``"compare"`` (model B of a comparison, issue 24).
-- **Features** are bound to the dataset identity (:meth:`Session.features_fit`: the file's
-  ``dataset_fingerprint``) and to the model's checksum (:meth:`Session.features_problem`);
-  another dataset drops features that do not fit it.
+- **Features**: each slot has its feature file (:mod:`dmlviewer.core.slot_features`; the
+  primary slot's is ``features``, ``features_path``), bound to the dataset identity
+  (:meth:`Session.features_fit`: the file's ``dataset_fingerprint``) and to its slot's model
+  checksum (:meth:`Session.features_problem`); another dataset drops features that do not fit it.
 - **Freshness, one rule**: a background result is shown only when :meth:`Session.accepts` the
   :class:`Stamp` taken when its work started: the dataset identity and the model of its slot
   (and, for work that reads them, the feature file, or the pair on screen) are still what is
@@ -61,11 +62,7 @@ _MAX_TEXT = 4096
 
 
 #: A short heading for each cause of :meth:`Session.features_mismatch`, agreeing with its sentence.
-FEATURES_MISMATCH_HEADINGS = {
-    "dataset": "Features of another dataset.",
-    "unrecorded": "Features of an unknown model.",
-    "model": "Features of another model.",
-}
+from dmlviewer.core.slot_features import FEATURES_MISMATCH_HEADINGS, SlotFeatures, features_mismatch  # noqa: E402,F401
 
 
 class SessionError(ValueError):
@@ -103,14 +100,14 @@ def pinned_point(point: Any) -> tuple[int, float, float]:
 class SessionEvents(SignalGroup):
     """The session's events, each emitted once per change, after the state has changed:
     ``dataset()``, ``model(slot)``, ``label(slot)`` (a model's name of the user's changed, the
-    model did not), ``pair()``, ``features()``, ``device()``, ``jobs()``, ``pinned()``. The
+    model did not), ``pair()``, ``features(slot)``, ``device()``, ``jobs()``, ``pinned()``. The
     display options have their own (``session.display.events``)."""
 
     dataset = Signal()
     model = Signal(str)
     label = Signal(str)
     pair = Signal()
-    features = Signal()
+    features = Signal(str)
     device = Signal()
     jobs = Signal()
     pinned = Signal()
@@ -180,9 +177,8 @@ class Session:
         #: model B's own reference (issue 41: A's and B's top-1 of one query), None: row B shows
         #: ``reference_index`` as row A does
         self.reference_b: int | None = None
-        self.features: Any = None
-        self.features_path: str | None = None
-        self.features_chosen = False  # the feature file was opened by the user (not computed here)
+        #: each slot's feature file (``features``, ``features_path``, ``features_chosen``: the primary's)
+        self.slot_features: dict[str, SlotFeatures] = {name: SlotFeatures() for name in SLOTS}
         self.device: str = device
         self.jobs: dict[Any, JobEntry] = {}
         self.pinned: tuple | None = None  # (0 query or 1 reference, x, y) of the pinned point, None: none
@@ -191,7 +187,7 @@ class Session:
         #: :meth:`renew_pair`): what a pair's explanation is stamped with
         self.pair_generation = 0
         self._serials = 0  # the last ModelSlot.serial given
-        self._fit_cache: tuple | None = None  # ((features id, dataset id, identity), fits, features)
+        self._fit_cache: dict[str, tuple] = {}  # slot -> ((features id, dataset id, identity), fits, features)
         self.window: Any = None  # the window showing this session (``dmlviewer.view`` sets it)
 
     def close(self) -> None:
@@ -223,6 +219,19 @@ class Session:
         slot = self.slots.get("primary")
         return None if slot is None else slot.sha256
 
+    @property
+    def features(self) -> Any:
+        return self.slot_features["primary"].features
+
+    @property
+    def features_path(self) -> str | None:
+        return self.slot_features["primary"].path
+
+    @property
+    def features_chosen(self) -> bool:
+        """The primary slot's feature file was opened by the user (not computed here)."""
+        return self.slot_features["primary"].chosen
+
     # -- changes
     def set_dataset(self, dataset: Any, path: str | None, fmt: str | None = None,
                     identity: DatasetIdentity | None = None) -> None:
@@ -237,16 +246,17 @@ class Session:
         self.pair_generation += 1
         had_pair = self.query_index is not None or self.reference_index is not None
         self.query_index = self.reference_index = self.reference_b = None
-        stale_features = self.features is not None and dataset is not None and not self.features_fit()
-        if stale_features:
-            log.info("closing %s: computed from another dataset", self.features_path)
-            self.features, self.features_path, self.features_chosen = None, None, False
+        stale_features = [name for name, held in self.slot_features.items() if held.features is not None
+                          and dataset is not None and not self.features_fit(slot=name)]
+        for name in stale_features:
+            log.info("closing %s: computed from another dataset", self.slot_features[name].path)
+            self.slot_features[name].clear()
         had_pin, self.pinned = self.pinned is not None, None
         self.events.dataset.emit()
         if had_pair:
             self.events.pair.emit()
-        if stale_features:
-            self.events.features.emit()
+        for name in stale_features:
+            self.events.features.emit(name)
         if had_pin:
             self.events.pinned.emit()
 
@@ -328,13 +338,16 @@ class Session:
         same pair explained at another input size): explanations stamped before are stale."""
         self.pair_generation += 1
 
-    def set_features(self, features: Any, path: str | None, chosen: bool = False) -> None:
-        """Retrieve from ``features`` (read from ``path``); ``chosen``: opened by the user (a
-        file that does not fit is then flagged, not replaced without asking)."""
-        if features is self.features and path == self.features_path and chosen == self.features_chosen:
+    def set_features(self, features: Any, path: str | None, chosen: bool = False, slot: str = "primary") -> None:
+        """Retrieve from ``features`` (read from ``path``) with ``slot``'s model; ``chosen``:
+        opened by the user (a file that does not fit is then flagged, not replaced without asking)."""
+        if slot not in SLOTS:
+            raise ValueError(f"unknown model slot {slot!r}: one of {', '.join(SLOTS)}")
+        held = self.slot_features[slot]
+        if features is held.features and path == held.path and bool(chosen) == held.chosen:
             return
-        self.features, self.features_path, self.features_chosen = features, path, bool(chosen)
-        self.events.features.emit()
+        held.features, held.path, held.chosen = features, path, bool(chosen)
+        self.events.features.emit(slot)
 
     def set_device(self, device: str) -> None:
         if device == self.device:
@@ -355,58 +368,52 @@ class Session:
         self.events.pinned.emit()
 
     # -- features: bound to the dataset identity and to the model's checksum
-    def features_fit(self, features: Any = None) -> bool:
-        """Were ``features`` (default: the open ones) computed from the open dataset? True
+    def features_fit(self, features: Any = None, slot: str = "primary") -> bool:
+        """Were ``features`` (default: ``slot``'s) computed from the open dataset? True
         without a dataset (nothing to check against yet); see
         :func:`~dmlviewer.core.data.identity.features_fit_dataset`."""
-        features = self.features if features is None else features
+        features = self.slot_features[slot].features if features is None else features
         if features is None or self.dataset is None or self.dataset_identity is None:
             return True
         key = (id(features), id(self.dataset), self.dataset_identity)
-        if self._fit_cache is not None and self._fit_cache[0] == key:  # a file without a fingerprint reads its paths
-            return self._fit_cache[1]
+        cached = self._fit_cache.get(slot)
+        if cached is not None and cached[0] == key:  # a file without a fingerprint reads its paths
+            return cached[1]
         attrs = getattr(features, "attrs", None) or {}
         fits = features_fit_dataset(attrs, lambda: features.paths, self.dataset, self.dataset_identity)
-        self._fit_cache = (key, fits, features)  # the features kept alive while their id is the key
+        self._fit_cache[slot] = (key, fits, features)  # the features kept alive while their id is the key
         return fits
 
-    def features_problem(self, features: Any = None) -> str | None:
-        """Why ``features`` (default: the open ones) must not be shown with the open dataset and
-        model, in one sentence (None: they may)."""
-        found = self.features_mismatch(features)
+    def features_problem(self, features: Any = None, slot: str = "primary") -> str | None:
+        """Why ``features`` (default: ``slot``'s) must not be shown with the open dataset and
+        ``slot``'s model, in one sentence (None: they may)."""
+        found = self.features_mismatch(features, slot)
         return None if found is None else found[1]
 
-    def features_mismatch(self, features: Any = None) -> tuple[str, str] | None:
-        """Why ``features`` (default: the open ones) must not be shown: (its cause, a key of
-        :data:`FEATURES_MISMATCH_HEADINGS`, and the sentence of :meth:`features_problem`);
-        None when they may be shown."""
-        features = self.features if features is None else features
+    def features_mismatch(self, features: Any = None, slot: str = "primary") -> tuple[str, str] | None:
+        """Why ``features`` (default: ``slot``'s) must not be shown: (its cause, a key of
+        :data:`FEATURES_MISMATCH_HEADINGS`, and the sentence of :meth:`features_problem`, which
+        names model B for its slot); None when they may be shown."""
+        features = self.slot_features[slot].features if features is None else features
         if features is None:
             return None
-        if not self.features_fit(features):
-            root = str((getattr(features, "attrs", None) or {}).get("dataset_root") or "") or "another folder"
-            return "dataset", (f"These features were computed from another dataset ({root}) than the open one: "
-                               "their neighbours are not shown.")
-        if self.model is None:
-            return None
-        stored = str((getattr(features, "attrs", None) or {}).get("checkpoint_sha256", "") or "")
-        if not stored:
-            return "unrecorded", ("These features do not say which checkpoint computed them, so they may "
-                                  "belong to another model: their neighbours are not shown.")
-        sha = self.model_sha
-        if sha and stored != sha:
-            return "model", (f"These features were computed by another checkpoint (sha256 {stored[:12]}…) than "
-                             f"the open one ({sha[:12]}…): their neighbours are not shown.")
-        return None
+        held = self.slots.get(slot)
+        return features_mismatch(features, self.features_fit(features, slot), held is not None,
+                                 None if held is None else held.sha256, slot)
+
+    def features_ready(self, slot: str = "primary") -> bool:
+        """Does ``slot`` hold a model and a feature file that may be shown with it?"""
+        return (self.slots.get(slot) is not None and self.slot_features[slot].features is not None
+                and self.features_mismatch(slot=slot) is None)
 
     # -- jobs and freshness
     def stamp(self, slot: str = "primary", features: bool = False, pair: bool = False) -> Stamp:
         """What a job started now works for (keep it with the job; see :meth:`accepts`);
-        ``features``: the work reads the open feature file too; ``pair``: it explains the pair
+        ``features``: the work reads the slot's feature file too; ``pair``: it explains the pair
         on screen."""
         model = self.slots.get(slot)
         return Stamp(self.generation, self.dataset_identity, None if model is None else model.sha256, slot,
-                     self._features_key() if features else None, None if model is None else model.serial,
+                     self.slot_features[slot].key() if features else None, None if model is None else model.serial,
                      self.pair_generation if pair else None)
 
     def accepts(self, stamp: Stamp | None) -> bool:
@@ -416,7 +423,7 @@ class Session:
         results of what is no longer open. The one freshness rule of the app."""
         if stamp is None:
             return False
-        if stamp.features is not None and stamp.features != self._features_key():
+        if stamp.features is not None and stamp.features != self.slot_features[stamp.slot].key():
             return False
         if stamp.pair is not None and stamp.pair != self.pair_generation:
             return False
@@ -428,12 +435,6 @@ class Session:
         if stamp.model_sha is not None:
             return stamp.model_sha == now.model_sha
         return stamp.model_serial is not None and stamp.model_serial == now.model_serial
-
-    def _features_key(self) -> str:
-        if self.features is None:
-            return ""
-        created = (getattr(self.features, "attrs", None) or {}).get("created", "")
-        return f"{self.features_path}|{created}|{id(self.features)}"
 
     def add_job(self, job_id: Any, kind: str, name: str = "", stamp: Stamp | None = None,
                 handle: Any = None) -> JobEntry:
@@ -450,9 +451,10 @@ class Session:
             self.events.jobs.emit()
         return entry
 
-    def running(self, kind: str) -> list[Any]:
-        """Ids of the jobs of ``kind`` that work for what is open now."""
-        return [job_id for job_id, entry in self.jobs.items() if entry.kind == kind and self.accepts(entry.stamp)]
+    def running(self, kind: str, slot: str | None = None) -> list[Any]:
+        """Ids of the jobs of ``kind`` that work for what is open now (``slot``: for that slot's model only)."""
+        return [job_id for job_id, entry in self.jobs.items() if entry.kind == kind and self.accepts(entry.stamp)
+                and (slot is None or entry.stamp.slot == slot)]
 
     def stale_jobs(self) -> list[Any]:
         """Ids of the jobs that work for a dataset or model no longer open."""

@@ -344,3 +344,58 @@ def test_model_b_may_have_its_own_reference_and_a_bad_one_changes_nothing(tmp_pa
     s.set_pair(0, 1, 3)
     s.set_dataset(_dataset(4), str(tmp_path))
     assert s.reference_b is None
+
+
+def test_model_bs_feature_file_is_checked_against_model_b_and_the_dataset_and_named_as_model_bs(tmp_path):
+    """Issue 41: each slot has its own feature file, checked against that slot's checksum and
+    the dataset identity; model B's refusals name model B, model A's sentences are unchanged,
+    and a stamp taken with model B's features follows model B's file only."""
+    from dmlviewer.core.data.identity import listing_fingerprint
+
+    one, two = _folder(tmp_path / "one", 1, 3), _folder(tmp_path / "two", 2, 3)
+    sha_a, sha_b = "a" * 64, "b" * 64
+    s = Session()
+    s.set_dataset(one, str(tmp_path / "one"))
+    s.set_model(object(), {"sha256": sha_a})
+    s.set_model(object(), {"sha256": sha_b}, slot="compare")
+    heard = _record(s)
+
+    def file(sha: str, dataset=one):
+        return SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(dataset), "checkpoint_sha256": sha},
+                               paths=list(dataset.paths))
+
+    a_file, b_file = file(sha_a), file(sha_b)
+    s.set_features(a_file, "a.h5")
+    stamp_b = s.stamp("compare", features=True)
+    s.set_features(a_file, "a.h5", chosen=True, slot="compare")  # A's file given to model B: the wrong checksum
+    assert heard["features"] == [("primary",), ("compare",)]
+    assert s.features is a_file and s.features_path == "a.h5" and not s.features_chosen  # A's untouched
+    assert s.features_mismatch() is None and s.features_ready("primary")
+    cause, sentence = s.features_mismatch(slot="compare")
+    assert cause == "model" and "model B" in sentence and sha_a[:12] in sentence and sha_b[:12] in sentence
+    assert not s.features_ready("compare") and s.slot_features["compare"].chosen
+    assert not s.accepts(stamp_b)  # B's feature file changed
+    # model A's sentence for the same mismatch is the one the app always showed
+    assert s.features_problem(b_file) == (f"These features were computed by another checkpoint (sha256 "
+                                          f"{sha_b[:12]}…) than the open one ({sha_a[:12]}…): their neighbours "
+                                          "are not shown.")
+    s.set_features(b_file, "b.h5", slot="compare")
+    assert s.features_mismatch(slot="compare") is None and s.features_ready("compare")
+    stamp_a, stamp_b = s.stamp(features=True), s.stamp("compare", features=True)
+    other = file(sha_b, two)  # model B's checksum, the other dataset
+    assert s.features_mismatch(other, slot="compare")[0] == "dataset"
+    assert "model B" in s.features_problem(other, slot="compare")
+    s.set_features(other, "other.h5", slot="compare")
+    assert s.accepts(stamp_a) and not s.accepts(stamp_b)  # A's stamp ignores B's file
+    unrecorded = SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(one)}, paths=list(one.paths))
+    assert s.features_mismatch(unrecorded, slot="compare") == (
+        "unrecorded", "These features of model B do not say which checkpoint computed them, so they may belong to "
+                      "another model: their neighbours are not shown.")
+    # another dataset drops every slot's file that does not fit it, each with its event
+    s.set_features(b_file, "b.h5", slot="compare")
+    del heard["features"][:]
+    s.set_dataset(two, str(tmp_path / "two"))
+    assert s.features is None and s.slot_features["compare"].features is None
+    assert sorted(heard["features"]) == [("compare",), ("primary",)]
+    with pytest.raises(ValueError, match="unknown model slot 'C'"):
+        s.set_features(b_file, "b.h5", slot="C")

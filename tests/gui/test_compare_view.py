@@ -695,3 +695,41 @@ def test_a_changed_query_opens_each_model_on_its_own_top1(compared, qtbot):
     window.compare.stop_action.trigger()
     assert (session.query_index, session.reference_index, session.reference_b) == (query, top_a, None)
     assert model.data(model.cell(model.row_of(top_b)), MARK_ROLE) is None
+
+
+def test_what_changed_reads_both_models_feature_files_instead_of_embedding_again(compared, qtbot):
+    """Issue 41: with model A's and model B's feature files open and fitting (A's extracted by
+    the Retrieval panel, B's by File ▸ Compute Features for Model B), the "What changed" job
+    embeds nothing: both embeddings come from the files (``from_file`` [True, True], no
+    embedding progress), the status line says so, and the counts are those of embedding both
+    models now."""
+    from dmlviewer.core.evaluate.changes import COUNT_KEYS, compare_models_changes
+    from dmlviewer.core.progress import run_to_end
+
+    window = compared
+    session = window.session
+    qtbot.waitUntil(lambda: session.features_ready("primary"), timeout=60000)
+    window.compare.compute_features_action.trigger()
+    qtbot.waitUntil(lambda: session.features_ready("compare"), timeout=60000)
+    qtbot.waitUntil(lambda: not session.jobs, timeout=30000)
+    events = []
+    window.runner.job_progress.connect(lambda job, event: events.append((job.name, event.kind, event.message)))
+    tool = window.show_compare_window()
+    panel = tool.changes
+    tool.lists.setCurrentWidget(panel)
+    qtbot.mouseClick(panel.run_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: panel.job is not None and panel.job.ended, timeout=120000)
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=5000)
+    result = panel.result
+    assert result["from_file"] == [True, True]
+    mine = [(kind, message) for name, kind, message in events if name == panel.job.name]
+    assert ("log", f"model A: features from {session.features_path}") in mine
+    assert ("log", f"model B: features from {session.slot_features['compare'].path}") in mine
+    assert not any("embedding" in (message or "") for _kind, message in mine)  # nothing was embedded
+    assert "A's embeddings from its feature file; B's embeddings from its feature file" in panel.status.text()
+    a, b = session.slot("primary"), session.slot("compare")
+    expected = run_to_end(compare_models_changes([("A", a.model, "", None), ("B", b.model, "", None)],
+                                                 session.dataset, "test", num_workers=0))
+    assert expected["from_file"] == [False, False]
+    assert {k: result[k] for k in COUNT_KEYS} == {k: expected[k] for k in COUNT_KEYS}
+    assert result["num_queries"] == expected["num_queries"]

@@ -3,6 +3,9 @@
 File > Compare With Model opens a second model through any door (checkpoint, pretrained
 backbone, code, recent models) in the background; the pair view shows it as a second row;
 File > Stop Comparing empties the slot; Tools > Compare Models opens ``gui/evaluation/compare_window.py``.
+File > Open Features for Model B and Compute Features for Model B (enabled while model B is
+open) give model B its feature file, and the Retrieval panel then shows B's neighbours beside
+A's (issue 41).
 Only the newest model B asked for is shown: a load still running when another is asked for
 (or comparing stops) is dropped when it arrives.
 """
@@ -53,6 +56,16 @@ class CompareModel(QObject):
         self.stop_action = QAction("Stop Comparing", window)
         self.stop_action.setEnabled(False)
         self.stop_action.triggered.connect(self.stop)
+        self.open_features_action = QAction("Open Features for Model &B…", window)
+        self.open_features_action.setToolTip("Open model B's HDF5 feature file: the Retrieval panel shows B's "
+                                             "neighbours beside A's")
+        self.open_features_action.triggered.connect(self._ask_features)
+        self.compute_features_action = QAction("Compute Features for Model B", window)
+        self.compute_features_action.setToolTip("Embed the open dataset with model B (background job): the "
+                                                "Retrieval panel shows B's neighbours beside A's")
+        self.compute_features_action.triggered.connect(lambda: window.jobs.extract_features("compare"))
+        for action in (self.open_features_action, self.compute_features_action):
+            action.setEnabled(False)
         self._loaded.connect(self._on_loaded)
 
     def install_tool(self) -> None:
@@ -141,10 +154,22 @@ class CompareModel(QObject):
         """Session event: model B changed (or went): the pair view's second row follows."""
         window = self.window
         slot = self.session.slot("compare")
-        self.stop_action.setEnabled(slot is not None)
+        for action in (self.stop_action, self.open_features_action, self.compute_features_action):
+            action.setEnabled(slot is not None)
         window.pair_view.set_compare_model(None if slot is None else slot.model, window.device,
                                            "" if slot is None else window.labels.display_name("compare"))
         window._on_similarity(window.pair_view.explanation.similarity if window.pair_view.state == "ready" else None)
+
+    def _ask_features(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        window = self.window
+        start = settings.start_dir(self.session.slot_features["compare"].path or window.features_path,
+                                   *settings.recent("features", window.settings), settings=window.settings)
+        path, _ = QFileDialog.getOpenFileName(window, "Open features of model B", start,
+                                              "HDF5 features (*.h5 *.hdf5);;All files (*)")
+        if path:
+            window.open_features(path, "compare")
 
     def _ask_checkpoint(self) -> None:
         path = ask_checkpoint(self.window, "Compare with checkpoint (model B)")

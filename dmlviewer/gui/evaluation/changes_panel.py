@@ -4,6 +4,11 @@ a job with progress and cancel), the neighbour overlap, and the broken and fixed
 largest change of margin first. Clicking a row opens the query in the pair view with A's top-1
 as model A's reference and B's top-1 as model B's (both rows shown); clicking the "Top-1 A" or
 "Top-1 B" cell opens it with that model's top-1 on both rows.
+
+Each model's embeddings are read from its slot's feature file when that file fits the open
+dataset and the slot's model (``Session.features_ready``: model A's from File ▸ Open Features
+or the Retrieval panel's extraction, model B's from File ▸ Open/Compute Features for Model B);
+only a model without one is embedded now. The status line says which came from a file.
 """
 
 from __future__ import annotations
@@ -89,7 +94,8 @@ class ChangesPanel(QWidget):
         if a is None or b is None or session.dataset is None:
             self.refresh()
             return
-        models = [("A", a.model, a.sha256 or "", None), ("B", b.model, b.sha256 or "", None)]
+        models = [(name, held.model, held.sha256 or "", self._feature_file(slot))
+                  for name, slot, held in (("A", "primary", a), ("B", "compare", b))]
         dataset, device, lock, split = session.dataset, window.device, window.model_lock, self.split()
         locked = self._locked
 
@@ -106,6 +112,15 @@ class ChangesPanel(QWidget):
         self.status.setText("Comparing the neighbours… (see View ▸ Jobs)")
         self.cancel_button.setEnabled(True)
         self.refresh()
+
+    def _feature_file(self, slot: str) -> str | None:
+        """``slot``'s feature file when it fits the open dataset and the slot's model (its rows
+        are read instead of embedding the split again); None: embed."""
+        session = self.window_.session
+        held = session.slot_features[slot]
+        if held.path and session.slot(slot).sha256 and session.features_ready(slot):
+            return held.path
+        return None
 
     def cancel(self) -> None:
         if self.job is not None and not self.job.ended:
@@ -147,8 +162,11 @@ class ChangesPanel(QWidget):
         self.result = result
         overlap = ", ".join(f"top-{k} {v:.3f}" for k, v in result["overlap"].items())
         recall = result["recall@1"]
-        self.status.setText(f"{result['num_queries']} queries: Recall@1 A {recall[0]:.3f}, B {recall[1]:.3f}. "
-                            "Click a row to open the query with A's and B's top-1.")
+        origin = "; ".join(f"{name}'s embeddings {'from its feature file' if read else 'computed now'}"
+                           for name, read in zip(("A", "B"), result.get("from_file", ())))
+        self.status.setText(f"{result['num_queries']} queries: Recall@1 A {recall[0]:.3f}, B {recall[1]:.3f}"
+                            + (f" ({origin})" if origin else "") + ". Click a row to open the query with A's "
+                            "and B's top-1.")
         self.counts.setText(f"both right {result['both_right']} · A only {result['a_only']} · B only "
                             f"{result['b_only']} · both wrong {result['both_wrong']} · neighbour overlap {overlap}")
         rows = [("broken", e) for e in result["broken"]] + [("fixed", e) for e in result["fixed"]]

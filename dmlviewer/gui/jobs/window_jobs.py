@@ -36,45 +36,49 @@ class WindowJobs:
         self._grad_banks: dict[tuple, object] = {}  # (checkpoint sha, dataset) -> GradWeightBank
 
     # -- feature extraction
-    def extract_features(self) -> None:
-        """Embed the open dataset with the current model in the job queue; open the HDF5 file
-        (a file this window wrote earlier is reopened when it fits the dataset's identity)."""
+    def extract_features(self, slot: str = "primary") -> None:
+        """Embed the open dataset with ``slot``'s model (model A, or model B: ``"compare"``) in
+        the job queue; open the HDF5 file as that slot's features (a file this window wrote
+        earlier is reopened when it fits the dataset's identity)."""
         window = self.window
-        if window.model is None or window.dataset is None or self.extract_job is not None:
+        held = self.session.slot(slot)
+        if held is None or window.dataset is None or self._current_job("extract", slot) is not None:
             return
-        sha = (window.checkpoint_info or {}).get("sha256")
-        out = self.features_path()
+        sha = held.sha256
+        out = self.features_path(slot)
         from dmlviewer.core.evaluate.extract import extract_features, features_fit
 
-        if out.exists() and features_fit(out, window.model, window.dataset):  # else: extracted before per-branch (issue 25)
-            if self._open_extracted(out, quiet=True):
+        if out.exists() and features_fit(out, held.model, window.dataset):  # else: extracted before per-branch (issue 25)
+            if self._open_extracted(out, quiet=True, slot=slot):
                 return
 
-        model, dataset, device, lock = window.model, window.dataset, window.device, window.model_lock
+        model, dataset, device, lock = held.model, window.dataset, window.device, window.model_lock
 
         def factory(cancel):
             return _under_lock(extract_features(model, dataset, out, batch_size=32, device=device, num_workers=0,
                                                 cancel=cancel, checkpoint_sha256=sha), lock)
 
         self.submit("extract", f"Extract features of {Path(window.dataset_path).name} with "
-                               f"{window.labels.job_name()}", factory)
+                               f"{window.labels.job_name(slot)}", factory, slot)
 
-    def features_path(self) -> Path:
-        """Where the features of the open dataset under the open model are written: the output
+    def features_path(self, slot: str = "primary") -> Path:
+        """Where the features of the open dataset under ``slot``'s model are written: the output
         folder (visible, changeable under File ▸ Output Folder), one file per (model, dataset),
         named after both, without ``:`` or separators (Windows, SMB shares)."""
         window = self.window
-        source = window.model_source
-        sha = ((window.checkpoint_info or {}).get("sha256")
-               or hashlib.sha256(str(window.checkpoint_path).encode()).hexdigest())
+        held = self.session.slot(slot)
+        source = None if held is None else held.source
+        checkpoint = (None if held is None or (source is not None and source.kind not in ("checkpoint", "pretrained"))
+                      else held.info.get("path"))  # as ``MainWindow.checkpoint_path`` for model A
+        sha = (None if held is None else held.sha256) or hashlib.sha256(str(checkpoint).encode()).hexdigest()
         where = hashlib.sha256(str(Path(window.dataset_path).resolve()).encode()).hexdigest()[:8]
         model = source.stem() if source is not None else "model"
         folder = settings.output_dir(window.settings) / "features"
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{Path(window.dataset_path).name}-{model}-{sha[:12]}-{where}.h5"
 
-    def _open_extracted(self, path: str | Path, quiet: bool = False) -> bool:
-        """Open features this window extracted for what is open now, when they fit the open
+    def _open_extracted(self, path: str | Path, quiet: bool = False, slot: str = "primary") -> bool:
+        """Open features this window extracted for what is open now as ``slot``'s, when they fit the open
         dataset's identity (``quiet``: a file found from an earlier run that does not fit is
         replaced without a word). False when not opened."""
         from dmlviewer.core.evaluate import read_features
@@ -85,23 +89,23 @@ class WindowJobs:
             if not quiet:
                 errors.report_exception(self.window, "Cannot open features", exc, path=str(path))
             return False
-        if not self.session.features_fit(features):
+        if not self.session.features_fit(features, slot):
             log.info("not opening %s: computed from another dataset than %s", path, self.window.dataset_path)
             return False
-        self.session.set_features(features, str(path))
+        self.session.set_features(features, str(path), slot=slot)
         return True
 
     # -- the jobs held by the session with their stamps
-    def submit(self, kind: str, name: str, factory) -> Job:
-        """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now: its result is
-        shown only if the session still accepts the job's stamp when it ends."""
+    def submit(self, kind: str, name: str, factory, slot: str = "primary") -> Job:
+        """Queue a job (``kind``: ``extract`` or ``grad``) for what is open now, with ``slot``'s
+        model: its result is shown only if the session still accepts the job's stamp when it ends."""
         job = self.runner.submit(name, factory)
-        self.session.add_job(job.id, kind, name, handle=job)
+        self.session.add_job(job.id, kind, name, stamp=self.session.stamp(slot), handle=job)
         return job
 
-    def _current_job(self, kind: str) -> Job | None:
-        """The running job of ``kind`` that works for what is open (None: none)."""
-        for job_id in self.session.running(kind):
+    def _current_job(self, kind: str, slot: str = "primary") -> Job | None:
+        """The running job of ``kind`` that works for what is open with ``slot``'s model (None: none)."""
+        for job_id in self.session.running(kind, slot):
             return self.session.jobs[job_id].handle
         return None
 
@@ -145,7 +149,7 @@ class WindowJobs:
         if entry.kind == "extract":
             path = (result or {}).get("path") if isinstance(result, dict) else None
             if path:
-                self._open_extracted(path)
+                self._open_extracted(path, slot=entry.stamp.slot)
         elif entry.kind == "grad" and isinstance(result, tuple):
             self._on_grad_bank(*result)
 

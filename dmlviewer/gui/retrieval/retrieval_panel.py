@@ -4,8 +4,15 @@ Neighbours come from the loaded HDF5 feature file (``core.evaluate.retrieve``), 
 open dataset by relative path. Without a feature file the panel asks the main window to
 extract features of the current dataset with the current model (a background job whose HDF5
 file is then opened), automatically for small datasets and on a button press for large ones.
-Each result is framed green when its class equals the query's, red otherwise; clicking one
-makes it the reference.
+Each result is framed green with a ✓ when its class equals the query's, red with a ✗
+otherwise; clicking one makes it the reference.
+
+Model B's neighbours (issue 41): while model B is open (File ▸ Compare With Model) and its own
+feature file fits the dataset and model B (``Session.features_ready("compare")``; File ▸ Open
+Features for Model B, or Compute Features for Model B, or the panel's button), a second column
+beside A's shows B's top-K of the same query, marked right or wrong in the same way; clicking
+one of B's makes it model B's own reference (``reference_b``). Both columns then draw smaller
+thumbnails so that they fit the dock side by side. Without model B nothing of this shows.
 
 The panel binds to the app's session (``core.session.Session``): it follows the session's
 dataset, model, feature file, pair and jobs through their events, and its "top K" to
@@ -65,29 +72,45 @@ _CORRECT = Qt.UserRole + 2  # True / False
 _TEXT = Qt.UserRole + 3
 
 
+#: The thumbnail size of each column while A's and B's neighbours are shown side by side.
+COMPACT_SIZE = 84
+
+
 class _ResultDelegate(QStyledItemDelegate):
     def __init__(self, loader: ThumbnailLoader, parent=None) -> None:
         super().__init__(parent)
         self.loader = loader
+        self.size: int | None = None  # the thumbnail size drawn (None: the loader's)
 
     def sizeHint(self, option, index) -> QSize:  # noqa: N802 - Qt API
-        return QSize(self.loader.size + 12, self.loader.size + 40)
+        size = self.size or self.loader.size
+        return QSize(size + 12, size + 40)
 
     def paint(self, painter: QPainter, option, index: QModelIndex) -> None:
         painter.save()
         rect = option.rect.adjusted(3, 3, -3, -3)
         if option.state & QStyle.State_MouseOver:
             painter.fillRect(rect, option.palette.alternateBase())
-        size = self.loader.size
+        size = self.size or self.loader.size
         img = QRect(rect.x() + (rect.width() - size) // 2, rect.y() + 3, size, size)
         ds_index = index.data(_INDEX)
         pix = self.loader.thumbnail(ds_index) if ds_index is not None and ds_index >= 0 else None
+        if pix is not None and max(pix.width(), pix.height()) > size:
+            pix = pix.scaled(size, size, Qt.KeepAspectRatio, Qt.SmoothTransformation)
         if pix is not None:
             painter.drawPixmap(img.x() + (size - pix.width()) // 2, img.y() + (size - pix.height()) // 2, pix)
         else:
             painter.fillRect(img.adjusted(6, 6, -6, -6), QColor(70, 70, 70))
-        painter.setPen(QPen(CORRECT if index.data(_CORRECT) else WRONG, 4))
+        correct = bool(index.data(_CORRECT))
+        painter.setPen(QPen(CORRECT if correct else WRONG, 4))
         painter.drawRect(img.adjusted(1, 1, -1, -1))
+        badge = QRect(img.x() + 3, img.y() + 3, 16, 16)  # the mark in words too, not by colour alone
+        painter.setRenderHint(QPainter.Antialiasing)
+        painter.setPen(Qt.NoPen)
+        painter.setBrush(CORRECT if correct else WRONG)
+        painter.drawEllipse(badge)
+        painter.setPen(QColor("white"))
+        painter.drawText(badge, Qt.AlignCenter, "✓" if correct else "✗")
         painter.setPen(option.palette.text().color())
         text_rect = QRect(rect.x(), img.bottom() + 3, rect.width(), rect.bottom() - img.bottom() - 3)
         lines = str(index.data(_TEXT) or "").split("\n")
@@ -101,7 +124,9 @@ class RetrievalPanel(QWidget):
     """Top-K neighbours of the query (or of a query region); click one to make it the reference."""
 
     reference_chosen = Signal(int)
+    reference_b_chosen = Signal(int)  # one of model B's neighbours: model B's own reference
     extract_requested = Signal()
+    extract_b_requested = Signal()  # compute model B's features
     whole_image_chosen = Signal()  # "Whole image": back from a region (the pair view drops its rectangle)
 
     def __init__(self, loader: ThumbnailLoader, parent=None, model_lock: threading.RLock | None = None,
@@ -115,8 +140,10 @@ class RetrievalPanel(QWidget):
         self.query_index: int | None = None
         self.region: tuple | None = None
         self.results: list[dict] = []
+        self.results_b: list[dict] = []  # model B's neighbours of the same query (issue 41)
         self._row_of_path = PathIndex([])  # dataset row of a path
         self._feature_rows = PathIndex([])  # feature-file row of a path
+        self._feature_rows_b = PathIndex([])  # the same in model B's feature file
         self._auto_requested = False
         self._auto_reextract = True  # features of another model may be replaced without asking
 
@@ -136,19 +163,26 @@ class RetrievalPanel(QWidget):
         self.whole_button = QPushButton("Whole image")
         self.whole_button.setToolTip("Back to retrieval by the whole query")
         self.whole_button.hide()
-        self.list = QListWidget()
-        self.list.setViewMode(QListWidget.IconMode)
-        self.list.setResizeMode(QListWidget.Adjust)
-        self.list.setMovement(QListWidget.Static)
-        self.list.setUniformItemSizes(True)
-        self.list.setSpacing(2)
-        self.list.setMouseTracking(True)
-        self.list.setItemDelegate(_ResultDelegate(loader, self.list))
+        self.list = self._result_list()
         self.list.itemClicked.connect(self._on_item)
+        # model B's column (shown while model B is open)
+        self.caption_a = ElidedLabel("Model A", Qt.ElideRight)
+        self.caption_b = ElidedLabel("Model B", Qt.ElideRight)
+        self.list_b = self._result_list()
+        self.list_b.setObjectName("neighboursB")
+        self.list_b.itemClicked.connect(self._on_item_b)
+        self.source_b = WrappedLabel("")
+        self.extract_b_button = QPushButton("Compute features of model B")
+        self.extract_b_button.setToolTip("Embed the open dataset with model B (background job) and show B's "
+                                         "neighbours beside A's")
+        self.extract_b_button.clicked.connect(self.extract_b_requested)
         self.runner = LatestRunner(self)
         self.runner.result_ready.connect(self._on_results)
         self.runner.request_failed.connect(self._on_failed)
-        loader.ready.connect(lambda _i: self.list.viewport().update())
+        self.runner_b = LatestRunner(self)
+        self.runner_b.result_ready.connect(self._on_results_b)
+        self.runner_b.request_failed.connect(self._on_failed)
+        loader.ready.connect(lambda _i: (self.list.viewport().update(), self.list_b.viewport().update()))
         self.k_spin.valueChanged.connect(self._k_changed)
         self.extract_button.clicked.connect(self.extract_requested)
         self.whole_button.clicked.connect(self._whole_image)
@@ -166,7 +200,22 @@ class RetrievalPanel(QWidget):
         buttons.addWidget(self.whole_button)
         buttons.addStretch(1)
         layout.addLayout(buttons)
-        layout.addWidget(self.list, 1)
+        layout.addWidget(self.source_b)
+        layout.addWidget(self.extract_b_button)
+        columns = QHBoxLayout()
+        columns.setSpacing(4)
+        column_a = QVBoxLayout()
+        column_a.addWidget(self.caption_a)
+        column_a.addWidget(self.list, 1)
+        columns.addLayout(column_a, 1)
+        self.column_b = QWidget()  # hidden as one (a hidden layout would keep its stretch)
+        column_b = QVBoxLayout(self.column_b)
+        column_b.setContentsMargins(0, 0, 0, 0)
+        column_b.addWidget(self.caption_b)
+        column_b.addWidget(self.list_b, 1)
+        columns.addWidget(self.column_b, 1)
+        layout.addLayout(columns, 1)
+        self._update_columns()
 
         events = self.session.events
         self._links = SessionLinks()
@@ -179,6 +228,19 @@ class RetrievalPanel(QWidget):
             self._on_dataset()
         if self.session.features is not None:
             self._on_features()
+        if self.session.slot_features["compare"].features is not None:
+            self._on_features("compare")
+
+    def _result_list(self) -> QListWidget:
+        results = QListWidget()
+        results.setViewMode(QListWidget.IconMode)
+        results.setResizeMode(QListWidget.Adjust)
+        results.setMovement(QListWidget.Static)
+        results.setUniformItemSizes(True)
+        results.setSpacing(2)
+        results.setMouseTracking(True)
+        results.setItemDelegate(_ResultDelegate(self.loader, results))
+        return results
 
     # -- what the panel shows, read from the session
     @property
@@ -204,7 +266,7 @@ class RetrievalPanel(QWidget):
     @property
     def computing(self) -> bool:
         """True while an extraction of the open dataset with the open model runs."""
-        return bool(self.session.running("extract"))
+        return bool(self.session.running("extract", "primary"))
 
     # -- session events
     def _on_dataset(self) -> None:
@@ -215,21 +277,56 @@ class RetrievalPanel(QWidget):
         self.region = None
         self.whole_button.hide()
         self._show([])
+        self._show([], "compare")
         self._update_source()
+
+    @property
+    def comparing(self) -> bool:
+        """True while model B is open: the panel has B's column."""
+        return self.session.slot("compare") is not None
+
+    def _update_columns(self) -> None:
+        """Model B's column, its captions and the smaller thumbnails show while model B is open."""
+        comparing = self.comparing
+        for widget in (self.caption_a, self.column_b, self.source_b):
+            widget.setVisible(comparing)
+        if not comparing:
+            self.extract_b_button.setVisible(False)
+        for results in (self.list, self.list_b):
+            delegate = results.itemDelegate()
+            size = COMPACT_SIZE if comparing else None
+            if delegate.size != size:
+                delegate.size = size
+                results.doItemsLayout()
+        if comparing:
+            info = self.session.slot("compare").info
+            self.caption_b.setText("Model B" + (f": {info['label']}" if info.get("label") else ""))
+            self.caption_b.setToolTip(self.caption_b.text())
 
     def _on_model(self, slot: str = "primary") -> None:
         """Another model: features of another model are then replaced by this model's
-        (extracted in the job queue; automatically for small datasets)."""
+        (extracted in the job queue; automatically for small datasets). Model B's: its
+        column follows (its features are computed when asked for)."""
         if slot != "primary":
+            self._update_columns()
+            self._update_source()
+            self._search_b()
             return
         self._auto_requested = False
         self._auto_reextract = True
         self._update_source()
         self.refresh()
 
-    def _on_features(self) -> None:
+    def _on_features(self, slot: str = "primary") -> None:
         """Retrieve from the session's features; opened by the user (``features_chosen``), a
-        file of another model is flagged, not replaced without asking."""
+        file of another model is flagged, not replaced without asking. Model B's: its column
+        searches them."""
+        if slot != "primary":
+            features = self.session.slot_features[slot].features
+            self._feature_rows_b = PathIndex([] if features is None else features.paths)
+            self._update_source()
+            self._search_b()
+            return
         features = self.features
         self.index = None
         self.search_note = ""
@@ -264,10 +361,10 @@ class RetrievalPanel(QWidget):
         return ("A two-branch model retrieves across views only in cross-view data (street and aerial images in "
                 f"CVUSA's layout); this {self.dataset.format} dataset does not say which images are which.")
 
-    def mismatch(self) -> str | None:
-        """Why the loaded features must not be shown with the open dataset and model (None:
+    def mismatch(self, slot: str = "primary") -> str | None:
+        """Why ``slot``'s features must not be shown with the open dataset and its model (None:
         they may); the session's rule."""
-        return self.session.features_problem()
+        return self.session.features_problem(slot=slot)
 
     def set_index(self, index) -> None:
         """Search through ``index`` (an ``ApproximateIndex`` of the open features; None: exact)."""
@@ -310,6 +407,9 @@ class RetrievalPanel(QWidget):
             return
         self.region = tuple(float(v) for v in region)
         self.whole_button.show()
+        self._show([], "compare")  # a region is searched by model A only
+        if self.comparing:
+            self.caption_b.setText("Model B: whole-image queries only")
         y0, x0, y1, x1 = self.region
         self.header.setText("Neighbours of a query region")
         self.query_label.setText(f"x {x0:.0f}–{x1:.0f}, y {y0:.0f}–{y1:.0f} of {self._query_name()}")
@@ -350,9 +450,11 @@ class RetrievalPanel(QWidget):
             self.header.setText("Neighbours: choose a query")
             self.query_label.setText("")
             self._show([])
+            self._show([], "compare")
             return
         self.header.setText("Neighbours of the query")
         self.query_label.setText(self._query_name())
+        self._search_b()  # model B's column, whatever becomes of A's
         mismatch = self.mismatch()
         if self.cross_view_problem():
             self._show([])
@@ -382,10 +484,35 @@ class RetrievalPanel(QWidget):
 
         self.runner.submit(job, cancel_aware=True)
 
+    def _search_b(self) -> None:
+        """Model B's neighbours of the query by its whole embedding, from B's own features
+        (exact search), when model B is open with features that fit it."""
+        self._update_columns()
+        index, ds = self.query_index, self.dataset
+        if (self.region is not None or index is None or ds is None or self.cross_view_problem()
+                or not self.session.features_ready("compare")):
+            self._show([], "compare")
+            return
+        features, k = self.session.slot_features["compare"].features, self.k_spin.value()
+        stamp = self.session.stamp("compare", features=True)
+        feature_rows, dataset_rows, path = self._feature_rows_b, self._row_of_path, ds.paths[index]
+
+        def job(cancel):
+            from dmlviewer.core.evaluate import retrieve
+
+            row = feature_rows.find(path)
+            if row is None:
+                return stamp, None
+            results = retrieve(features, row, k)
+            dataset_rows.prepare()
+            return stamp, results
+
+        self.runner_b.submit(job, cancel_aware=True)
+
     @property
     def searching(self) -> bool:
-        """True while the newest search has not answered (screenshots wait for it)."""
-        return self.runner.pending
+        """True while the newest search (A's or B's) has not answered (screenshots wait for it)."""
+        return self.runner.pending or self.runner_b.pending
 
     # -- outputs
     def _on_results(self, request: int, value: object) -> None:
@@ -398,13 +525,26 @@ class RetrievalPanel(QWidget):
             return
         self._show(list(results))
 
+    def _on_results_b(self, request: int, value: object) -> None:
+        stamp, results = value
+        if not self.session.accepts(stamp) or self.region is not None:
+            return
+        if results is None:
+            self.source_b.setText("Model B: <i>the query is not in its feature file</i>")
+        self._show(list(results or []), "compare")
+
     def _on_failed(self, request: int, text: str) -> None:
         first, details = errors.split_failure(text)
         errors.show_error(self, "Retrieval failed", first, details)
 
-    def _show(self, results: list[dict]) -> None:
-        self.results = results
-        self.list.clear()
+    def _show(self, results: list[dict], slot: str = "primary") -> None:
+        """List ``results`` in ``slot``'s column, each marked right (the query's class) or wrong."""
+        target = self.list if slot == "primary" else self.list_b
+        if slot == "primary":
+            self.results = results
+        else:
+            self.results_b = results
+        target.clear()
         ds = self.dataset
         query_label = None
         if ds is not None and self.query_index is not None:
@@ -420,18 +560,23 @@ class RetrievalPanel(QWidget):
             item.setData(_CORRECT, query_label is not None and label == query_label)
             item.setData(_TEXT, f"{rank}. {float(r['similarity']):.3f}\n{name}")
             item.setToolTip(f"{r['path']}\nclass {name}\ncosine {float(r['similarity']):.4f}")
-            self.list.addItem(item)
+            target.addItem(item)
             if index >= 0:
                 shown.append(index)
         # A new result set starts at hit 1 (the list kept the old scroll position, issue 23).
-        self.list.scrollToTop()
-        self.list.horizontalScrollBar().setValue(0)
-        self.loader.set_visible("retrieval", shown)
+        target.scrollToTop()
+        target.horizontalScrollBar().setValue(0)
+        self.loader.set_visible("retrieval" if slot == "primary" else "retrieval-b", shown)
 
     def _on_item(self, item: QListWidgetItem) -> None:
         index = item.data(_INDEX)
         if index is not None and index >= 0:
             self.reference_chosen.emit(int(index))
+
+    def _on_item_b(self, item: QListWidgetItem) -> None:
+        index = item.data(_INDEX)
+        if index is not None and index >= 0:
+            self.reference_b_chosen.emit(int(index))
 
     def _features_text(self) -> str:
         f = self.features
@@ -445,7 +590,34 @@ class RetrievalPanel(QWidget):
         return (f"Features: {len(f):,} images" + (f" ({Path(path).name})" if path else "")
                 + (f"<br><i>{note}</i>" if note else ""))
 
-    def _update_source(self) -> None:
+    def _update_source(self, *_args) -> None:
+        self._update_source_a()
+        self._update_source_b()
+
+    def _update_source_b(self) -> None:
+        """Model B's line: its features, why they are not shown, or how to get them."""
+        if not self.comparing:
+            return
+        held = self.session.slot_features["compare"]
+        found = self.session.features_mismatch(slot="compare")
+        computing = bool(self.session.running("extract", "compare"))
+        if computing:
+            text = "Model B: computing its features (see View ▸ Jobs)…"
+        elif held.features is None:
+            text = ("Model B: no features. Compute them, or open B's feature file "
+                    "(File ▸ Open Features for Model B).")
+        elif found is not None:
+            from dmlviewer.core.session import FEATURES_MISMATCH_HEADINGS
+
+            text = f"<span style='color:#eb5757'><b>{FEATURES_MISMATCH_HEADINGS[found[0]]}</b></span> {found[1]}"
+        else:
+            text = (f"Model B: features of {len(held.features):,} images"
+                    + (f" ({Path(held.path).name})" if held.path else ""))
+        self.source_b.setText(text)
+        self.extract_b_button.setVisible(not computing and (held.features is None or found is not None))
+        self.extract_b_button.setEnabled(self.dataset is not None)
+
+    def _update_source_a(self) -> None:
         has = self.features is not None
         mismatch = self.mismatch()
         problem = self.cross_view_problem()
@@ -476,4 +648,5 @@ class RetrievalPanel(QWidget):
 
     def shutdown(self) -> None:
         self.runner.stop(1.0)
+        self.runner_b.stop(1.0)
         self._links.close()  # the session may outlive the panel

@@ -228,6 +228,8 @@ class MainWindow(QMainWindow):
         self.browser.reference_chosen.connect(lambda i: self.set_pair(self.query_index, i))
         self.retrieval.reference_chosen.connect(lambda i: self.set_pair(self.query_index, i))
         self.retrieval.extract_requested.connect(self.jobs.extract_features)
+        self.retrieval.extract_b_requested.connect(lambda: self.jobs.extract_features("compare"))
+        self.retrieval.reference_b_chosen.connect(lambda i: self.set_pair(self.query_index, self.reference_index, i))
         self.loader.failed.connect(lambda _i, path, reason: self.problems.add_problem(path, reason))
         self.problems.count_changed.connect(self._on_problems)
         self.pair_view.status_message.connect(self._hover_message)
@@ -284,9 +286,9 @@ class MainWindow(QMainWindow):
         """Open a ``ModelSource`` on this thread (see ``Opening.open_model_source``)."""
         return self.opening.open_model_source(source)
 
-    def open_features(self, path: str | Path) -> bool:
-        """Open an HDF5 feature file for retrieval (see ``Opening.open_features``)."""
-        return self.opening.open_features(path)
+    def open_features(self, path: str | Path, slot: str = "primary") -> bool:
+        """Open an HDF5 feature file for retrieval with ``slot``'s model (see ``Opening.open_features``)."""
+        return self.opening.open_features(path, slot)
 
     def open_in_background(self, dataset: str | None = None, fmt: str | None = None,
                            checkpoint=None, features: str | None = None,
@@ -498,7 +500,9 @@ class MainWindow(QMainWindow):
         if "extract" in restart:
             self.jobs.extract_features()
 
-    def _on_features_changed(self) -> None:
+    def _on_features_changed(self, slot: str = "primary") -> None:
+        if slot != "primary":  # model B's features are searched exactly (no index of their own)
+            return
         features = self.features
         self.index_keeper.set_features(features)
 

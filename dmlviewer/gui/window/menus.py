@@ -78,6 +78,8 @@ class WindowMenus:
         file_menu.addSeparator()
         file_menu.addAction(self.open_features_action)
         file_menu.addMenu(self.recent_features_menu)
+        file_menu.addAction(window.compare.open_features_action)  # model B's, enabled while comparing (issue 41)
+        file_menu.addAction(window.compare.compute_features_action)
         file_menu.addSeparator()
         file_menu.addAction(self.output_folder_action)
         from dmlviewer.gui.window import export  # File > Export View (issue 33): figures drawn from the data

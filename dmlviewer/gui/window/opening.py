@@ -133,8 +133,9 @@ class Opening(QObject):
         self.window.import_dialog = dialog
         return dialog
 
-    def open_features(self, path: str | Path) -> bool:
-        """Open an HDF5 feature file for retrieval. False (and a dialog) on error."""
+    def open_features(self, path: str | Path, slot: str = "primary") -> bool:
+        """Open an HDF5 feature file for retrieval with ``slot``'s model (``"compare"``: model
+        B's neighbours beside model A's). False (and a dialog) on error."""
         from dmlviewer.core.evaluate import open_features
 
         path = str(Path(path).expanduser())
@@ -144,13 +145,13 @@ class Opening(QObject):
         except Exception as exc:  # noqa: BLE001
             errors.report_exception(self.window, "Cannot open features", exc, path=path)
             return False
-        self._apply_features(features, path)
+        self._apply_features(features, path, slot)
         return True
 
-    def _apply_features(self, features, path: str) -> None:
-        self.window.session.set_features(features, path, chosen=True)
+    def _apply_features(self, features, path: str, slot: str = "primary") -> None:
+        self.window.session.set_features(features, path, chosen=True, slot=slot)
         settings.add_recent("features", path, self.window.settings)
-        mismatch = self.window.retrieval.mismatch()
+        mismatch = self.window.retrieval.mismatch(slot)
         if mismatch:
             self.window.statusBar().showMessage(f"{Path(path).name}: {mismatch}", 15000)
 
