@@ -299,6 +299,7 @@ def test_a_failed_export_says_so_in_one_dialog(ready, tmp_path, monkeypatch, qtb
     qtbot.waitUntil(lambda: job.ended, timeout=60000)
     qtbot.wait(100)
     assert job.state == "failed" and len(ready.dialogs) == 1
+    assert ready.dialogs[0][0] == "Could not export the view"  # the job's own words
     assert "no room for the figure" in ready.dialogs[0][1] and "Export View to view.pdf" in ready.dialogs[0][0]
     assert list(out.parent.iterdir()) == []
 

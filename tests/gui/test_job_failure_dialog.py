@@ -46,3 +46,4 @@ def test_a_failed_report_shows_one_dialog(window, boxes, demo_root, small_ckpt, 
     said = [message for _title, message, _details in window.dialogs] + boxes
     assert len(said) == 1, said
     assert "OSError: the disk is full" in said[0]
+    assert window.dialogs[0][0] == "The report could not be written"  # the job's own words, not "Job failed"

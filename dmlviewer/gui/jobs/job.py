@@ -70,12 +70,15 @@ class Job:
     estimate while the job runs and nobody asked it to stop (None otherwise: a cancelled job
     shows no stale ETA); ``log`` the job's messages (``log`` events and event messages),
     ``error`` the failure text with the traceback, ``result`` the ``data["result"]`` of its
-    ``done`` event; ``events`` its own signals (:class:`JobEvents`).
+    ``done`` event; ``events`` its own signals (:class:`JobEvents`); ``failure_title`` the
+    title of the dialog that says it failed, in the job's own words ("The report could not be
+    written"; None: "Job failed: NAME").
     """
 
     name: str
     factory: Any
     process: bool = False
+    failure_title: str | None = None
     id: int = field(default_factory=lambda: next(_job_ids))
     state: str = JobState.QUEUED
     cancel_token: CancelToken = field(default_factory=CancelToken)

@@ -112,6 +112,10 @@ def report_models(window) -> list:
     return models
 
 
+#: the title of the dialog of a report that failed (and its status line)
+FAILURE_TITLE = "The report could not be written"
+
+
 def write_report(window, out: str | Path | None = None):
     """Queue the report job (asking where to write it unless ``out`` is given); the browser
     opens the file when the job ends. Returns the job, or None when nothing was started."""
@@ -144,10 +148,10 @@ def write_report(window, out: str | Path | None = None):
 
     def failed(_job, text: str) -> None:  # the dialog is the window's, one per failed job (JobEvents)
         first, _details = errors.split_failure(text)
-        window.statusBar().showMessage(f"The report could not be written: {first}", 8000)
+        window.statusBar().showMessage(f"{FAILURE_TITLE}: {first}", 8000)
 
     job = window.runner.submit(f"Report on {Path(root).name} with {', '.join(m.source for m in models)}", factory,
-                               finished=finished, failed=failed)
+                               failure_title=FAILURE_TITLE, finished=finished, failed=failed)
     return job
 
 

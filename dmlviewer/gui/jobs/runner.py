@@ -167,11 +167,12 @@ class JobRunner(QObject):
         return ([self._current] if self._current is not None else []) + list(self._queue)
 
     # -- control
-    def submit(self, name: str, factory: JobFactory, process: bool = False, **handlers: Callable) -> Job:
+    def submit(self, name: str, factory: JobFactory, process: bool = False, failure_title: str | None = None,
+               **handlers: Callable) -> Job:
         """Queue a job; ``handlers`` (``started``, ``progress``, ``finished``, ``failed``,
         ``cancelled``) follow this job alone (:meth:`JobEvents.follow`), connected before it
-        can start."""
-        job = Job(name=name, factory=factory, process=process)
+        can start; ``failure_title``: see :class:`Job`."""
+        job = Job(name=name, factory=factory, process=process, failure_title=failure_title)
         job.events.follow(**handlers)
         self._queue.append(job)
         log.info("queued job %s: %s", job.id, name)

@@ -161,7 +161,7 @@ class WindowJobs:
         first, details = errors.split_failure(text)
         if entry is not None and entry.kind == "grad" and self.session.accepts(entry.stamp):
             self.window.pair_view.set_grad_bank(None, f"the Grad-CAM weights could not be computed: {first}")
-        errors.show_error(self.window, f"Job failed: {job.name}", first, details)
+        errors.show_error(self.window, job.failure_title or f"Job failed: {job.name}", first, details)
 
     def on_job_cancelled(self, job) -> None:
         """Runner signal: a cancelled Grad-CAM weights job is said in the pair view."""
