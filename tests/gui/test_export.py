@@ -299,8 +299,8 @@ def test_a_failed_export_says_so_in_one_dialog(ready, tmp_path, monkeypatch, qtb
     qtbot.waitUntil(lambda: job.ended, timeout=60000)
     qtbot.wait(100)
     assert job.state == "failed" and len(ready.dialogs) == 1
-    assert ready.dialogs[0][0] == "Could not export the view"  # the job's own words
-    assert "no room for the figure" in ready.dialogs[0][1] and "Export View to view.pdf" in ready.dialogs[0][0]
+    assert ready.dialogs[0][0] == "Could not export the view to view.pdf"  # the job's own words
+    assert "no room for the figure" in ready.dialogs[0][1]
     assert list(out.parent.iterdir()) == []
 
 

@@ -423,7 +423,7 @@ def export_scene(window, scene: Scene, path: str | Path, scale: float, source: b
     waiting = window.runner.busy
     job = window.runner.submit(f"Export View to {path.name}",
                                lambda cancel: write_job(scene, path, scale, source=source, also=also, cancel=cancel),
-                               failure_title="Could not export the view", finished=finished, failed=failed)
+                               failure_title=f"Could not export the view to {path.name}", finished=finished, failed=failed)
     ahead = f", after '{window.runner.current.name}'" if waiting and window.runner.current is not None else ""
     window.statusBar().showMessage(f"Drawing {path.name} in the job queue{ahead}…", 5000)
     return job
