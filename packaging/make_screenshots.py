@@ -46,6 +46,9 @@ pairs (for looking, not for the README):
 - ``compare_view.png``: two models (File > Compare With Model): the demo checkpoint as model A
   (top row) and :data:`COMPARE_MODEL`, an ImageNet backbone without metric training, as model
   B (bottom row) on the pair of ``pair_view.png`` with the same point pinned.
+- ``retrieval_a_b.png``: the Retrieval dock of the main window at :data:`SMALL_SCREEN` with both
+  models' features (File > Compute Features for Model B): A's and B's neighbours of the pair's
+  query side by side, each marked right or wrong.
 - ``compare_models.png``: Tools > Compare Models on those two models with the window's default
   split, :data:`COMPARE_PAIRS` same-class pairs (most disagreeing first), each model's retrieval
   and localization figures, and the sanity check of model A (the window's defaults).
@@ -84,6 +87,8 @@ log = logging.getLogger("make_screenshots")
 
 #: Size of the main window in the screenshots.
 WINDOW_SIZE = (1600, 950)
+#: A laptop's screen: the main window's size for ``retrieval_a_b.png``.
+SMALL_SCREEN = (1366, 768)
 #: Size of the training dialog and the localization view.
 TOOL_SIZE = (1600, 950)
 #: Size of the evaluation view (a table of one column needs less room) and the embedding view.
@@ -109,8 +114,8 @@ TRAIN_OPTIONS = {"backbone": "small_cnn", "pooling": "gap", "grouping": "a", "gr
 SHOT_EPOCH = 3
 #: PNGs larger than this are reduced to 256 colours.
 MAX_BYTES = 400_000
-SHOTS = ("pair_view", "group_tabs", "compare_view", "compare_models", "code_dialog", "evaluation", "embedding",
-         "localization", "faithfulness", "pair_faithfulness", "training_dialog", "photo_pair")
+SHOTS = ("pair_view", "group_tabs", "compare_view", "retrieval_a_b", "compare_models", "code_dialog", "evaluation",
+         "embedding", "localization", "faithfulness", "pair_faithfulness", "training_dialog", "photo_pair")
 #: Written only when asked for (``--only dialogs``): screens to look at, not in the README.
 EXTRA_SHOTS = ("dialogs",)
 #: Model B of the comparison screenshots, and the pairs of Tools > Compare Models.
@@ -404,7 +409,7 @@ def scenario(window, out: Path, work: Path, shots: set[str]) -> Iterator[Wait]:
     window.tabs.setCurrentWidget(pair_view)
 
     # 2b. two models on the same pair, Tools > Compare Models, File > Open Model from Code
-    if shots & {"compare_view", "compare_models"}:
+    if shots & {"compare_view", "retrieval_a_b", "compare_models"}:
         yield from compare_scenario(window, out, pin, shots)
     if "code_dialog" in shots:
         yield from code_dialog_scenario(window, out, work)
@@ -520,6 +525,14 @@ def compare_scenario(window, out: Path, pin: tuple[float, float], shots: set[str
     yield delay(400)
     if "compare_view" in shots:
         save(window, out / "compare_view.png")
+    if "retrieval_a_b" in shots:  # model B's features (File > Compute Features for Model B), its column
+        window.jobs.extract_features("compare")
+        yield Wait("model B's features", timeout_s=900, done=lambda: window.session.features_ready("compare"))
+        resize(window, SMALL_SCREEN)
+        yield delay(600)
+        save(window.retrieval_dock, out / "retrieval_a_b.png")
+        resize(window, WINDOW_SIZE)
+        yield delay(300)
     if "compare_models" in shots:
         compare = window.show_compare_window()
         resize(compare, COMPARE_SIZE)
