@@ -20,6 +20,8 @@ FEATURES_MISMATCH_HEADINGS = {
     "model": "Features of another model.",
 }
 
+#: The model slots: the model on screen, and the second model of a comparison (issue 24).
+SLOTS = ("primary", "compare")
 #: How the sentences name each slot's model (the primary slot is "the open one").
 SLOT_NAMES = {"primary": "model A", "compare": "model B"}
 

@@ -59,7 +59,7 @@ def test_the_assumed_preprocessing_in_words():
 
 
 def test_a_label_is_kept_by_the_last_session_and_recent_models_stay_one_entry_each(tmp_path):
-    from dmlviewer.core.session import LastSession, add_recent_source, recent_sources
+    from dmlviewer.core.last_session import LastSession, add_recent_source, recent_sources
 
     path = str(tmp_path / "ms-96px" / "checkpoint.pt")
     labelled = ModelSource("checkpoint", path=path, label="MS baseline")

@@ -1,17 +1,18 @@
-"""The headless session model (core.session): events, the generation check, the last session and
-recent models, and hostile settings text."""
+"""The headless session model (core.session) and what it remembers (core.last_session): events,
+the generation check, the last session and recent models, and hostile settings text."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from dmlviewer.core.display import DisplayOptions
 from dmlviewer.core.models.source import ModelSource
-from dmlviewer.core.session import (LastSession, Session, SessionError, Stamp, add_recent_source,
-                                    recent_sources)
+from dmlviewer.core.last_session import LastSession, add_recent_source, recent_sources
+from dmlviewer.core.session import Session, SessionError, Stamp
 
 
 def _dataset(n: int = 4):
@@ -114,6 +115,83 @@ def test_a_live_module_is_not_persisted_and_settings_of_older_versions_still_rea
     assert new.models == {}
 
 
+def test_the_last_session_remembers_model_bs_feature_file_and_one_saved_without_it_still_reads(tmp_path):
+    """Issue 41: model B's feature file (the compare slot's) is remembered beside model A's; a
+    session saved before the key existed reads with none; a model B that is not remembered (a
+    live module) takes its file with it."""
+    from dataclasses import replace
+
+    s = Session()
+    s.set_dataset(_dataset(), str(tmp_path), "folder")
+    a, b = ModelSource("checkpoint", path="/runs/a.pt"), ModelSource("checkpoint", path="/runs/b.pt")
+    s.set_model(object(), {"sha256": "a" * 64}, a)
+    s.set_model(object(), {"sha256": "b" * 64}, b, slot="compare")
+    s.set_features(object(), str(tmp_path / "a.h5"))
+    s.set_features(object(), str(tmp_path / "b.h5"), slot="compare")
+    data = s.to_dict()
+    assert (data["features"], data["compare_features"]) == (str(tmp_path / "a.h5"), str(tmp_path / "b.h5"))
+    back = Session.from_dict(json.dumps(data))
+    assert back == LastSession(str(tmp_path), "folder", {"primary": a, "compare": b}, None, None,
+                               str(tmp_path / "a.h5"), DisplayOptions().to_dict(), str(tmp_path / "b.h5"))
+    assert Session.from_dict(back.to_dict()) == back
+    older = {key: value for key, value in data.items() if key != "compare_features"}
+    assert Session.from_dict(json.dumps(older)) == replace(back, compare_features=None)
+    assert LastSession.from_settings({"last": json.dumps(older)}).compare_features is None
+    assert "compare_features" not in LastSession.from_settings({"last": json.dumps(older)}).to_dict()
+    s.set_model(object(), {}, ModelSource("python", label="Live"), slot="compare")
+    assert "compare_features" not in s.to_dict() and "compare" not in s.to_dict()["models"]
+
+
+def test_reading_the_last_session_reopens_model_bs_file_only_while_it_exists_and_fits(tmp_path, monkeypatch, caplog):
+    """Model B's remembered feature file is read beside model B when it still exists and fits the
+    dataset and model B's checksum (the session's rule); otherwise it is left out with a log
+    line, never an error."""
+    import logging
+
+    import dmlviewer.core.evaluate as evaluate
+    from dmlviewer.core import last_session
+    from dmlviewer.core.data.identity import listing_fingerprint
+
+    root = tmp_path / "data"
+    dataset = _folder(root, 1, 3)
+    other = _folder(tmp_path / "other", 2, 3)
+    sha = {"a.pt": "a" * 64, "b.pt": "b" * 64}
+    monkeypatch.setattr(last_session, "open_source", lambda source, device: (object(), {"sha256": sha[Path(
+        source.path).name]}))
+    files = {"a.h5": ("a" * 64, dataset), "b.h5": ("b" * 64, dataset), "of-a.h5": ("a" * 64, dataset),
+             "other.h5": ("b" * 64, other)}
+
+    def open_features(path):
+        checksum, listing = files[Path(path).name]
+        return SimpleNamespace(attrs={"dataset_fingerprint": listing_fingerprint(listing),
+                                      "checkpoint_sha256": checksum}, paths=list(listing.paths))
+
+    monkeypatch.setattr(evaluate, "open_features", open_features)
+    for name in files:
+        (tmp_path / name).write_bytes(b"")
+
+    def read(compare_features: str, models=("a.pt", "b.pt")) -> dict:
+        remembered = {"dataset": str(root), "features": str(tmp_path / "a.h5"),
+                      "compare_features": str(tmp_path / compare_features),
+                      "models": {slot: {"kind": "checkpoint", "path": str(tmp_path / name)}
+                                 for slot, name in zip(("primary", "compare"), models)}}
+        return last_session.read_session_files(last_session={"last": json.dumps(remembered)})
+
+    result = read("b.h5")
+    assert result["errors"] == [] and result["compare_features"][1] == str(tmp_path / "b.h5")
+    assert result["compare_features"][0].attrs["checkpoint_sha256"] == "b" * 64
+    assert result["features"][1] == str(tmp_path / "a.h5")
+    caplog.set_level(logging.INFO, logger="dmlviewer.core.last_session")
+    for name, says in (("of-a.h5", "another checkpoint"), ("other.h5", "another dataset"), ("gone.h5", "gone")):
+        caplog.clear()
+        result = read(name)
+        assert "compare_features" not in result and result["errors"] == [] and "compare" in result
+        assert result["features"][1] == str(tmp_path / "a.h5")  # model A's file is not affected
+        assert any(name in r.getMessage() and says in r.getMessage() for r in caplog.records), caplog.text
+    result = read("b.h5", models=("a.pt",))  # no model B: its file is not read
+    assert "compare" not in result and "compare_features" not in result
+
+
 @pytest.mark.parametrize("value, says", [
     ("{not json", "not JSON"),
     ("[1, 2]", "not an object"),
@@ -121,6 +199,7 @@ def test_a_live_module_is_not_persisted_and_settings_of_older_versions_still_rea
     ({"dataset": 5}, "'dataset'"),
     ({"dataset": "a\x00b"}, "'dataset'"),
     ({"query": "x" * 5000}, "'query'"),
+    ({"compare_features": ["b.h5"]}, "'compare_features'"),
     ({"format": "../../etc"}, "format"),
     ({"models": ["a.pt"]}, "models"),
     ({"models": {"third": {"kind": "checkpoint", "path": "a.pt"}}}, "slot"),
@@ -157,7 +236,7 @@ def test_recent_models_newest_first_without_duplicates(tmp_path):
 
 def test_reading_a_last_session_whose_dataset_is_gone_opens_the_demo_and_says_so(tmp_path):
     from dmlviewer.core.data import make_demo_data
-    from dmlviewer.core.session import read_session_files
+    from dmlviewer.core.last_session import read_session_files
 
     demo = tmp_path / "demo"
     make_demo_data(demo, classes=2, per_class=2, size=32, seed=0)

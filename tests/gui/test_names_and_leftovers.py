@@ -68,7 +68,7 @@ def test_two_runs_in_different_folders_never_read_the_same(two_open):
 
 
 def test_a_label_names_the_model_everywhere_and_the_last_session_keeps_it(two_open, two_runs, qtbot):
-    from dmlviewer.core.session import LastSession
+    from dmlviewer.core.last_session import LastSession
 
     window = two_open
     assert window.labels.actions["compare"].isEnabled()

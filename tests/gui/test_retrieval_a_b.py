@@ -106,3 +106,64 @@ def test_a_feature_file_of_model_a_opened_for_model_b_is_flagged_naming_model_b(
     assert "model B" in panel.source_b.text() and "Features of another model." in panel.source_b.text()
     assert panel.extract_b_button.isVisible()
     assert window.session.features_chosen is False  # model A's file is still A's computed one
+
+
+def test_the_last_session_reopens_model_bs_feature_file_and_skips_one_deleted_since(window, demo_root, small_ckpt,
+                                                                                 other_ckpt, wait_ready, qtbot,
+                                                                                 tmp_path, dialogs):
+    """Model B's feature file, computed in one run, is remembered with the last session: a new
+    window reopening it gets the file back in the compare slot, and B's neighbours, without
+    extracting again; a remembered file deleted since is skipped without a dialog."""
+    import json
+    from pathlib import Path
+
+    from dmlviewer.core.evaluate import retrieve
+    from dmlviewer.gui.window import settings
+    from dmlviewer.gui.window.main_window import MainWindow
+
+    settings.set_output_dir(tmp_path / "outputs")
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    qtbot.waitUntil(lambda: window.features is not None, timeout=60000)
+    window.open_compare(other_ckpt)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    window.compare.compute_features_action.trigger()
+    qtbot.waitUntil(lambda: window.session.features_ready("compare"), timeout=60000)
+    b_path, a_path = window.session.slot_features["compare"].path, window.features_path
+    assert b_path != a_path
+    window.close()
+    assert json.loads(settings.session_values()["last"])["compare_features"] == b_path
+
+    def reopen():
+        again = MainWindow()
+        qtbot.addWidget(again)
+        again.show()
+        jobs: list = []  # (kind, slot) of every job the new window starts
+        again.session.events.jobs.connect(lambda: jobs.extend((e.kind, e.stamp.slot)
+                                                              for e in again.session.jobs.values()))
+        again.open_in_background(last_session=settings.session_values())
+        qtbot.waitUntil(lambda: not again.loading, timeout=120000)
+        return again, jobs
+
+    second, jobs = reopen()
+    session = second.session
+    assert session.slot("compare").source.path == str(other_ckpt) and second.features_path == a_path
+    held = session.slot_features["compare"]
+    assert held.path == b_path and session.features_ready("compare")
+    assert held.features.attrs["checkpoint_sha256"] == session.slot("compare").sha256
+    wait_ready(second.pair_view, timeout=120000)
+    panel, query = second.retrieval, second.query_index
+    want_b = retrieve(held.features, list(held.features.paths).index(second.dataset.paths[query]),
+                      panel.k_spin.value())
+    qtbot.waitUntil(lambda: not panel.searching and panel.results_b == want_b, timeout=20000)
+    assert panel.list_b.count() == panel.k_spin.value()
+    assert ("extract", "compare") not in jobs  # B's neighbours from the remembered file, not extracted again
+    assert dialogs == []
+    second.close()
+
+    Path(b_path).unlink()
+    third, jobs = reopen()
+    assert third.session.slot("compare") is not None and third.features_path == a_path  # the rest reopens
+    assert third.session.slot_features["compare"].features is None
+    assert "Cannot" not in third.statusBar().currentMessage()
+    assert dialogs == [] and ("extract", "compare") not in jobs
+    third.shutdown()

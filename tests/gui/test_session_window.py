@@ -110,7 +110,7 @@ def test_settings_of_older_versions_reopen_imagenet_as_a_backbone_and_a_failed_r
     backbone, never the file ``<folder>/imagenet:NAME``; a model that cannot be reopened is
     named in a dialog and the status bar (never a silent "no model")."""
     from dmlviewer.core.models.source import ModelSource
-    from dmlviewer.core.session import LastSession
+    from dmlviewer.core.last_session import LastSession
 
     record = LastSession.from_settings({"dataset": str(demo_root), "checkpoint": "imagenet:efficientnet_lite0"})
     assert record.models["primary"] == ModelSource("pretrained", path="imagenet:efficientnet_lite0")
@@ -362,7 +362,7 @@ def test_features_never_cross_between_two_demo_folders_with_the_same_file_names(
     folder's features; after a restart neither folder shows the other's feature file."""
     from dmlviewer.core.data import make_demo_data
     from dmlviewer.core.evaluate import retrieve
-    from dmlviewer.core.session import LastSession
+    from dmlviewer.core.last_session import LastSession
 
     first_root = make_demo_data(tmp_path / "one" / "data", classes=3, per_class=5, size=64, seed=1)
     second_root = make_demo_data(tmp_path / "two" / "data", classes=3, per_class=4, size=64, seed=2)

@@ -89,7 +89,7 @@ class CompareModel(QObject):
         self.window.statusBar().showMessage(f"Loading model B {source.display()}…")
 
         def work() -> None:
-            from dmlviewer.core.session import open_source
+            from dmlviewer.core.last_session import open_source
 
             try:
                 result = open_source(source, device)
@@ -103,7 +103,7 @@ class CompareModel(QObject):
         threading.Thread(target=work, name="dmlviewer-open-compare", daemon=True).start()
 
     def _on_loaded(self, value) -> None:
-        from dmlviewer.core.session import kind_words
+        from dmlviewer.core.last_session import kind_words
 
         request, source, result = value
         if self.session.end_job(request) is None:  # forgotten: another model B (or none) was asked for meanwhile

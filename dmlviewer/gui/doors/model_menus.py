@@ -65,7 +65,7 @@ class ModelMenus:
     def _fill_recent_models(self) -> None:
         """Recent Models: every kind of source, reopened as what it is (in the background)."""
         from dmlviewer.core.models.naming import full_description
-        from dmlviewer.core.session import kind_words
+        from dmlviewer.core.last_session import kind_words
 
         window, menu = self.window, self.recent_models_menu
         menu.clear()

@@ -143,13 +143,14 @@ def demo_paths() -> tuple[Path, Path | None]:
 
 
 def last_session() -> dict:
-    """The last session as ``core.session.LastSession`` reads it (``dataset``, ``format``,
-    ``models`` as ``ModelSource``s by slot, ``query``, ``reference``, ``features``); an empty
-    one when the settings cannot be read. Imports torch: the app itself reopens the last session
-    in the loading thread (``MainWindow.open_in_background(last_session=...)``)."""
+    """The last session as ``core.last_session.LastSession`` reads it (``dataset``, ``format``,
+    ``models`` as ``ModelSource``s by slot, ``query``, ``reference``, ``features``,
+    ``compare_features``: model B's); an empty one when the settings cannot be read. Imports
+    torch: the app itself reopens the last session in the loading thread
+    (``MainWindow.open_in_background(last_session=...)``)."""
     from dataclasses import asdict
 
-    from dmlviewer.core.session import LastSession
+    from dmlviewer.core.last_session import LastSession
 
     try:
         record = LastSession.from_settings(settings.session_values())

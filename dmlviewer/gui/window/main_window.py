@@ -572,7 +572,7 @@ class MainWindow(QMainWindow):
         wrote. From then on every display change is remembered with the last session."""
         s = self.settings
         self.devices.show()
-        from dmlviewer.core.session import LastSession
+        from dmlviewer.core.last_session import LastSession
 
         values = LastSession.display_from_settings(settings.session_values(s)) or _older_display_options(s)
         skipped = self.session.display.update(values)

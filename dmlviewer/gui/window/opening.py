@@ -77,7 +77,7 @@ class Opening(QObject):
         ``imagenet:NAME``, or code and weights) on this thread with a busy cursor, remember it in
         the recent models, and show it. False (and a dialog) on error; ``open_in_background(model=)``
         does the same without blocking the window."""
-        from dmlviewer.core.session import kind_words, open_source
+        from dmlviewer.core.last_session import kind_words, open_source
 
         try:
             with _busy():
@@ -182,7 +182,7 @@ class Opening(QObject):
                 pass
 
         def work() -> None:
-            from dmlviewer.core.session import read_session_files  # torch: imported in this thread
+            from dmlviewer.core.last_session import read_session_files  # torch: imported in this thread
 
             result = read_session_files(dataset, fmt, model, features, last_session, demo, device, step)
             try:
@@ -215,6 +215,9 @@ class Opening(QObject):
             (model, info), source = result["compare"]
             window.compare.forget_loads()  # a File > Compare With Model still loading is older than this
             window.compare.use(model, info, source)
+            if "compare_features" in result:  # model B's remembered file, read as fitting it and the dataset
+                features, path = result["compare_features"]
+                self._apply_features(features, path, "compare")
         if window.dataset is None and window.model is None:
             window.pair_view.set_pair(None)
         if window.pair_view.images is not None:  # the pair's own line again, never "Loading the model …"
@@ -232,8 +235,8 @@ class Opening(QObject):
             window.statusBar().showMessage(" · ".join(said))
 
     def _last_session(self):
-        """The remembered session (a ``core.session.LastSession``), None when unreadable."""
-        from dmlviewer.core.session import LastSession
+        """The remembered session (a ``core.last_session.LastSession``), None when unreadable."""
+        from dmlviewer.core.last_session import LastSession
 
         try:
             return LastSession.from_settings(settings.session_values(self.window.settings))

@@ -146,11 +146,11 @@ def add_recent(key: str, path: str | os.PathLike, settings: QSettings | None = N
     return items
 
 
-# -- model sources and the last session (core.session; issue 23 item 2)
+# -- model sources and the last session (core.last_session; issue 23 item 2)
 def recent_models(settings: QSettings | None = None) -> list:
     """The recent models as ``ModelSource``s, newest first: ``recent/models`` (source dicts as
     JSON) followed by the plain paths of ``recent/checkpoints`` that older versions wrote."""
-    from dmlviewer.core.session import recent_sources
+    from dmlviewer.core.last_session import recent_sources
 
     settings = settings or app_settings()
     return recent_sources(recent("models", settings) + recent("checkpoints", settings))
@@ -162,7 +162,7 @@ def add_recent_model(source, settings: QSettings | None = None, info: dict | Non
     import json
 
     from dmlviewer.core.models.naming import traits
-    from dmlviewer.core.session import add_recent_source
+    from dmlviewer.core.last_session import add_recent_source
 
     settings = settings or app_settings()
     items = add_recent_source(recent("models", settings) + recent("checkpoints", settings), source)
@@ -211,14 +211,14 @@ def clear_recent_models(settings: QSettings | None = None) -> None:
     settings.remove("recent/checkpoints")
 
 
-#: The settings keys of the last session (``session/last`` is core.session's JSON; the others
+#: The settings keys of the last session (``session/last`` is core.last_session's JSON; the others
 #: are what older versions wrote, still read).
 SESSION_KEYS = ("last", "dataset", "format", "checkpoint", "query", "reference", "features")
 
 
 def session_values(settings: QSettings | None = None) -> dict[str, str]:
     """The raw text of the last session's settings (untrusted: read it with
-    ``core.session.LastSession.from_settings``)."""
+    ``core.last_session.LastSession.from_settings``)."""
     settings = settings or app_settings()
     return {key: str(settings.value(f"session/{key}", "") or "") for key in SESSION_KEYS}
 
