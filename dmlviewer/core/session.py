@@ -40,10 +40,7 @@ from psygnal import Signal, SignalGroup
 from dmlviewer.core.data.identity import DatasetIdentity, dataset_identity, features_fit_dataset
 from dmlviewer.core.display import DisplayOptions
 from dmlviewer.core.last_session import LastSession, SessionError
-#: The model slots (``SLOTS``) and a short heading for each cause of
-#: :meth:`Session.features_mismatch`, agreeing with its sentence.
-from dmlviewer.core.slot_features import (FEATURES_MISMATCH_HEADINGS, SLOTS, SlotFeatures,  # noqa: F401
-                                          features_mismatch)
+from dmlviewer.core.slot_features import SLOTS, SlotFeatures, features_mismatch
 
 if TYPE_CHECKING:
     from dmlviewer.core.models.source import ModelSource
@@ -374,7 +371,7 @@ class Session:
 
     def features_mismatch(self, features: Any = None, slot: str = "primary") -> tuple[str, str] | None:
         """Why ``features`` (default: ``slot``'s) must not be shown: (its cause, a key of
-        :data:`FEATURES_MISMATCH_HEADINGS`, and the sentence of :meth:`features_problem`, which
+        :data:`~dmlviewer.core.slot_features.FEATURES_MISMATCH_HEADINGS`, and the sentence of :meth:`features_problem`, which
         names model B for its slot); None when they may be shown."""
         features = self.slot_features[slot].features if features is None else features
         if features is None:

@@ -607,7 +607,7 @@ class RetrievalPanel(QWidget):
             text = ("Model B: no features. Compute them, or open B's feature file "
                     "(File ▸ Open Features for Model B).")
         elif found is not None:
-            from dmlviewer.core.session import FEATURES_MISMATCH_HEADINGS
+            from dmlviewer.core.slot_features import FEATURES_MISMATCH_HEADINGS
 
             text = f"<span style='color:#eb5757'><b>{FEATURES_MISMATCH_HEADINGS[found[0]]}</b></span> {found[1]}"
         else:
@@ -632,7 +632,7 @@ class RetrievalPanel(QWidget):
             self.extract_button.setEnabled(False)
             return
         if mismatch:
-            from dmlviewer.core.session import FEATURES_MISMATCH_HEADINGS
+            from dmlviewer.core.slot_features import FEATURES_MISMATCH_HEADINGS
 
             cause = self.session.features_mismatch()[0]  # the heading agrees with the sentence (issue 42 item 3)
             self.source.setText(f"<span style='color:#eb5757'><b>{FEATURES_MISMATCH_HEADINGS[cause]}</b></span> "
