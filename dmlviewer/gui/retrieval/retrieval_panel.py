@@ -467,8 +467,13 @@ class RetrievalPanel(QWidget):
                 self.extract_requested.emit()
             return
         self._update_source()
-        features, k, search_index, stamp = self.features, self.k_spin.value(), self.index, self.session.stamp(features=True)
-        feature_rows, dataset_rows, path = self._feature_rows, self._row_of_path, ds.paths[index]
+        self.runner.submit(self._search_job(self.features, self._feature_rows, ds.paths[index], self.index,
+                                            self.session.stamp(features=True)), cancel_aware=True)
+
+    def _search_job(self, features, feature_rows: PathIndex, path: str, search_index, stamp):
+        """The job of one search (A's or B's column): the query's row in ``features`` by path,
+        its top-K (through ``search_index``, None: exact); answers ``(stamp, results or None)``."""
+        k, dataset_rows = self.k_spin.value(), self._row_of_path
 
         def job(cancel):
             from dmlviewer.core.evaluate import retrieve
@@ -482,7 +487,7 @@ class RetrievalPanel(QWidget):
             dataset_rows.prepare()
             return stamp, results
 
-        self.runner.submit(job, cancel_aware=True)
+        return job
 
     def _search_b(self) -> None:
         """Model B's neighbours of the query by its whole embedding, from B's own features
@@ -493,21 +498,9 @@ class RetrievalPanel(QWidget):
                 or not self.session.features_ready("compare")):
             self._show([], "compare")
             return
-        features, k = self.session.slot_features["compare"].features, self.k_spin.value()
-        stamp = self.session.stamp("compare", features=True)
-        feature_rows, dataset_rows, path = self._feature_rows_b, self._row_of_path, ds.paths[index]
-
-        def job(cancel):
-            from dmlviewer.core.evaluate import retrieve
-
-            row = feature_rows.find(path)
-            if row is None:
-                return stamp, None
-            results = retrieve(features, row, k)
-            dataset_rows.prepare()
-            return stamp, results
-
-        self.runner_b.submit(job, cancel_aware=True)
+        self.runner_b.submit(self._search_job(self.session.slot_features["compare"].features, self._feature_rows_b,
+                                              ds.paths[index], None, self.session.stamp("compare", features=True)),
+                             cancel_aware=True)
 
     @property
     def searching(self) -> bool:
