@@ -283,6 +283,8 @@ def run(args) -> dict[str, Any]:
     result.update(second_model_cost(result, two))
     opengl = opengl_rows(n, result, two)  # right after the raster rows it is compared with
     result["opengl"] = opengl
+    if not opengl["available"]:
+        result["opengl_viewport"] = f"unavailable ({opengl['reason']})"
     for key in ("p50_ratio", "p95_ratio", "two_models_p95_ratio"):
         if key in opengl:
             result[f"opengl_{key}"] = opengl[key]

@@ -193,3 +193,19 @@ def test_a_real_hover_draws_the_partial_map_through_the_opengl_viewport(window, 
     assert not r.opengl and not q.opengl
     assert _hover_at(q, view.link, 20.0, 41.0)[1:] == pytest.approx((20.0, 41.0), abs=1)
     assert r.overlay_shown
+
+
+def test_bench_hover_compares_opengl_with_raster_in_one_run_or_says_why_not(qapp):
+    from dmlviewer.bench.hover import measure, opengl_rows, second_model_cost
+
+    assert second_model_cost({"p50_ms": 2.0, "p95_ms": 4.0}, {"p50_ms": 3.0, "p95_ms": 4.0}) == \
+        {"second_model_p50": 0.5, "second_model_p95": 0.0}
+    problem = gl_viewport.opengl_problem()
+    if problem is not None:
+        assert opengl_rows(5) == {"available": False, "reason": problem}
+        return
+    one, two = measure(events=5, warmup=2), measure(events=5, warmup=2, compare=True)
+    row = opengl_rows(5, one, two)
+    assert row["available"] and row["one_model"]["viewport"] == "opengl" and one["viewport"] == "raster"
+    assert row["two_models"]["models"] == 2 and row["two_models"]["events"] >= 1  # both rows drawn
+    assert row["p50_ratio"] == pytest.approx(row["p50_ms"] / one["p50_ms"], rel=0.01)

@@ -127,6 +127,7 @@ class PartialOverlay(QGraphicsItem):
         self._rect = QRectF()
         self.buffer: np.ndarray | None = None  # H x W uint32, 0xAARRGGBB premultiplied
         self._image: QImage | None = None
+        self.opengl = False  # drawn through an OpenGL viewport (set by the pane)
 
     def buffer_for(self, shape: tuple[int, int]) -> np.ndarray:
         """The buffer to write an ``H x W`` overlay into (a new one when the shape changes)."""
@@ -152,7 +153,7 @@ class PartialOverlay(QGraphicsItem):
         ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport one
         event loop pass later: a paint of the window's pending areas in between (another pane's
         synchronous repaint) was then followed by a second paint of the same pixels (issue 24)."""
-        if self.buffer is not None and gl_viewport.is_opengl(self._graphics):
+        if self.buffer is not None and self.opengl:
             self._wrap()
         if self.scene() is not None and self.isVisible():
             area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
@@ -347,6 +348,7 @@ class ImagePane(QWidget):
         if self.opengl == on:
             return on
         used = gl_viewport.set_viewport(self.graphics, on)
+        self.partial_item.opengl = used
         self._watch_viewport()
         self.graphics.viewport().update()
         return used

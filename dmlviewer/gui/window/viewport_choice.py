@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 #: The entry's tooltip while OpenGL is not known to be unavailable: what it does, when it
 #: applies, and what was measured (issue 40: keep it only where it measures faster).
 TOOLTIP = ("Draw the image panes through OpenGL instead of Qt's raster painter; applies to the "
-           "open panes at once. Off by default: `dmlviewer bench hover` measured it slower than "
-           "raster on software OpenGL (Mesa llvmpipe under Xvfb); its 'opengl' row measures this machine.")
+           "open panes at once. Off by default: on software OpenGL (Mesa llvmpipe under Xvfb) a "
+           "hover measured 8-16 times slower than raster; `dmlviewer bench hover` (its opengl row) "
+           "measures this machine.")
 
 
 class ViewportChoice(QObject):
