@@ -26,7 +26,13 @@ larger point-to-point tensor per hover), its baseline recomputing the explanatio
 measurement with a second model (B, other random weights) compared in the pair view (issue 24):
 one event then draws both models' partial maps and repaints both reference viewports; its
 ``p50_ms``/``p95_ms`` are also given as ``two_models_p50_ms``/``two_models_p95_ms`` beside the
-one-model figures of the same run. ``vit_s16_256`` and ``dinov2_reg4_518``: a timm ViT-S/16 at
+one-model figures of the same run, and ``second_model_p50``/``second_model_p95`` = (two-model −
+one-model) / one-model at each percentile, the second row's cost as a share of the first's (issue
+40: at most 0.5). ``opengl``: one model and two models again with every pane drawn through an
+OpenGL viewport (``gui/pair/gl_viewport.py``; measured right after the raster rows), with
+``p50_ratio``, ``p95_ratio``, ``two_models_p50_ratio``, ``two_models_p95_ratio`` = OpenGL / raster
+(below 1: OpenGL faster), or ``available: false`` and the ``reason`` where Qt has no OpenGL (the
+offscreen platform). ``vit_s16_256`` and ``dinov2_reg4_518``: a timm ViT-S/16 at
 256 px (16x16 tokens) and DINOv2 ViT-S/14 with registers at 518 px (37x37), when timm is
 installed. ``gc``: a full garbage collection in the same process before and after the app's
 start-up freeze (:func:`gc_pause`; the collector runs between hovers, so a long one is a hitch
@@ -34,7 +40,8 @@ the per-event times do not show). ``busy``: one model and two models again while
 process (:func:`training_job`: small_cnn forward and backward passes on random batches, submitted
 to the app's :class:`~dmlviewer.gui.jobs.runner.JobRunner` as a thread job, so it runs at the
 priority and with the torch threads the app gives background work); its ``steps`` say how much
-training went on during the measurement.
+training went on during the measurement, and its ``second_model_p50``/``second_model_p95`` the
+second row's cost under that load.
 """
 
 from __future__ import annotations
@@ -128,15 +135,49 @@ def busy_rows(events: int) -> dict[str, Any]:
         trained = len(steps) - start
     finally:
         runner.shutdown(30)
+    return {**pair_row(one, two), "steps": trained}
+
+
+def second_model_cost(one: dict[str, Any], two: dict[str, Any]) -> dict[str, float]:
+    """What the second model row adds, as a share of one model's time, from one run (issue 40:
+    "a second model costs at most half of the first"): (two-model − one-model) / one-model at
+    the 50th and the 95th percentile."""
+    return {f"second_model_{q}": round((two[f"{q}_ms"] - one[f"{q}_ms"]) / one[f"{q}_ms"], 3) for q in ("p50", "p95")}
+
+
+def pair_row(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:
+    """One model's and two models' percentiles side by side, with the second model's cost."""
     return {"p50_ms": one["p50_ms"], "p95_ms": one["p95_ms"], "two_models_p50_ms": two["p50_ms"],
-            "two_models_p95_ms": two["p95_ms"], "steps": trained, "one_model": one, "two_models": two}
+            "two_models_p95_ms": two["p95_ms"], **second_model_cost(one, two), "one_model": one, "two_models": two}
+
+
+def opengl_rows(events: int, one: dict[str, Any] | None = None, two: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One model and two models with every pane drawn through an OpenGL viewport, or why not
+    (``available: false``, ``reason``). ``one``/``two``: the raster rows of the same run, for
+    the ratios OpenGL / raster (below 1: OpenGL faster)."""
+    from dmlviewer.gui.pair.gl_viewport import opengl_problem
+    from dmlviewer.gui.window.app import create_app
+
+    create_app()
+    problem = opengl_problem()
+    if problem is not None:
+        return {"available": False, "reason": problem}
+    gl_one = measure(events=events, opengl=True)
+    gl_two = measure(events=events, compare=True, opengl=True)
+    row = {"available": True, **pair_row(gl_one, gl_two)}
+    for name, raster, gl in (("", one, gl_one), ("two_models_", two, gl_two)):
+        if raster is not None:
+            for q in ("p50", "p95"):
+                row[f"{name}{q}_ratio"] = round(gl[f"{q}_ms"] / raster[f"{q}_ms"], 3)
+    return row
 
 
 def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
-            compare: bool = False, model: Any = None) -> dict[str, Any]:
+            compare: bool = False, model: Any = None, opengl: bool = False) -> dict[str, Any]:
     """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair.pair_view.PairView` (``largest``:
     at its largest Resolution choice instead of the model's size; ``compare``: with a second
-    model compared, both rows drawn per event; ``model``: this model instead of a small CNN)."""
+    model compared, both rows drawn per event; ``model``: this model instead of a small CNN;
+    ``opengl``: every pane drawn through an OpenGL viewport, an error where there is none)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import torch
@@ -156,6 +197,11 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
     view = PairView()
     view.resize(1400, 800)
     view.show()
+    if opengl and not view.set_opengl(True):
+        from dmlviewer.bench import BenchError
+        from dmlviewer.gui.pair.gl_viewport import opengl_problem
+
+        raise BenchError(f"no OpenGL viewport: {opengl_problem()}")
     view.set_model(model, "cpu")
     view.set_pair(images)
     if largest:
@@ -223,6 +269,7 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         "input_size": size,
         "view": "1400x800",
         "models": 2 if compare else 1,
+        "viewport": "opengl" if opengl else "raster",
         "platform": app.platformName(),
     }
 
@@ -259,23 +306,33 @@ def run(args) -> dict[str, Any]:
     from dmlviewer.bench.machine import describe
 
     quick = bool(getattr(args, "quick", False))
-    result = measure(events=200 if quick else 1000)
-    largest = measure(events=200 if quick else 1000, largest=True)
-    result["largest"] = largest
-    result["largest_ratio"], result["largest_p95_ms"] = largest["ratio"], largest["p95_ms"]
-    two = measure(events=200 if quick else 1000, compare=True)
+    n = 200 if quick else 1000
+    result = measure(events=n)
+    two = measure(events=n, compare=True)
     result["two_models"] = two
     result["two_models_p50_ms"], result["two_models_p95_ms"] = two["p50_ms"], two["p95_ms"]
+    result.update(second_model_cost(result, two))
+    opengl = opengl_rows(n, result, two)  # right after the raster rows it is compared with
+    result["opengl"] = opengl
+    if not opengl["available"]:
+        result["opengl_viewport"] = f"unavailable ({opengl['reason']})"
+    for key in ("p50_ratio", "p95_ratio", "two_models_p95_ratio"):
+        if key in opengl:
+            result[f"opengl_{key}"] = opengl[key]
+    largest = measure(events=n, largest=True)
+    result["largest"] = largest
+    result["largest_ratio"], result["largest_p95_ms"] = largest["ratio"], largest["p95_ms"]
     for key, name, size in (("vit_s16_256", "vit_small_patch16_224", 256),
                             ("dinov2_reg4_518", "vit_small_patch14_reg4_dinov2", 518)):
         vit = timm_vit(name, size)
         if vit is not None:  # the token grids of issue 22: 16x16 and 37x37
-            row = measure(events=200 if quick else 1000, image_size=size, model=vit)
+            row = measure(events=n, image_size=size, model=vit)
             result[key] = row
             result[f"{key}_p95_ms"] = row["p95_ms"]
-    busy = busy_rows(events=200 if quick else 1000)
+    busy = busy_rows(events=n)
     result["busy"] = busy
     result["busy_p95_ms"], result["busy_two_models_p95_ms"] = busy["p95_ms"], busy["two_models_p95_ms"]
+    result["busy_second_model_p95"] = busy["second_model_p95"]
     result["core"] = run_core(events=300 if quick else 2000)
     result["gc"] = gc_pause()
     result["gc_full_ms"], result["gc_after_freeze_ms"] = result["gc"]["full_ms"], result["gc"]["after_freeze_ms"]

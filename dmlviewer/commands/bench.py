@@ -86,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _summary(result: dict) -> str:
     keys = [k for k in ("ratio", "largest_ratio", "largest_p95_ms", "whole_run_s", "scaling", "p50_ms", "p95_ms",
-                        "two_models_p95_ms", "dinov2_reg4_518_p95_ms", "busy_p95_ms", "busy_two_models_p95_ms",
-                        "gc_full_ms", "gc_after_freeze_ms",
+                        "two_models_p50_ms", "two_models_p95_ms", "second_model_p50", "second_model_p95",
+                        "opengl_p50_ratio", "opengl_p95_ratio", "opengl_two_models_p95_ratio", "opengl_viewport",
+                        "vit_s16_256_p95_ms", "dinov2_reg4_518_p95_ms", "busy_p95_ms", "busy_two_models_p95_ms",
+                        "busy_second_model_p95", "gc_full_ms", "gc_after_freeze_ms",
                         "seconds", "events", "app_rss_mb", "listing_rss_mb", "extract_rss_mb", "images_per_s", "query_ms", "recall@10", "floor_ratio",
                         "million_seconds", "browser_filter_worst_ms", "large_rss_mb", "splash_s", "window_s",
                         "loaded_s") if k in result]

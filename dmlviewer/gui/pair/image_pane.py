@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsRectIt
 
 from dmlviewer.core.explain.hover import premultiplied_table
 from dmlviewer.core.scene.scene import PIN_COLOUR
+from dmlviewer.gui.pair import gl_viewport
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
 from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
 
@@ -126,14 +127,21 @@ class PartialOverlay(QGraphicsItem):
         self._rect = QRectF()
         self.buffer: np.ndarray | None = None  # H x W uint32, 0xAARRGGBB premultiplied
         self._image: QImage | None = None
+        self.opengl = False  # drawn through an OpenGL viewport (set by the pane)
 
     def buffer_for(self, shape: tuple[int, int]) -> np.ndarray:
         """The buffer to write an ``H x W`` overlay into (a new one when the shape changes)."""
         if self.buffer is None or self.buffer.shape != tuple(shape):
             self.buffer = np.zeros(shape, dtype=np.uint32)
-            h, w = self.buffer.shape
-            self._image = QImage(self.buffer.data, w, h, 4 * w, QImage.Format_ARGB32_Premultiplied)
+            self._wrap()
         return self.buffer
+
+    def _wrap(self) -> None:
+        """A new ``QImage`` over the buffer (no copy). An OpenGL viewport's paint engine keeps a
+        texture per image (``QImage.cacheKey``) and would draw a rewritten buffer under the same
+        image as the first map it uploaded: a new wrapper per change is a new key."""
+        h, w = self.buffer.shape
+        self._image = QImage(self.buffer.data, w, h, 4 * w, QImage.Format_ARGB32_Premultiplied)
 
     def set_rect(self, rect: QRectF) -> None:
         if rect != self._rect:
@@ -145,6 +153,8 @@ class PartialOverlay(QGraphicsItem):
         ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport one
         event loop pass later: a paint of the window's pending areas in between (another pane's
         synchronous repaint) was then followed by a second paint of the same pixels (issue 24)."""
+        if self.buffer is not None and self.opengl:
+            self._wrap()
         if self.scene() is not None and self.isVisible():
             area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
             self._graphics.viewport().update(area.adjusted(-2, -2, 2, 2))
@@ -320,8 +330,28 @@ class ImagePane(QWidget):
         self._inside = False
         self.view.region_drawn.connect(self._on_region)
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
+        self._watch_viewport()
+
+    def _watch_viewport(self) -> None:
+        """Plain moves over the viewport come to :meth:`eventFilter`."""
         self.graphics.viewport().installEventFilter(self)
         self.graphics.viewport().setMouseTracking(True)
+
+    @property
+    def opengl(self) -> bool:
+        """Whether the view draws through an OpenGL viewport (``gui/pair/gl_viewport.py``)."""
+        return gl_viewport.is_opengl(self.graphics)
+
+    def set_opengl(self, on: bool) -> bool:
+        """An OpenGL viewport (``on``) or a raster one, raster where OpenGL is unavailable;
+        returns whether the view now draws through OpenGL."""
+        if self.opengl == on:
+            return on
+        used = gl_viewport.set_viewport(self.graphics, on)
+        self.partial_item.opengl = used
+        self._watch_viewport()
+        self.graphics.viewport().update()
+        return used
 
     # -- content
     def clear_region(self) -> None:

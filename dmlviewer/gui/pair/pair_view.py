@@ -167,6 +167,7 @@ class PairView(RowController, PairMaps, QWidget):
         #: The rows on screen, one per model: A first, then B while comparing (issue 24).
         self.rows: list[PairRow] = []
         self._made: list[PairRow] = []  # every row made so far (a row B comes back when comparing again)
+        self._opengl = False  # the panes' views draw through OpenGL (set_opengl)
         self._add_row()
         self.toolbar_widget = DisplayToolbar(self.display, lambda: self.model)
         self.toolbar = self.toolbar_widget.bar
@@ -241,12 +242,21 @@ class PairView(RowController, PairMaps, QWidget):
             opacity = float(self.display.opacity)
             for pane in row.panes:
                 pane.set_opacity(opacity)
+                pane.set_opengl(self._opengl)
         self.rows.append(row)
         row.splitter.show()
         if k > 0:  # the same split as row A's (a panorama's larger share, or one the user dragged)
             row.splitter.setSizes(self.rows[0].splitter.sizes())
         self.link.set_row_shown(row.link, True)
         return row
+
+    def set_opengl(self, on: bool) -> bool:
+        """Every pane's view, those of rows made later too, draws through an OpenGL viewport
+        (``on``) or a raster one (``gui/pair/gl_viewport.py``); returns whether they now use
+        OpenGL (False where it is unavailable: the panes stay raster)."""
+        used = [pane.set_opengl(on) for row in self._made for pane in row.panes]
+        self._opengl = on and all(used)
+        return self._opengl
 
     def _drop_row(self) -> None:
         """The last row goes (its model is closed): its jobs are dropped, its panes hidden."""

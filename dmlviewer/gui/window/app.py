@@ -68,6 +68,9 @@ def create_app(argv: list[str] | None = None) -> QApplication:
     os.environ.setdefault("QT_NO_GUI_THREADPOOL", "1")
     app = QApplication.instance()
     if app is None:
+        # The panes' OpenGL viewports (View > OpenGL Viewport, issue 40) may change windows with
+        # a dock; QOpenGLWidget needs the contexts shared for that, set before the app exists.
+        QApplication.setAttribute(Qt.AA_ShareOpenGLContexts)
         app = QApplication(argv if argv is not None else sys.argv[:1])
     app.setOrganizationName(settings.ORGANIZATION)
     app.setApplicationName(settings.APPLICATION)

@@ -1,6 +1,6 @@
 """The main window's menus and toolbar: File (datasets, the model doors, features, the output
-folder, Export View, Save Window Image, Quit), View (the docks, Reset Layout), Tools, Help, and
-the toolbar with the device combo; the File menu's dialogs and recent lists.
+folder, Export View, Save Window Image, Quit), View (the docks, Reset Layout, OpenGL Viewport),
+Tools, Help, and the toolbar with the device combo; the File menu's dialogs and recent lists.
 
 File dialogs open where the user's own files are (never in the package's resources or the
 cache, where the demo lives): the current file's folder, else the output folder. What is chosen
@@ -31,8 +31,8 @@ def icon(name: str) -> QIcon:
 class WindowMenus:
     """The menu bar and toolbar of ``window`` (the ``MainWindow``): ``open_dataset_action``,
     ``open_as_menu``, ``recent_datasets_menu``, ``open_features_action``,
-    ``recent_features_menu``, ``output_folder_action``, ``view_menu``, ``tools_menu`` and
-    ``toolbar``. Built once the window's docks and its parts (``model_menus``, ``compare``,
+    ``recent_features_menu``, ``output_folder_action``, ``view_menu``, ``opengl`` (View >
+    OpenGL Viewport, gui/window/viewport_choice.py), ``tools_menu`` and ``toolbar``. Built once the window's docks and its parts (``model_menus``, ``compare``,
     ``labels``, ``devices``) exist."""
 
     def __init__(self, window: Any) -> None:
@@ -99,6 +99,12 @@ class WindowMenus:
         self._view_separator = view_menu.addSeparator()
         reset = view_menu.addAction("Reset Layout")
         reset.triggered.connect(lambda: window.docks.reset())
+        view_menu.addSeparator()
+        from dmlviewer.gui.window.viewport_choice import ViewportChoice  # issue 40's switch
+
+        self.opengl = ViewportChoice(window)
+        view_menu.addAction(self.opengl.action)
+        view_menu.setToolTipsVisible(True)
 
         self.tools_menu = menu.addMenu("&Tools")
         self.tools_menu.setObjectName("toolsMenu")
