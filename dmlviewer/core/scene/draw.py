@@ -17,9 +17,7 @@ cells for a group map, to the pane's pixel size, coloured through the core table
 ramp (and the outlined cells' least alpha) times the opacity over the photograph, embedded
 with ``interpolation="none"`` (unresampled in SVG and PDF). Pixel density: ``100 * scale``
 pixels per inch in a PNG; ``max(300, 100 * scale)`` in SVG and PDF, so maps are sharp when
-printed at 300 dpi, but in SVG and PDF no finer than twice the photograph's own pixels (nor
-coarser than the PNG's): a 64 px photograph holds no more, and its pane at 300 ppi weighed
-about 1.7 MB. Only pixels change with the scale; the text and its places do not.
+printed at 300 dpi. Only pixels change with the scale; the text and its places do not.
 """
 
 from __future__ import annotations
@@ -237,9 +235,6 @@ def _draw(scene: Scene, scale: float, vector: bool):
         ax.set_gid(f"pane {row.name} {pane.side}")
         ih, iw = pane.image.shape[:2]
         pixels = (max(1, round(h / 72.0 * density)), max(1, round(pane_width / 72.0 * density)))
-        if vector:  # no finer than twice the photograph, no coarser than the PNG (module docstring)
-            least = (round(h / 72.0 * PNG_PPI * scale), round(pane_width / 72.0 * PNG_PPI * scale))
-            pixels = tuple(max(1, low, min(p, 2 * own)) for p, low, own in zip(pixels, least, (ih, iw)))
         ax.imshow(composite(pane, pixels), extent=(0, iw, ih, 0), interpolation="none", aspect="auto")
         ax.set_xlim(0, iw)
         ax.set_ylim(ih, 0)
