@@ -20,6 +20,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
+from dmlviewer.gui.evaluation.two_models import open_models, queue_two_model_job
+
 log = logging.getLogger(__name__)
 
 COLUMNS = ("Change", "Query", "Top-1 A", "Top-1 B", "Margin A", "Margin B", "Margin change")
@@ -28,17 +30,15 @@ COLUMNS = ("Change", "Query", "Top-1 A", "Top-1 B", "Margin A", "Margin B", "Mar
 class ChangesPanel(QWidget):
     """See the module docstring. ``window``: the main window (``session``, ``runner``,
     ``model_lock``, ``device``, ``labels``); ``split``: a callable giving the split to compare
-    (the Compare Models window's choice; "both" compares the test split); ``locked(job, lock)``:
-    the job's steps each under the model lock (the window's ``locked_steps``)."""
+    (the Compare Models window's choice; "both" compares the test split)."""
 
     #: (query, reference, model B's reference or None) dataset indices (``MainWindow.set_pair``)
     pair_chosen = Signal(int, int, object)
 
-    def __init__(self, window, split, locked, parent: QWidget | None = None) -> None:
+    def __init__(self, window, split, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.window_ = window
         self._split = split
-        self._locked = locked
         self.job = None
         self._stamps = None
         self.result: dict | None = None
@@ -80,9 +80,7 @@ class ChangesPanel(QWidget):
         return "test" if chosen == "both" else chosen
 
     def refresh(self) -> None:
-        session = self.window_.session
-        ready = (session.slot("primary") is not None and session.slot("compare") is not None
-                 and session.dataset is not None)
+        ready = open_models(self.window_.session) is not None
         self.run_button.setEnabled(ready and (self.job is None or self.job.ended))
 
     def start(self) -> None:
@@ -90,23 +88,17 @@ class ChangesPanel(QWidget):
         from dmlviewer.core.evaluate.changes import compare_models_changes
 
         window, session = self.window_, self.window_.session
-        a, b = session.slot("primary"), session.slot("compare")
-        if a is None or b is None or session.dataset is None:
+        held = open_models(session)
+        if held is None:
             self.refresh()
             return
-        models = [(name, held.model, held.sha256 or "", self._feature_file(slot))
-                  for name, slot, held in (("A", "primary", a), ("B", "compare", b))]
-        dataset, device, lock, split = session.dataset, window.device, window.model_lock, self.split()
-        locked = self._locked
-
-        def factory(cancel):
-            return locked(compare_models_changes(models, dataset, split, device, num_workers=0, cancel=cancel),
-                                lock)
-
-        self._stamps = (session.stamp("primary"), session.stamp("compare"))
-        self.job = window.runner.submit(
-            f"What changed from {window.labels.job_name('primary')} to {window.labels.job_name('compare')} on the "
-            f"{split} split of {Path(session.dataset_path).name}", factory,
+        models = [(name, slot.model, slot.sha256 or "", self._feature_file(key))
+                  for name, key, slot in (("A", "primary", held[0]), ("B", "compare", held[1]))]
+        dataset, device, split = session.dataset, window.device, self.split()
+        self.job, self._stamps = queue_two_model_job(
+            window, f"What changed from {window.labels.job_name('primary')} to {window.labels.job_name('compare')} "
+            f"on the {split} split of {Path(session.dataset_path).name}",
+            lambda cancel: compare_models_changes(models, dataset, split, device, num_workers=0, cancel=cancel),
             progress=self._on_progress, finished=self._on_finished, failed=self._on_failed,
             cancelled=self._on_cancelled)
         self.status.setText("Comparing the neighbours… (see View ▸ Jobs)")

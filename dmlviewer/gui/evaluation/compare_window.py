@@ -31,7 +31,7 @@ from __future__ import annotations
 import html
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QGroup
 from dmlviewer.core.explain import methods as registry
 from dmlviewer.gui.common.widgets import LegendStrip, method_color, series_pen, style_plot
 from dmlviewer.gui.evaluation.changes_panel import ChangesPanel
+from dmlviewer.gui.evaluation.two_models import locked_steps, open_models, queue_two_model_job
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +73,6 @@ DIAGNOSIS_COLUMNS = [
 #: columns of the retrieval disagreements: (title, what)
 RETRIEVAL_COLUMNS = [("Query", "path"), ("Split", "split"), ("Nearest A", 0), ("A right", "right0"),
                      ("Nearest B", 1), ("B right", "right1")]
-
-
-def locked_steps(job: Iterator, lock) -> Iterator:
-    """Re-yield a generator's events, running each of its steps under ``lock`` (so that the
-    pair view, which uses the same models, never runs a model at the same time); returns its
-    return value."""
-    while True:
-        with lock:
-            try:
-                event = next(job)
-            except StopIteration as stop:
-                return stop.value
-        yield event
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -228,7 +216,7 @@ class CompareWindow(QWidget):
         self.lists = QTabWidget()
         self.lists.addTab(self.table, "Pairs by disagreement")
         self.lists.addTab(self.retrieval_table, "Retrieval disagreements")
-        self.changes = ChangesPanel(window, self.split_combo.currentData, locked_steps)  # issue 41
+        self.changes = ChangesPanel(window, self.split_combo.currentData)  # issue 41
         self.changes.pair_chosen.connect(window.set_pair)  # with model B's own reference
         self.lists.addTab(self.changes, "What changed")
 
@@ -353,21 +341,18 @@ class CompareWindow(QWidget):
         from dmlviewer.core.explain.compare import compare_models
 
         window, session = self.window_, self.window_.session
-        a, b = session.slot("primary"), session.slot("compare")
-        if a is None or b is None or session.dataset is None:
+        models = open_models(session)
+        if models is None:
             self.refresh()
             return
-        model_a, model_b, dataset, device, lock = a.model, b.model, session.dataset, window.device, window.model_lock
+        model_a, model_b, dataset, device = models[0].model, models[1].model, session.dataset, window.device
         split, pairs = self.split_combo.currentData(), self.pairs_spin.value()
-
-        def factory(cancel):
-            return locked_steps(compare_models(model_a, model_b, dataset, split, pairs, device, cancel=cancel), lock)
-
         name = (f"Compare {window.labels.job_name('primary')} and {window.labels.job_name('compare')} on {pairs} "
                 f"{split} pairs of {Path(session.dataset_path).name}")
-        self._stamps = (session.stamp("primary"), session.stamp("compare"))
         self._idle = False
-        self.job = window.runner.submit(name, factory, **self._handlers())
+        self.job, self._stamps = queue_two_model_job(
+            window, name, lambda cancel: compare_models(model_a, model_b, dataset, split, pairs, device, cancel=cancel),
+            **self._handlers())
         self.status.setText("Comparing… (see View ▸ Jobs)")
         self.cancel_button.setEnabled(True)
         self.refresh()
