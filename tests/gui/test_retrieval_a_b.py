@@ -167,3 +167,22 @@ def test_the_last_session_reopens_model_bs_feature_file_and_skips_one_deleted_si
     assert "Cannot" not in third.statusBar().currentMessage()
     assert dialogs == [] and ("extract", "compare") not in jobs
     third.shutdown()
+
+
+@pytest.mark.parametrize("content", [None, b"not an HDF5 file\n" * 4, b"\x89HDF\r\n\x1a\n" + b"\xff" * 512])
+def test_a_missing_or_hostile_feature_file_for_model_b_is_one_dialog_and_changes_nothing(
+        window, demo_root, small_ckpt, other_ckpt, tmp_path, qtbot, content):
+    """File ▸ Open Features for Model B… on a file that is not there, is text, or is a broken
+    HDF5 file: one dialog naming the file, no traceback, model B's features as they were."""
+    assert window.open_checkpoint(small_ckpt) and window.open_dataset(demo_root)
+    window.open_compare(other_ckpt)
+    qtbot.waitUntil(lambda: window.session.slot("compare") is not None, timeout=30000)
+    path = tmp_path / "b.h5"
+    if content is not None:
+        path.write_bytes(content)
+    before = len(window.dialogs)
+    assert window.open_features(path, "compare") is False
+    assert len(window.dialogs) == before + 1
+    title, message, _details = window.dialogs[-1]
+    assert title == "Cannot open features" and "Traceback" not in message
+    assert window.session.slot_features["compare"].features is None
