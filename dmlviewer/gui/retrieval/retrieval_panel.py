@@ -164,13 +164,13 @@ class RetrievalPanel(QWidget):
         self.whole_button.setToolTip("Back to retrieval by the whole query")
         self.whole_button.hide()
         self.list = self._result_list()
-        self.list.itemClicked.connect(self._on_item)
+        self.list.itemClicked.connect(lambda item: self._on_item(item, self.reference_chosen))
         # model B's column (shown while model B is open)
         self.caption_a = ElidedLabel("Model A", Qt.ElideRight)
         self.caption_b = ElidedLabel("Model B", Qt.ElideRight)
         self.list_b = self._result_list()
         self.list_b.setObjectName("neighboursB")
-        self.list_b.itemClicked.connect(self._on_item_b)
+        self.list_b.itemClicked.connect(lambda item: self._on_item(item, self.reference_b_chosen))
         self.source_b = WrappedLabel("")
         self.extract_b_button = QPushButton("Compute features of model B")
         self.extract_b_button.setToolTip("Embed the open dataset with model B (background job) and show B's "
@@ -561,15 +561,12 @@ class RetrievalPanel(QWidget):
         target.horizontalScrollBar().setValue(0)
         self.loader.set_visible("retrieval" if slot == "primary" else "retrieval-b", shown)
 
-    def _on_item(self, item: QListWidgetItem) -> None:
+    @staticmethod
+    def _on_item(item: QListWidgetItem, chosen) -> None:
+        """A click on a neighbour: its dataset index to ``chosen`` (A's or B's reference signal)."""
         index = item.data(_INDEX)
         if index is not None and index >= 0:
-            self.reference_chosen.emit(int(index))
-
-    def _on_item_b(self, item: QListWidgetItem) -> None:
-        index = item.data(_INDEX)
-        if index is not None and index >= 0:
-            self.reference_b_chosen.emit(int(index))
+            chosen.emit(int(index))
 
     def _features_text(self) -> str:
         f = self.features
