@@ -206,20 +206,15 @@ def test_the_status_bar_names_both_branches_of_a_two_branch_model():
 
 
 def _legend_top(pane) -> float:
-    """The top edge of the pane's orientation legend in the pane's coordinates (a widget under
-    the view, or an item drawn in it)."""
+    """The top edge of the pane's orientation legend (a label under the view) in its column's
+    coordinates."""
     from PySide6.QtCore import QPoint
-    from PySide6.QtWidgets import QWidget
 
-    legend = pane.guide_legend
-    if isinstance(legend, QWidget):
-        return float(legend.mapTo(pane, QPoint(0, 0)).y())
-    rect = pane.graphics.mapFromScene(legend.sceneBoundingRect()).boundingRect()
-    return float(pane.graphics.mapTo(pane, rect.topLeft()).y())
+    return float(pane.guide_legend.mapTo(pane.graphics, QPoint(0, 0)).y())
 
 
 def _image_bottom(pane) -> float:
-    """The bottom edge of the pane's photograph in the pane's coordinates."""
+    """The bottom edge of the pane's photograph in its column's coordinates."""
     h, _ = pane.shape
     return float(pane.map_to_widget(0.0, h - 0.5).y())
 
@@ -235,7 +230,7 @@ def test_the_orientation_legend_sits_under_the_aerial_image_with_one_and_two_mod
     qtbot.waitUntil(lambda: view.comparing and view.rows[1].state in ("ready", "failed"), timeout=30000)
     assert view.rows[1].state == "ready"
     qtbot.wait(50)
-    assert aerial.height() < 0.6 * view.row_splitter.height()  # half the height: the image fills it
+    assert aerial.height() < 0.6 * view.sides.height()  # half the height: the image fills it
     assert abs(view.rows[1].panes[REFERENCE].width() - aerial.width()) <= 2  # row B split as row A
     assert aerial.guide_legend.isVisible() and _legend_top(aerial) >= _image_bottom(aerial) - 1
     hover(view.panes[QUERY], view.link, 100.0, 20.0)  # the hovered map shows whole above the legend

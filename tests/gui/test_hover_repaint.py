@@ -15,33 +15,18 @@ import time
 import numpy as np
 import pytest
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QRectF, Qt
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QApplication, QLabel
 
-from dmlviewer.core.explain.hover import HoverPoint
+from _paints import PaintLog
+
+from dmlviewer.core.explain.hover import HoverPoint, overlay_shape
 from dmlviewer.gui.pair.colormaps import overlay_lut
 from dmlviewer.gui.pair.hover_link import QUERY, STATUS_INTERVAL_MS, HoverLink
 from dmlviewer.gui.pair.image_pane import ImagePane
 
 pytestmark = pytest.mark.gui
-
-
-class PaintLog(QObject):
-    """Regions of the paint events a widget receives."""
-
-    def __init__(self, widget) -> None:
-        super().__init__()
-        self.regions = []
-        widget.installEventFilter(self)
-
-    def eventFilter(self, obj, event) -> bool:
-        if event.type() == QEvent.Paint:
-            self.regions.append(event.region())
-        return False
-
-    def area(self) -> int:
-        return sum(r.width() * r.height() for region in self.regions for r in region)
 
 
 def _settle(n: int = 5) -> None:
@@ -52,12 +37,12 @@ def _settle(n: int = 5) -> None:
 @pytest.fixture
 def pane(qtbot):
     pane = ImagePane("test")
-    qtbot.addWidget(pane)
-    pane.resize(640, 480)
+    qtbot.addWidget(pane.graphics)
+    pane.graphics.resize(640, 480)
     rng = np.random.default_rng(0)
     pane.set_image(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8))
-    pane.show()
-    qtbot.waitExposed(pane)
+    pane.graphics.show()
+    qtbot.waitExposed(pane.graphics)
     _settle()
     return pane
 
@@ -126,7 +111,7 @@ def test_moves_are_coalesced_while_drawing_is_slow(qtbot):
     drawn = []
 
     class SlowRenderer:
-        def hover(self, x, y, scale=None):
+        def hover(self, x, y, scale=None, shape=None):
             drawn.append((x, y))
             time.sleep(0.08)
             return HoverPoint(rgba=np.zeros((4, 4, 4), np.uint8))
@@ -140,8 +125,9 @@ def test_moves_are_coalesced_while_drawing_is_slow(qtbot):
     assert drawn == [(1.0, 1.0)]  # right after a drawing: waiting
     qtbot.waitUntil(lambda: len(drawn) == 2, timeout=2000)
     assert drawn[1] == (3.0, 3.0)  # the newest wins
-    for pane in panes:
-        pane.deleteLater()
+    for pane in panes:  # each in a column of its own, which owns it
+        pane.graphics.close()
+        pane.graphics.deleteLater()
 
 
 def test_the_status_line_is_worded_at_most_every_status_interval(qtbot):
@@ -152,7 +138,7 @@ def test_the_status_line_is_worded_at_most_every_status_interval(qtbot):
     worded, shown, drawn = [], [], []
 
     class Renderer:
-        def hover(self, x, y, scale=None):
+        def hover(self, x, y, scale=None, shape=None):
             drawn.append((x, y))
             return HoverPoint(rgba=np.zeros((4, 4, 4), np.uint8))
 
@@ -176,8 +162,9 @@ def test_the_status_line_is_worded_at_most_every_status_interval(qtbot):
     assert moves > 20 and len(worded) <= elapsed_ms / STATUS_INTERVAL_MS + 2
     qtbot.waitUntil(lambda: shown[-1] == f"point {moves:g},1", timeout=2000)  # the newest, in the end
     assert len(shown) == len(worded)
-    for pane in panes:
-        pane.deleteLater()
+    for pane in panes:  # each in a column of its own, which owns it
+        pane.graphics.close()
+        pane.graphics.deleteLater()
 
 
 def test_the_readout_has_the_size_of_a_fresh_layout(pane):
@@ -293,7 +280,7 @@ def test_moving_the_crosshair_or_the_pin_changes_nothing_in_the_scene(pane):
     strips = (pane.graphics.viewport().width() + pane.graphics.viewport().height()) * 5 * 2 + 2 * 23 * 23
     assert 0 < log.area() <= strips
     # the crosshair is drawn: the pixel column under it is white-ish dashes over the photograph
-    x = int(pane._to_viewport(140.0, 180.0).x())
+    x = int(pane.to_viewport(140.0, 180.0).x())
     drawn = _pixels(pane)
     pane.set_crosshair(None)
     pane.set_pin(None)
@@ -313,12 +300,12 @@ def test_the_crosshair_over_the_overall_map_repaints_no_image_item(qtbot, monkey
     original = pg.ImageItem.paint
     monkeypatch.setattr(pg.ImageItem, "paint", lambda item, *args: (painted.append(item), original(item, *args)))
     pane = ImagePane("test")  # made after the patch: the binding looks a Python override up once
-    qtbot.addWidget(pane)
-    pane.resize(640, 480)
+    qtbot.addWidget(pane.graphics)
+    pane.graphics.resize(640, 480)
     pane.set_image(np.random.default_rng(0).integers(0, 255, (300, 400, 3), dtype=np.uint8))
     pane.set_map(np.random.default_rng(4).random((30, 40)).astype(np.float32), (0.0, 1.0))
-    pane.show()
-    qtbot.waitExposed(pane)
+    pane.graphics.show()
+    qtbot.waitExposed(pane.graphics)
     pane.set_crosshair((100.0, 100.0))
     _settle()
     assert pane.overlay_item in painted and pane.image_item in painted  # the patch sees paints
@@ -331,3 +318,84 @@ def test_the_crosshair_over_the_overall_map_repaints_no_image_item(qtbot, monkey
     pane.set_map(np.zeros((30, 40), np.float32), (0.0, 1.0))  # a new map is drawn, not the cached one
     _settle()
     assert pane.overlay_item in painted
+
+
+def test_a_photograph_shown_smaller_than_it_is_gets_its_overlay_blended_pixel_for_pixel(qtbot):
+    """Issue 40: the partial map is rendered at the photograph's size on screen and blended
+    without scaling: each viewport pixel over the photograph shows the exact straight-alpha
+    blend of the buffer's pixel at the same offset (one random colour per pixel: a shift or a
+    stretch by one pixel fails). Zoomed in past the overlay's largest size, it is rendered at
+    that size and stretched, as before."""
+    pane = ImagePane("large photograph")
+    qtbot.addWidget(pane.graphics)
+    pane.graphics.resize(640, 480)
+    rng = np.random.default_rng(2)
+    pane.set_image(rng.integers(0, 255, (600, 800, 3), dtype=np.uint8))
+    pane.graphics.show()
+    qtbot.waitExposed(pane.graphics)
+    _settle()
+    h, w = pane.overlay_shape()
+    top_left, bottom_right = pane.to_viewport(-0.5, -0.5), pane.to_viewport(799.5, 599.5)
+    assert (h, w) == (round(bottom_right.y() - top_left.y()), round(bottom_right.x() - top_left.x()))
+    assert w < 640  # shown smaller than the photograph and than the overlay's largest size
+    bare = _pixels(pane).astype(float)
+    lut = overlay_lut("jet")
+    index = rng.integers(0, 256, (h, w), dtype=np.uint8)
+    pane.set_indexed(index, lut)
+    _settle()
+    drawn = _pixels(pane).astype(float)
+    x0, y0 = round(top_left.x()), round(top_left.y())
+    rgba = lut[index].astype(float)
+    alpha = rgba[..., 3:] / 255.0 * pane.opacity
+    exact = rgba[..., :3] * alpha + bare[y0:y0 + h, x0:x0 + w] * (1.0 - alpha)
+    assert np.abs(drawn[y0:y0 + h, x0:x0 + w] - exact).max() < 1.5
+    assert np.abs(drawn[y0:y0 + h, x0:x0 + w] - bare[y0:y0 + h, x0:x0 + w]).max() > 20  # drawn at all
+    pane.view.scaleBy((0.25, 0.25))  # four times as large on screen
+    _settle()
+    assert pane.overlay_shape() == overlay_shape((600, 800))
+
+
+def test_a_large_window_keeps_every_panes_images_cached_while_hovering(qtbot, monkeypatch):
+    """Issue 40: with two models in a 2560 x 1400 window the panes' photographs and overall maps
+    did not fit Qt's 10 MiB pixmap cache: they were rendered anew (pyqtgraph's
+    ``ImageItem.paint``) at every hover, p50 13.9 ms against 4.6 ms. The columns grow the cache
+    to hold them: real mouse moves then paint no image item."""
+    import torch
+    from PySide6.QtGui import QPixmapCache
+
+    from _mouse import hover
+    from dmlviewer.core.models import build_model, default_config
+    from dmlviewer.gui.pair.pair_view import PairImages, PairView
+
+    limit = QPixmapCache.cacheLimit()
+    QPixmapCache.setCacheLimit(10240)  # Qt's default, as in a fresh app
+    QPixmapCache.clear()
+    painted = []
+    original = pg.ImageItem.paint
+    monkeypatch.setattr(pg.ImageItem, "paint", lambda item, *args: (painted.append(item), original(item, *args)))
+    try:
+        torch.manual_seed(0)
+        models = [build_model(default_config(backbone="small_cnn", dim=32, image_size=64)).eval() for _ in range(2)]
+        rng = np.random.default_rng(0)
+        view = PairView()
+        qtbot.addWidget(view)
+        view.resize(2560, 1400)
+        view.show()
+        view.set_model(models[0], "cpu")
+        view.set_pair(PairImages(*(rng.integers(0, 255, (750, 1000, 3), dtype=np.uint8) for _ in range(2))))
+        view.set_compare_model(models[1], "cpu", "B")
+        qtbot.waitUntil(lambda: all(row.state == "ready" for row in view.rows), timeout=30000)
+        query = view.panes[0]
+        for x in (100.0, 300.0):  # the first hovers draw the partial maps' items once
+            hover(query, view.link, x, 200.0)
+            _settle()
+        assert view.rows[1].panes[1].partial_item.isVisible()
+        painted.clear()
+        for x in (120.0, 500.0, 700.0, 850.0, 200.0):
+            hover(query, view.link, x, 300.0)
+            _settle()
+        assert not painted
+        assert QPixmapCache.cacheLimit() > 10240
+        view.shutdown()
+    finally:
+        QPixmapCache.setCacheLimit(limit)

@@ -69,7 +69,7 @@ def test_the_pair_view_keeps_a_usable_size_and_the_docks_give_way(sized_window, 
         assert win.tabifiedDockWidgets(win.browser_dock) == [win.retrieval_dock]
     else:
         assert win.retrieval_dock.isVisible() and win.retrieval_dock.width() <= 260
-        assert _left_in(win.retrieval_dock, win) > _left_in(r, win) + r.width() - 5
+        assert _left_in(win.retrieval_dock, win) > _left_in(r.graphics, win) + r.graphics.width() - 5
 
 
 def test_the_running_job_shows_in_the_status_bar_and_opens_the_jobs_dock(sized_window, qtbot):

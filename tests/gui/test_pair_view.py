@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 
 from _mouse import hover, viewport_pos
+from _paints import PaintLog
 
 from dmlviewer.gui.pair.colormaps import overlay_lut
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
@@ -419,3 +420,26 @@ def test_a_point_pinned_from_python_while_the_pair_prepares_is_shown_when_it_is_
                           axis=-1)) > 0.98
     QTest.keyClick(view, Qt.Key_Escape)  # released on screen: released in the session
     assert session.pinned is None and q.pin is None
+
+
+def test_a_hover_paints_the_reference_once_read_out_included(loaded):
+    """Issue 40: the read-out over the reference changes with every point; the view's pixels
+    under it are repainted in the same paint as the partial map, not in a second one (Qt
+    painted a view twice when a label over it changed where nothing under it was dirty)."""
+    from PySide6.QtWidgets import QApplication
+
+    view = loaded.pair_view
+    q, r = view.panes
+
+    counts, readouts = [], set()
+    for x, y in [(20.0, 41.0), (22.0, 40.0), (30.0, 12.0), (44.0, 50.0), (10.0, 10.0)]:
+        for _ in range(5):  # what the last point left to lay out and paint
+            QApplication.processEvents()
+        log = PaintLog(r.graphics.viewport())
+        hover(q, view.link, x, y)
+        QApplication.processEvents()
+        counts.append(len(log.regions))
+        readouts.add(r.readout.text())
+        r.graphics.viewport().removeEventFilter(log)
+    assert len(readouts) == 5  # the read-out changed at every point
+    assert counts == [1] * 5

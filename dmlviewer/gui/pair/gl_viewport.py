@@ -101,7 +101,7 @@ def set_viewport(view, opengl: bool) -> bool:
     """Give the pyqtgraph ``GraphicsView`` ``view`` an OpenGL viewport (``opengl``) or a raster
     one; raster when OpenGL is unavailable (:func:`opengl_problem`). Returns whether the view
     now draws through OpenGL. The old viewport is deleted by Qt: whoever watched its events
-    must watch the new one (``ImagePane.set_opengl``)."""
+    must watch the new one (``PaneColumn.set_opengl``)."""
     if opengl and opengl_problem() is not None:
         opengl = False
     if is_opengl(view) == opengl:

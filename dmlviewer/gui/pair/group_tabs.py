@@ -138,7 +138,7 @@ class GroupTabs(QWidget):
         content_layout.setContentsMargins(0, 0, 0, 0)
         content_layout.addLayout(header)
         content_layout.addWidget(self.share_label)
-        content_layout.addWidget(self.rows[0].splitter, 1)
+        content_layout.addWidget(self.rows[0].sides, 1)
 
         self.explain_label = QLabel(NO_MODEL_TEXT)
         self.explain_label.setObjectName("emptyExplanation")

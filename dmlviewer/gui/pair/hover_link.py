@@ -21,8 +21,10 @@ A row may show a reference of its own (model B's top-1 beside A's, issue 41; its
 ``LinkRow.reference`` differs): a point of a reference is then drawn only on the rows showing
 that reference, while a point of the query, which every row shows, is drawn on all.
 Each drawn event is one core call, :func:`dmlviewer.core.explain.hover.hover_points`, which
-gives every row's overlay, share and peak from one blend per row; the link then writes every
-pane itself: the overlay, the row's colour bar and the read-out its owner formats. The owner
+gives every row's overlay, share and peak from one blend per row, each overlay rendered at the
+size its pane shows the photograph at on screen (``ImagePane.overlay_shape``: drawn unscaled,
+issue 40); the link then writes every pane itself: the overlay, the row's colour bar and the
+read-out its owner formats. The owner
 sets each row's renderers, colour bar and read-out whenever the pair or the display changes,
 and ``describe`` words the point for the status bar (``message``).
 """
@@ -249,9 +251,9 @@ class HoverLink(QObject):
         rows = self._shown()
         # a row showing another reference than the one of the point keeps its overall maps
         drawing = [self._draws(row, side, source) for row in rows]
-        if self.enabled:
+        if self.enabled:  # each overlay at its pane's size on screen
             points = hover_points([row.renderers.get(side) if on else None for row, on in zip(rows, drawing)],
-                                  x, y, self.shared_peak)
+                                  x, y, self.shared_peak, [row.panes[1 - side].overlay_shape() for row in rows])
         else:
             points = [None] * len(rows)
         drawn = False

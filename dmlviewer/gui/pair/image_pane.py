@@ -12,15 +12,18 @@ renderer's colour indices; :meth:`ImagePane.set_rgba`), written into one premult
 ``ARGB32`` buffer per pane with the opacity baked into its table and drawn by a light item as
 one unconverted blit (issue 40). Neither path computes levels from the data.
 
-The crosshair and the pin are drawn in the view's foreground (:class:`PaneGraphics`), in
-viewport pixels: moving them repaints two thin strips, with no item of theirs to bound, map
-or paint in Python. The read-out is plain text.
+A pane is drawn in a :class:`~dmlviewer.gui.pair.pane_column.PaneColumn`, the graphics view
+of its side, which holds the pane of every model row on that side (issue 40: one paint per side
+and event, however many rows), or in a column of its own. ``graphics`` is that column; the
+pane's caption, view box with colour bar, and guides' legend are three lines of its grid. The
+crosshair and the pin are drawn by the column, in viewport pixels: moving them repaints two thin
+strips, with no item of theirs to bound, map or paint in Python. The read-out is plain text.
 
-Mouse: plain moves over the viewport are handled by an event filter (``hovered(x, y)``,
-``left()``) and consumed, which spares pyqtgraph's per-move hover search; a left click is
-``clicked(x, y)``; a left drag with Shift, or any left drag while :attr:`region_mode` is on,
-draws a rectangle and emits ``region_selected((y0, x0, y1, x1))`` in pixel-edge coordinates
-(the core's region convention); other drags pan and the wheel zooms.
+Mouse: the column routes plain moves over its viewport to the pane under the mouse
+(``hovered(x, y)``, ``left()``); a left click is ``clicked(x, y)``; a left drag with Shift, or
+any left drag while :attr:`region_mode` is on, draws a rectangle and emits
+``region_selected((y0, x0, y1, x1))`` in pixel-edge coordinates (the core's region convention);
+other drags pan and the wheel zooms.
 """
 
 from __future__ import annotations
@@ -28,19 +31,16 @@ from __future__ import annotations
 import functools
 import html
 import re
-from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QPointF, QRect, QRectF, Qt, Signal
+from PySide6.QtCore import QObject, QPoint, QPointF, QRect, QRectF, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QRegion
-from PySide6.QtWidgets import (QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy
 
-from dmlviewer.core.explain.hover import premultiplied_table
-from dmlviewer.core.scene.scene import PIN_COLOUR
-from dmlviewer.gui.pair import gl_viewport
+from dmlviewer.core.explain.hover import overlay_shape, pair_table, premultiplied_table, take_pairs
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
+from dmlviewer.gui.pair.pane_column import PIN_SIZE, LabelSlot, PaneColumn
 from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
 
 #: Distinct colours for numbered markers (correspondences).
@@ -118,8 +118,9 @@ class PaneViewBox(pg.ViewBox):
 
 class PartialOverlay(QGraphicsItem):
     """A hovered point's partial map: a premultiplied ``ARGB32`` image over the pane's own
-    buffer (rewritten in place per event, no copy, no conversion when drawn), stretched over
-    the photograph's rectangle."""
+    buffer (rewritten in place per event, no copy, no conversion when drawn) over the
+    photograph's rectangle: blended pixel for pixel when the buffer has the rectangle's size on
+    screen (:meth:`ImagePane.overlay_shape`), else stretched over it."""
 
     def __init__(self, graphics: pg.GraphicsView) -> None:
         super().__init__()
@@ -128,11 +129,14 @@ class PartialOverlay(QGraphicsItem):
         self.buffer: np.ndarray | None = None  # H x W uint32, 0xAARRGGBB premultiplied
         self._image: QImage | None = None
         self.opengl = False  # drawn through an OpenGL viewport (set by the pane)
+        self.dpr = 1.0  # device pixels per viewport pixel of the buffer (set by the pane)
 
     def buffer_for(self, shape: tuple[int, int]) -> np.ndarray:
         """The buffer to write an ``H x W`` overlay into (a new one when the shape changes)."""
         if self.buffer is None or self.buffer.shape != tuple(shape):
             self.buffer = np.zeros(shape, dtype=np.uint32)
+            self._wrap()
+        elif self._image.devicePixelRatio() != self.dpr:  # moved to a screen of another density
             self._wrap()
         return self.buffer
 
@@ -142,6 +146,7 @@ class PartialOverlay(QGraphicsItem):
         image as the first map it uploaded: a new wrapper per change is a new key."""
         h, w = self.buffer.shape
         self._image = QImage(self.buffer.data, w, h, 4 * w, QImage.Format_ARGB32_Premultiplied)
+        self._image.setDevicePixelRatio(self.dpr)
 
     def set_rect(self, rect: QRectF) -> None:
         if rect != self._rect:
@@ -163,94 +168,55 @@ class PartialOverlay(QGraphicsItem):
         return self._rect
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        if self._image is not None:
-            painter.drawImage(self._rect, self._image)
-
-
-#: The pin's star, 16 px across (pyqtgraph's "star" symbol, as the pin used to be drawn).
-PIN_SIZE = 16
-
-
-class PaneGraphics(pg.GraphicsLayoutWidget):
-    """The pane's graphics view; it draws the crosshair and the pin over the scene in viewport
-    pixels (``drawForeground``), clipped to the view box."""
-
-    def __init__(self, view_rect: Callable[[], QRect], to_viewport: Callable[[float, float], QPointF]) -> None:
-        super().__init__()
-        self._view_rect, self._to_viewport = view_rect, to_viewport
-        self.crosshair: tuple[float, float] | None = None  # core coordinates
-        self.pin: tuple[float, float] | None = None
-        self._cross_pen = pg.mkPen("#ffffff", width=1, style=Qt.DashLine, cosmetic=True)
-        self._pin_pen = pg.mkPen("k", width=1, cosmetic=True)
-        self._pin_brush = pg.mkBrush(PIN_COLOUR)
-        from pyqtgraph.graphicsItems.ScatterPlotItem import Symbols
-
-        self._star = Symbols["star"]
-
-    def marks_region(self) -> QRegion:
-        """Viewport pixels the crosshair and the pin cover now (to repaint when they move)."""
-        region = QRegion()
-        box = self._view_rect()
-        if self.crosshair is not None:
-            p = self._to_viewport(*self.crosshair)
-            x, y = int(p.x()), int(p.y())
-            region += QRect(x - 2, box.top(), 5, box.height())
-            region += QRect(box.left(), y - 2, box.width(), 5)
-        if self.pin is not None:
-            p = self._to_viewport(*self.pin)
-            r = PIN_SIZE // 2 + 3
-            region += QRect(int(p.x()) - r, int(p.y()) - r, 2 * r + 1, 2 * r + 1)
-        return region
-
-    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:  # noqa: N802 - Qt API
-        if self.crosshair is None and self.pin is None:
+        image = self._image
+        if image is None:
             return
-        painter.save()
+        transform = painter.worldTransform()
+        target = transform.mapRect(self._rect)  # the photograph on screen, viewport pixels
+        dpr = image.devicePixelRatio()
+        if (transform.isRotating() or abs(target.width() * dpr - image.width()) > 1
+                or abs(target.height() * dpr - image.height()) > 1):
+            painter.drawImage(self._rect, image)  # zoomed in past the buffer's size: scaled
+            return
+        painter.save()  # the buffer has the photograph's size on screen: one unscaled blend
         painter.resetTransform()
-        box = self._view_rect()
-        painter.setClipRect(box)
-        if self.crosshair is not None:
-            p = self._to_viewport(*self.crosshair)
-            painter.setPen(self._cross_pen)
-            painter.drawLine(QPointF(p.x(), box.top()), QPointF(p.x(), box.bottom() + 1))
-            painter.drawLine(QPointF(box.left(), p.y()), QPointF(box.right() + 1, p.y()))
-        if self.pin is not None:
-            p = self._to_viewport(*self.pin)
-            painter.setRenderHint(QPainter.Antialiasing)
-            painter.translate(p)
-            painter.scale(PIN_SIZE, PIN_SIZE)
-            painter.setPen(self._pin_pen)
-            painter.setBrush(self._pin_brush)
-            painter.drawPath(self._star)
+        painter.drawImage(QPointF(round(target.left() * dpr) / dpr, round(target.top() * dpr) / dpr), image)
         painter.restore()
 
 
-class ImagePane(QWidget):
-    """Title line above a pyqtgraph view holding image, overlay, crosshair, pin and markers."""
+class ImagePane(QObject):
+    """A caption above a pyqtgraph view box holding image, overlay, crosshair, pin and markers,
+    with its colour bar, in ``column`` (one of its own when None; see the module docstring)."""
 
     hovered = Signal(float, float)
     left = Signal()
     clicked = Signal(float, float)
     region_selected = Signal(tuple)
 
-    def __init__(self, title: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+    def __init__(self, title: str = "", column: PaneColumn | None = None) -> None:
+        column = column if column is not None else PaneColumn()
+        super().__init__(column)  # a part of its column, deleted with it
+        #: the graphics view the pane is drawn in (its side's column)
+        self.graphics = column
+        #: whether the pane is laid out and drawn (a hidden row's panes are not)
+        self.shown = True
+        self.crosshair: tuple[float, float] | None = None  # core coordinates, None: not drawn
+        self.pin: tuple[float, float] | None = None
         self.title = ElidedRichLabel(title)
         self.title.setObjectName("paneTitle")
         # A long caption must not widen the pane (the two panes share the width equally).
         self.title.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.graphics = PaneGraphics(self._view_rect, self._to_viewport)
-        self.graphics.setBackground("#1e1e1e")
-        self.graphics.ci.setContentsMargins(2, 2, 2, 2)
         self.view = PaneViewBox()
-        self.graphics.addItem(self.view, row=0, col=0)
         self.colorbar = pg.ColorBarItem(values=(0.0, 1.0), width=14, interactive=False,
                                         colorMap=colorbar_map("jet"), colorMapMenu=False)
         self.colorbar.axis.enableAutoSIPrefix(False)  # plain values, not "400 (x0.001)"
         # pyqtgraph fixes the bar's axis at 45 px, room for the tick values only: widen it so
         # the title beside them does not run over them.
         self.colorbar.axis.setWidth(COLORBAR_AXIS_WIDTH)
-        self.graphics.addItem(self.colorbar, row=0, col=1)
+        # Qt walks every item of the column's scene on each paint unless a parent that is not
+        # in the painted area clips its children: then the bar's axes and image are skipped (a
+        # quarter of the Python calls of a hover's paints, issue 40).
+        self.colorbar.setFlag(QGraphicsItem.ItemClipsChildrenToShape)
 
         self.image_item = pg.ImageItem(axisOrder="row-major")
         self.image_item.setAutoDownsample(False)
@@ -269,7 +235,7 @@ class ImagePane(QWidget):
         self.partial_item.setZValue(10)
         self.partial_item.hide()
         self._opacity = 0.6  # baked into the partial overlay's table
-        self._table: tuple[bytes, float, np.ndarray] | None = None  # (lut bytes, opacity, table)
+        self._table: tuple[bytes, float, np.ndarray] | None = None  # (lut bytes, opacity, pair table)
         self._shown_index: tuple[np.ndarray, np.ndarray] | None = None  # (index, lut) drawn
         self._straight: np.ndarray | None = None  # the RGBA drawn by set_rgba
         self.view.addItem(self.image_item)
@@ -292,11 +258,16 @@ class ImagePane(QWidget):
         # a line under the view (issue 31 item 6): drawn in the view, it covered the lower half of
         # an aerial image that filled a half-height pane (two models), and the map hovered there.
         self._guide_items: list[tuple[str, pg.PlotDataItem]] = []
+        self.guide_specs: list[tuple] = []  # as given to set_guides, for Export View's scene
         self.guide_legend = QLabel()
         self.guide_legend.setObjectName("guideLegend")
         self.guide_legend.setTextFormat(Qt.RichText)
         self.guide_legend.setWordWrap(True)
-        self.guide_legend.hide()
+        self.title_slot = LabelSlot(self.graphics, self.title)
+        self.title_slot.fit_height()
+        self.title_slot.set_shown(True)  # a label given to a parent on screen stays hidden until shown
+        self.legend_slot = LabelSlot(self.graphics, self.guide_legend)
+        self.legend_slot.set_shown(False)
         self.guide_points = pg.ScatterPlotItem(size=10, symbol="o", pen=pg.mkPen("k", width=1))
         self.guide_points.setZValue(19)
         self.guide_points.hide()
@@ -310,15 +281,8 @@ class ImagePane(QWidget):
         self.readout.setObjectName("paneReadout")
         self.readout.setTextFormat(Qt.PlainText)
         self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
-        self.readout.move(6, 4)
         self.readout.hide()
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.title)
-        layout.addWidget(self.graphics, 1)
-        layout.addWidget(self.guide_legend)
+        self._message_text: str | None = None  # the notice shown while the pane is shown
 
         self.shape: tuple[int, int] | None = None  # (H, W) of the photograph
         self._overlay_shape: tuple[int, int] | None = None
@@ -327,31 +291,65 @@ class ImagePane(QWidget):
         self._colorbar_label = ""  # the whole title; the bar shows it elided to its length
         self.colorbar.axis.geometryChanged.connect(self._fit_colorbar_label)
         self._readout_key: str | None = None  # the read-out text last sized, digits as 0
-        self._inside = False
         self.view.region_drawn.connect(self._on_region)
+        self.view.geometryChanged.connect(self._place_labels)
         self.graphics.scene().sigMouseClicked.connect(self._on_click)
-        self._watch_viewport()
+        self.graphics.add(self)
 
-    def _watch_viewport(self) -> None:
-        """Plain moves over the viewport come to :meth:`eventFilter`."""
-        self.graphics.viewport().installEventFilter(self)
-        self.graphics.viewport().setMouseTracking(True)
+    # -- the pane's place in its column
+    def set_shown(self, shown: bool) -> None:
+        """Lay the pane out and draw it, or take it out of its column (a row hidden while one
+        model is open); its notice comes back with it."""
+        if shown == self.shown:
+            return
+        self.shown = shown
+        if not shown:
+            self.set_crosshair(None)
+            self.set_pin(None)
+            self.readout.hide()
+        self.view.setVisible(shown)
+        self.colorbar.setVisible(shown)
+        self.title_slot.set_shown(shown)
+        self.legend_slot.set_shown(shown and bool(self.guide_specs))
+        self.message.setVisible(shown and bool(self._message_text))
+        self.graphics.relayout()
+
+    def detach(self) -> None:
+        """Stop following the column's items (the column is closing and deletes them)."""
+        self.view.geometryChanged.disconnect(self._place_labels)
+        for slot in (self.title_slot, self.legend_slot):
+            slot.geometryChanged.disconnect(slot.place)
+        self.graphics.scene().sigMouseClicked.disconnect(self._on_click)
+
+    def isVisible(self) -> bool:  # noqa: N802 - as a widget's
+        """Whether the pane is on screen (shown, in a column that is visible)."""
+        return self.shown and self.graphics.isVisible()
+
+    def geometry(self) -> QRect:
+        """The pane's area in its column's widget coordinates: caption, view, colour bar and
+        legend (empty while hidden)."""
+        if not self.shown:
+            return QRect()
+        rect = self.title_slot.sceneBoundingRect().united(self.view.sceneBoundingRect())
+        rect = rect.united(self.colorbar.sceneBoundingRect())
+        if self.legend_slot.isVisible():
+            rect = rect.united(self.legend_slot.sceneBoundingRect())
+        return self.graphics.widget_rect(rect)
+
+    def width(self) -> int:
+        return self.geometry().width()
+
+    def height(self) -> int:
+        return self.geometry().height()
 
     @property
     def opengl(self) -> bool:
-        """Whether the view draws through an OpenGL viewport (``gui/pair/gl_viewport.py``)."""
-        return gl_viewport.is_opengl(self.graphics)
+        """Whether the pane draws through an OpenGL viewport (its column's)."""
+        return self.graphics.opengl
 
     def set_opengl(self, on: bool) -> bool:
-        """An OpenGL viewport (``on``) or a raster one, raster where OpenGL is unavailable;
-        returns whether the view now draws through OpenGL."""
-        if self.opengl == on:
-            return on
-        used = gl_viewport.set_viewport(self.graphics, on)
-        self.partial_item.opengl = used
-        self._watch_viewport()
-        self.graphics.viewport().update()
-        return used
+        """The column's viewport through OpenGL (``on``) or raster (``PaneColumn.set_opengl``)."""
+        return self.graphics.set_opengl(on)
 
     # -- content
     def clear_region(self) -> None:
@@ -420,8 +418,7 @@ class ImagePane(QWidget):
         pane's premultiplied buffer, the opacity baked into the table."""
         if self.cells is not None:  # outlines belong to a static map, not to a hover map
             self.set_cells(None)
-        table = self._premultiplied(lut)
-        np.take(table, index, out=self.partial_item.buffer_for(index.shape), mode="clip")
+        take_pairs(self._premultiplied(lut), index, self.partial_item.buffer_for(index.shape))
         self._shown_index = (index, lut)
         self._show_partial(True)
         self._fit_overlay(index.shape[:2])
@@ -445,12 +442,31 @@ class ImagePane(QWidget):
         self.partial_item.changed()
 
     def _premultiplied(self, lut: np.ndarray) -> np.ndarray:
-        """``lut`` as the premultiplied table at the pane's opacity (cached: built once per
-        colour map and opacity, compared by value)."""
+        """``lut`` as the premultiplied table at the pane's opacity, as the pair table
+        :func:`~dmlviewer.core.explain.hover.take_pairs` looks two pixels up in at once (cached:
+        built once per colour map and opacity, compared by value)."""
         key = lut.tobytes()
         if self._table is None or self._table[0] != key or self._table[1] != self._opacity:
-            self._table = (key, self._opacity, premultiplied_table(lut, self._opacity))
+            self._table = (key, self._opacity, pair_table(premultiplied_table(lut, self._opacity)))
         return self._table[2]
+
+    def overlay_shape(self) -> tuple[int, int] | None:
+        """The size (H, W) to render a partial map at: the photograph's size on screen in device
+        pixels, so that it is drawn unscaled (Qt's scaled blend of a photograph-sized buffer took
+        three times as long, and the buffer had more pixels to fill), but no larger than
+        :func:`~dmlviewer.core.explain.hover.overlay_shape` of the photograph (zoomed in, Qt
+        scales it up); None without a photograph."""
+        if self.shape is None:
+            return None
+        h, w = self.shape
+        cap = overlay_shape(self.shape)
+        a, b = self.to_viewport(-0.5, -0.5), self.to_viewport(w - 0.5, h - 0.5)
+        dpr = self.graphics.devicePixelRatioF()
+        height, width = round(abs(b.y() - a.y()) * dpr), round(abs(b.x() - a.x()) * dpr)
+        if not (1 <= height <= cap[0] and 1 <= width <= cap[1]):
+            return cap
+        self.partial_item.dpr = dpr
+        return height, width
 
     def _show_partial(self, shown: bool) -> None:
         self.partial_item.setVisible(shown)
@@ -532,13 +548,14 @@ class ImagePane(QWidget):
 
     def show_message(self, text: str | None) -> None:
         """A centred notice over the view (e.g. "preparing…"); None hides it."""
+        self._message_text = text or None
         if not text:
             self.message.hide()
             return
         self.message.setText(text)
         self.message.adjustSize()
         self._place_message()
-        self.message.show()
+        self.message.setVisible(self.shown)
         self.message.raise_()
 
     def show_readout(self, text: str | None) -> None:
@@ -556,7 +573,12 @@ class ImagePane(QWidget):
             # again per event (issue 24).
             if _DIGITS.sub("0", text) != self._readout_key:
                 self._place_readout()
-        if not self.readout.isVisible():  # raising it again per event repainted the whole view
+            # The view's pixels under the label are dirty too: a label over a view with nothing
+            # dirty under it had Qt paint the view twice per event, once for its own area and
+            # once again under the label (issue 40).
+            area = self.readout.geometry().translated(-self.graphics.viewport().pos())
+            self.graphics.viewport().update(area)
+        if not self.readout.isVisible() and self.shown:  # raising it again per event repainted the whole view
             self.readout.show()
             self.readout.raise_()
 
@@ -568,43 +590,56 @@ class ImagePane(QWidget):
         self._readout_key = _DIGITS.sub("0", label.text()) if tabular else None
         label.setWordWrap(False)
         label.adjustSize()
-        room = self.graphics.width() - int(self.colorbar.geometry().width()) - label.x() - 8
+        room = self._view_area().right() - label.x() - 4
         if label.width() > room >= 40:
             label.setWordWrap(True)
             label.resize(room, label.heightForWidth(room))
 
-    # -- marks
-    @property
-    def crosshair(self) -> tuple[float, float] | None:
-        """The crosshair's point (core coordinates), None when not drawn."""
-        return self.graphics.crosshair
-
-    @property
-    def pin(self) -> tuple[float, float] | None:
-        """The pin's point (core coordinates), None when not drawn."""
-        return self.graphics.pin
-
+    # -- marks (drawn by the column)
     def set_crosshair(self, point: tuple[float, float] | None) -> None:
-        self._move_marks(point, self.graphics.pin)
+        """The crosshair at ``point`` (core coordinates), None: none."""
+        self._move_marks(point, self.pin)
 
     def set_pin(self, point: tuple[float, float] | None) -> None:
-        self._move_marks(self.graphics.crosshair, point)
+        """The pin's star at ``point`` (core coordinates), None: none."""
+        self._move_marks(self.crosshair, point)
 
     def _move_marks(self, crosshair, pin) -> None:
         """Repaint the strips the crosshair and the pin leave and those they take."""
-        g = self.graphics
-        if (crosshair, pin) == (g.crosshair, g.pin):
+        if (crosshair, pin) == (self.crosshair, self.pin):
             return
-        before = g.marks_region() if g.isVisible() else None
-        g.crosshair, g.pin = crosshair, pin
+        g = self.graphics
+        before = self.marks_region() if g.isVisible() else None
+        self.crosshair, self.pin = crosshair, pin
         if before is not None:
-            g.viewport().update(before + g.marks_region())
+            g.viewport().update(before + self.marks_region())
 
-    def _view_rect(self) -> QRect:
+    def marks_region(self) -> QRegion:
+        """Viewport pixels the crosshair and the pin cover now (to repaint when they move)."""
+        region = QRegion()
+        if not self.shown:
+            return region
+        box = self.view_rect()
+        if self.crosshair is not None:
+            p = self.to_viewport(*self.crosshair)
+            x, y = int(p.x()), int(p.y())
+            region += QRect(x - 2, box.top(), 5, box.height())
+            region += QRect(box.left(), y - 2, box.width(), 5)
+        if self.pin is not None:
+            p = self.to_viewport(*self.pin)
+            r = PIN_SIZE // 2 + 3
+            region += QRect(int(p.x()) - r, int(p.y()) - r, 2 * r + 1, 2 * r + 1)
+        return region
+
+    def view_rect(self) -> QRect:
         """The view box's rectangle in viewport pixels (where the marks are clipped)."""
         return self.graphics.mapFromScene(self.view.sceneBoundingRect()).boundingRect()
 
-    def _to_viewport(self, x: float, y: float) -> QPointF:
+    def _view_area(self) -> QRect:
+        """The view box's rectangle in the column's widget coordinates (where labels go)."""
+        return self.graphics.widget_rect(self.view.sceneBoundingRect())
+
+    def to_viewport(self, x: float, y: float) -> QPointF:
         """Core image coordinates -> viewport pixels (float)."""
         return self.graphics.viewportTransform().map(self.view.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
 
@@ -640,7 +675,7 @@ class ImagePane(QWidget):
         for _, item in self._guide_items:
             self.view.removeItem(item)
         self._guide_items = []
-        self.guide_specs = [tuple(g) for g in guides]  # as given, for Export View's scene
+        self.guide_specs = [tuple(g) for g in guides]
         entries = []
         for name, xs, ys, colour, dashed in guides:
             pen = pg.mkPen(colour, width=2, style=Qt.DashLine if dashed else Qt.SolidLine, cosmetic=True)
@@ -650,17 +685,18 @@ class ImagePane(QWidget):
             self._guide_items.append((name, item))
             entries.append(f"<span style='color:{colour}'>{'╍╍' if dashed else '━━'}</span>&nbsp;{html.escape(name)}")
         self.guide_legend.setText("&nbsp;&nbsp; ".join(entries))
-        self.guide_legend.setVisible(bool(guides))
+        if guides:
+            self.legend_slot.fit_height()
+        self.legend_slot.set_shown(self.shown and bool(guides))
+        self.graphics.relayout()
 
     def guides(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """The drawn guides: ``(name, xs, ys)`` each."""
         return [(name, *item.getData()) for name, item in self._guide_items]
 
     def map_to_widget(self, x: float, y: float) -> QPointF:
-        """Core image coordinates -> this pane's widget coordinates (for cross-pane lines)."""
-        scene = self.view.mapViewToScene(QPointF(x + 0.5, y + 0.5))
-        view_pt = self.graphics.mapFromScene(scene)
-        return QPointF(self.graphics.mapTo(self, view_pt))
+        """Core image coordinates -> the column's widget coordinates (for cross-pane lines)."""
+        return self.to_viewport(x, y) + QPointF(self.graphics.viewport().pos())
 
     def map_from_viewport(self, pos: QPointF) -> tuple[float, float] | None:
         """Viewport position -> core image coordinates, None outside the photograph."""
@@ -674,35 +710,17 @@ class ImagePane(QWidget):
         return vx - 0.5, vy - 0.5
 
     # -- events
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt API
-        kind = event.type()
-        if kind == QEvent.MouseMove and event.buttons() == Qt.NoButton:
-            point = self.map_from_viewport(event.position())
-            if point is None:
-                if self._inside:
-                    self._inside = False
-                    self.left.emit()
-            else:
-                self._inside = True
-                self.hovered.emit(point[0], point[1])
-            return True
-        if kind == QEvent.MouseButtonPress:
-            self.view.press_modifiers = event.modifiers()
-        if kind == QEvent.Leave and self._inside:
-            self._inside = False
-            self.left.emit()
-        return False
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt API
-        super().resizeEvent(event)
+    def _place_labels(self) -> None:
+        """The notice and the read-out follow the view box (the column laid it out anew)."""
         self._place_message()
+        self.readout.move(self._view_area().topLeft() + QPoint(4, 2))
         if self.readout.text():
             self._place_readout()
 
     def _place_message(self) -> None:
-        m = self.message
-        g = self.graphics
-        m.move(max(0, (g.width() - m.width()) // 2), max(0, (g.height() - m.height()) // 2))
+        m, area = self.message, self._view_area()
+        m.move(area.left() + max(0, (area.width() - m.width()) // 2),
+               area.top() + max(0, (area.height() - m.height()) // 2))
 
     def _fit_overlay(self, shape: tuple[int, int]) -> None:
         """Stretch the shown overlay (``shape``) over the photograph; show the colour bar."""

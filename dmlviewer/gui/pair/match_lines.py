@@ -31,8 +31,8 @@ class MatchLines(QWidget):
         top = max((float(m["score"]) for m in self.matches), default=0.0)
         for k, m in enumerate(self.matches):
             # The layer covers its parent (the panes' container) exactly: parent coordinates.
-            a = q.mapTo(self.parentWidget(), q.map_to_widget(*m["query_xy"]).toPoint())
-            b = r.mapTo(self.parentWidget(), r.map_to_widget(*m["reference_xy"]).toPoint())
+            a = q.graphics.mapTo(self.parentWidget(), q.map_to_widget(*m["query_xy"]).toPoint())
+            b = r.graphics.mapTo(self.parentWidget(), r.map_to_widget(*m["reference_xy"]).toPoint())
             # A line is as strong as its match: weak matches (picked once the strong cells are
             # used up) are drawn thin and faint, not like the best one.
             strength = float(m["score"]) / top if top > 0 else 1.0

@@ -3,8 +3,10 @@ the group tabs one row for the open model.
 
 A row holds what one model shows of a pair: the pair's explanation by that model, its state,
 the overall maps computed so far, the hover renderers of its point-to-point tensor
-(:mod:`dmlviewer.core.explain.hover`), two panes in a splitter, and two background runners (the
-pair's preparation, overall maps on request). The model itself is not kept here: the row reads
+(:mod:`dmlviewer.core.explain.hover`), two panes (one in each column of the view's
+:class:`~dmlviewer.gui.pair.pane_column.PaneColumns`, under the other rows' panes: one graphics
+view per side, issue 40), and two background runners (the pair's preparation, overall maps on
+request). The model itself is not kept here: the row reads
 it from its slot of the session (``"primary"`` for row A, ``"compare"`` for row B), and runs on
 the session's device (issue 39 item 5). Freshness is the session's one rule: every preparation
 takes a stamp from the session (:meth:`~dmlviewer.core.session.Session.stamp` with the pair),
@@ -17,14 +19,14 @@ from __future__ import annotations
 import traceback
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtWidgets import QSplitter
+from PySide6.QtCore import QObject
 
 from dmlviewer.core.progress import Cancelled
 from dmlviewer.core.session import Session, Stamp
 from dmlviewer.gui.jobs.latest import LatestRunner
 from dmlviewer.gui.pair.hover_link import QUERY, REFERENCE
 from dmlviewer.gui.pair.image_pane import ImagePane
+from dmlviewer.gui.pair.pane_column import PaneColumns
 
 #: A job for a row's runner: ``job(cancel) -> value`` in the worker thread.
 Job = Callable[[Any], Any]
@@ -35,10 +37,11 @@ class PairRow(QObject):
 
     ``letter``: the row's name in titles and read-outs ("A", "B", ...); ``slot``: the session's
     model slot it shows; ``name``: the model's display name; ``methods``: the overall maps this
-    row offers (registry keys)."""
+    row offers (registry keys); ``sides``: the view's two columns its panes go into (None: two
+    of its own, as the group tabs' row)."""
 
     def __init__(self, letter: str, slot: str, session: Session, methods: tuple[str, ...],
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, sides: PaneColumns | None = None) -> None:
         super().__init__(parent)
         self.letter = letter
         self.slot = slot
@@ -59,12 +62,9 @@ class PairRow(QObject):
         self.link = None
         #: the session's stamp of the row's preparation (None: never prepared)
         self.stamp: Stamp | None = None
-        self.panes = (ImagePane("Query"), ImagePane("Reference"))
-        self.splitter = QSplitter(Qt.Horizontal)
-        for pane in self.panes:
-            self.splitter.addWidget(pane)
-            self.splitter.setStretchFactor(self.splitter.count() - 1, 1)
-        self.splitter.setChildrenCollapsible(False)
+        #: the two columns the row's panes are drawn in
+        self.sides = sides if sides is not None else PaneColumns()
+        self.panes = (ImagePane("Query", self.sides.columns[0]), ImagePane("Reference", self.sides.columns[1]))
         self.runner = LatestRunner(self)  # the pair's preparation
         self.overall_runner = LatestRunner(self)  # overall maps on request
         self._done: dict[LatestRunner, tuple[Callable, Callable]] = {}
@@ -144,6 +144,15 @@ class PairRow(QObject):
             if text:
                 pane.clear_overlay()
             pane.show_message(text)
+
+    @property
+    def shown(self) -> bool:
+        """Is the row on screen (its panes laid out in their columns)?"""
+        return self.panes[0].shown
+
+    def set_shown(self, shown: bool) -> None:
+        for pane in self.panes:
+            pane.set_shown(shown)
 
     def set_images(self, query, reference) -> None:
         self.panes[QUERY].set_image(query)

@@ -31,7 +31,10 @@ order where the head is not piecewise linear at the input).
 *Rows* (issue 24, issue 30): each model is one :class:`~dmlviewer.gui.pair.pair_row.PairRow` of
 :attr:`PairView.rows` (its session slot, runners, explanation, overall maps, renderers and panes,
 the session's stamp of its preparation); model A is row 0 and
-:meth:`PairView.set_compare_model` adds model B as row 1 under it. The pair is prepared by every
+:meth:`PairView.set_compare_model` adds model B as row 1 under it. The rows' panes are drawn in
+one graphics view per side (:class:`~dmlviewer.gui.pair.pane_column.PaneColumns`, issue 40): a
+hover repaints each side once, however many rows; the rows share the height equally and one
+divider sets the query's and the reference's widths for all rows. The pair is prepared by every
 row's model (each in its own background runner); each row has its own colour scale, or one scale for all with "Shared scale". Hovering any row's query
 (or reference) draws every row's partial map of that point
 (:class:`~dmlviewer.gui.pair.hover_link.HoverLink`: one core call, ``hover_points``, gives each row's
@@ -56,7 +59,7 @@ import numpy as np
 import shiboken6
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from dmlviewer.core.display import DisplayOptions
 from dmlviewer.core.explain.methods import methods
@@ -68,6 +71,7 @@ from dmlviewer.gui.pair.match_lines import MatchLines
 from dmlviewer.gui.pair.pair_info import INFO_LINES, ClampedLabel, similarity_info
 from dmlviewer.gui.pair.pair_maps import PairMaps
 from dmlviewer.gui.pair.pair_row import PairRow
+from dmlviewer.gui.pair.pane_column import PaneColumns
 from dmlviewer.gui.pair.row_controller import OCCLUSION, RowController
 
 __all__ = ["INFO_LINES", "OCCLUSION", "PairImages", "PairView"]
@@ -162,12 +166,11 @@ class PairView(RowController, PairMaps, QWidget):
 
         self.link = HoverLink(self._show_overall, self._describe, parent=self, pins=self.session)
         self.link.message.connect(self.status_message)
-        self.row_splitter = QSplitter(Qt.Vertical)
-        self.row_splitter.setChildrenCollapsible(False)
+        #: the query's column and the reference's, every row's pane in each
+        self.sides = PaneColumns()
         #: The rows on screen, one per model: A first, then B while comparing (issue 24).
         self.rows: list[PairRow] = []
         self._made: list[PairRow] = []  # every row made so far (a row B comes back when comparing again)
-        self._opengl = False  # the panes' views draw through OpenGL (set_opengl)
         self._add_row()
         self.toolbar_widget = DisplayToolbar(self.display, lambda: self.model)
         self.toolbar = self.toolbar_widget.bar
@@ -179,7 +182,7 @@ class PairView(RowController, PairMaps, QWidget):
         self.body = QWidget()
         body_layout = QVBoxLayout(self.body)
         body_layout.setContentsMargins(0, 0, 0, 0)
-        body_layout.addWidget(self.row_splitter)
+        body_layout.addWidget(self.sides)
         self.lines = MatchLines(self.panes, self.body)
         self.lines.hide()
         self.info = ClampedLabel("Open a dataset and a checkpoint, then choose a query and a reference.")
@@ -213,10 +216,10 @@ class PairView(RowController, PairMaps, QWidget):
         self._occlusion_progress.connect(self._on_occlusion_progress)
 
         self.panes[QUERY].region_selected.connect(self.region_query)
-        for pane in self.panes:
+        for pane in self.panes:  # row A's panes moved, zoomed or resized: its match lines follow
             pane.view.sigRangeChanged.connect(self._update_lines)
-        self.rows[0].splitter.splitterMoved.connect(self._update_lines)
-        self.row_splitter.splitterMoved.connect(self._update_lines)
+            pane.view.geometryChanged.connect(self._update_lines)
+        self.sides.splitterMoved.connect(self._update_lines)
         for pane in self.all_panes:
             pane.set_opacity(float(self.display.opacity))
         self.display.events.connect(self._on_display)
@@ -231,39 +234,33 @@ class PairView(RowController, PairMaps, QWidget):
             row = self._made[k]
         else:
             row = PairRow(chr(ord("A") + k), SLOTS[min(k, len(SLOTS) - 1)], self.session,
-                          methods("pair_view") if k == 0 else COMPARE_METHODS, self)
+                          methods("pair_view") if k == 0 else COMPARE_METHODS, self, self.sides)
             self._made.append(row)
             row.link = self.link.add_row(row.panes)
-            self.row_splitter.addWidget(row.splitter)
-            row.splitter.splitterMoved.connect(self._update_lines)
             if self.images is not None:  # a row made for a pair already on screen
                 row.set_images(self.images.query, self.images.row_reference(k)[0])
                 row.link.reference = self._reference_key(k)
             opacity = float(self.display.opacity)
             for pane in row.panes:
                 pane.set_opacity(opacity)
-                pane.set_opengl(self._opengl)
         self.rows.append(row)
-        row.splitter.show()
-        if k > 0:  # the same split as row A's (a panorama's larger share, or one the user dragged)
-            row.splitter.setSizes(self.rows[0].splitter.sizes())
+        row.set_shown(True)
         self.link.set_row_shown(row.link, True)
         return row
 
     def set_opengl(self, on: bool) -> bool:
-        """Every pane's view, those of rows made later too, draws through an OpenGL viewport
-        (``on``) or a raster one (``gui/pair/gl_viewport.py``); returns whether they now use
-        OpenGL (False where it is unavailable: the panes stay raster)."""
-        used = [pane.set_opengl(on) for row in self._made for pane in row.panes]
-        self._opengl = on and all(used)
-        return self._opengl
+        """Both sides' views, and so every row's panes (those of rows made later too), draw
+        through an OpenGL viewport (``on``) or a raster one (``gui/pair/gl_viewport.py``);
+        returns whether they now use OpenGL (False where it is unavailable: they stay raster)."""
+        used = [column.set_opengl(on) for column in self.sides.columns]
+        return on and all(used)
 
     def _drop_row(self) -> None:
         """The last row goes (its model is closed): its jobs are dropped, its panes hidden."""
         row = self.rows.pop()
         row.restart()
         row.set_state("empty")
-        row.splitter.hide()
+        row.set_shown(False)
         self.link.set_row_shown(row.link, False)
 
     def _reference_key(self, k: int) -> int:
@@ -323,11 +320,10 @@ class PairView(RowController, PairMaps, QWidget):
         """A 1:4 street panorama beside a square aerial image: the panorama's pane gets the
         larger share of the row; other pairs share it equally (when cross-view pairs start or
         end; a dragged splitter stays otherwise)."""
-        for row in self._made:
-            total = sum(row.splitter.sizes())
-            if total > 0:
-                first = round(total * PANORAMA_SHARE) if cross_view else total // 2
-                row.splitter.setSizes([first, total - first])
+        total = sum(self.sides.sizes())
+        if total > 0:
+            first = round(total * PANORAMA_SHARE) if cross_view else total // 2
+            self.sides.setSizes([first, total - first])
 
     # -- the display options: the toolbar shows them, the view redraws what they change
     def _on_display(self, info) -> None:
@@ -456,9 +452,6 @@ class PairView(RowController, PairMaps, QWidget):
         on = self.comparing
         self.compare_controls.setVisible(on)
         self.toolbar.invalidate()
-        if on:  # the rows share the height
-            share = max(1, self.row_splitter.height() // len(self.rows))
-            self.row_splitter.setSizes([share] * len(self.rows))
         self._apply_colors_to_panes()
         self._update_titles()
         if on:

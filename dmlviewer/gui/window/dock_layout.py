@@ -48,10 +48,9 @@ class DockLayout(QObject):
         jobs = self._jobs_dock()
         if jobs is not None:
             jobs.visibilityChanged.connect(self._jobs_shown)
-        self._first_panes = [view.panes[0] for view in (getattr(window, "pair_view", None),
-                                                        getattr(window, "group_tabs", None)) if view is not None]
-        for pane in self._first_panes:  # a pane shrinks when a row is added or a dock grows
-            pane.installEventFilter(self)
+        for view in (getattr(window, "pair_view", None), getattr(window, "group_tabs", None)):
+            if view is not None:  # a pane shrinks when a row is added or a dock grows
+                view.panes[0].view.sigResized.connect(self._pane_resized)
 
     def _jobs_dock(self):
         return getattr(getattr(self.window, "tools", None), "jobs_dock", None)
@@ -144,12 +143,12 @@ class DockLayout(QObject):
         panes = getattr(current, "all_panes", None) or getattr(current, "panes", None) or ()
         return [p for p in panes if p.isVisible()]
 
+    def _pane_resized(self, *_args) -> None:
+        jobs = self._jobs_dock()
+        if jobs is not None and jobs.isVisible() and not jobs.isFloating():
+            self._room_check.start()
+
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt API
-        if event.type() == QEvent.Resize and obj in self._first_panes:
-            jobs = self._jobs_dock()
-            if jobs is not None and jobs.isVisible() and not jobs.isFloating():
-                self._room_check.start()
-            return False
         if obj is self.window and event.type() == QEvent.Resize and self.window.isVisible():
             narrow = self.window.width() < NARROW_WIDTH
             if self.narrow is None:  # a restored layout: taken as made for this width
