@@ -24,11 +24,13 @@ pair view's largest *Resolution* choice for these photographs (``input_size``, a
 larger point-to-point tensor per hover), its baseline recomputing the explanation at that size;
 ``largest_ratio`` and ``largest_p95_ms`` are printed with the others. ``two_models``: the same
 measurement with a second model (B, other random weights) compared in the pair view (issue 24):
-one event then draws both models' partial maps and repaints both reference viewports; its
-``p50_ms``/``p95_ms`` are also given as ``two_models_p50_ms``/``two_models_p95_ms`` beside the
-one-model figures of the same run, and ``second_model_p50``/``second_model_p95`` = (two-model −
-one-model) / one-model at each percentile, the second row's cost as a share of the first's (issue
-40: at most 0.5). ``opengl``: one model and two models again with every pane drawn through an
+one event then draws both models' partial maps and both rows' crosshairs (in one view per side
+since issue 40, so each side's viewport paints once); it is measured interleaved with the
+one-model row (:func:`measure_rows`: both views made first, then ten turns each), so that a burst
+of load on a shared machine falls on both alike. Its ``p50_ms``/``p95_ms`` are also given as
+``two_models_p50_ms``/``two_models_p95_ms`` beside the one-model figures, and
+``second_model_p50``/``second_model_p95`` = (two-model − one-model) / one-model at each
+percentile, the second row's cost as a share of the first's (issue 40: at most 0.5). ``opengl``: one model and two models again with every pane drawn through an
 OpenGL viewport (``gui/pair/gl_viewport.py``; measured right after the raster rows), with
 ``p50_ratio``, ``p95_ratio``, ``two_models_p50_ratio``, ``two_models_p95_ratio`` = OpenGL / raster
 (below 1: OpenGL faster), or ``available: false`` and the ``reason`` where Qt has no OpenGL (the
@@ -130,8 +132,7 @@ def busy_rows(events: int) -> dict[str, Any]:
         time.sleep(0.01)
     try:
         start = len(steps)
-        one = measure(events=events)
-        two = measure(events=events, compare=True)
+        one, two = measure_rows(events=events)
         trained = len(steps) - start
     finally:
         runner.shutdown(30)
@@ -162,8 +163,7 @@ def opengl_rows(events: int, one: dict[str, Any] | None = None, two: dict[str, A
     problem = opengl_problem()
     if problem is not None:
         return {"available": False, "reason": problem}
-    gl_one = measure(events=events, opengl=True)
-    gl_two = measure(events=events, compare=True, opengl=True)
+    gl_one, gl_two = measure_rows(events=events, opengl=True)
     row = {"available": True, **pair_row(gl_one, gl_two)}
     for name, raster, gl in (("", one, gl_one), ("two_models_", two, gl_two)):
         if raster is not None:
@@ -172,19 +172,15 @@ def opengl_rows(events: int, one: dict[str, Any] | None = None, two: dict[str, A
     return row
 
 
-def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
-            compare: bool = False, model: Any = None, opengl: bool = False) -> dict[str, Any]:
-    """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair.pair_view.PairView` (``largest``:
-    at its largest Resolution choice instead of the model's size; ``compare``: with a second
-    model compared, both rows drawn per event; ``model``: this model instead of a small CNN;
-    ``opengl``: every pane drawn through an OpenGL viewport, an error where there is none)."""
+def _ready_view(image_size: int = 224, largest: bool = False, compare: bool = False, model: Any = None,
+                opengl: bool = False, host: Any = None):
+    """A shown pair view (1400 x 800) with the pair prepared by a small CNN (or ``model``), and
+    a second model's row with ``compare``: ``(app, view, model, images)``. ``host``: a shown
+    ``QStackedWidget`` of that size to put the view in (shown when it is the current one)."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import torch
-    from PySide6.QtCore import QCoreApplication, QEvent, QPointF
-    from PySide6.QtTest import QTest
 
-    from dmlviewer.core.explain.pair import explain_pair
     from dmlviewer.core.models import build_model, default_config
     from dmlviewer.gui.window.app import create_app
     from dmlviewer.gui.pair.pair_view import PairImages, PairView
@@ -195,8 +191,12 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         model = build_model(default_config(backbone="small_cnn", dim=128, image_size=image_size)).eval()
     images = PairImages(_photo(1), _photo(2), "query", "reference")
     view = PairView()
-    view.resize(1400, 800)
-    view.show()
+    if host is None:
+        view.resize(1400, 800)
+        view.show()
+    else:
+        host.addWidget(view)
+        host.setCurrentWidget(view)
     if opengl and not view.set_opengl(True):
         from dmlviewer.bench import BenchError
         from dmlviewer.gui.pair.gl_viewport import opengl_problem
@@ -219,12 +219,19 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         raise RuntimeError(f"the pair was not prepared (states of the rows: {', '.join(states)})")
     for _ in range(5):
         app.processEvents()
-    size = view.input_size
+    return app, view, model, images
 
-    query, reference = view.panes
+
+def _hover_times(view, points: np.ndarray, warmup: int = 0, last=None) -> tuple[list[float], int, Any]:
+    """Send a real mouse move to each of ``points`` over the query pane and time each from
+    before its dispatch to the end of the window's pending paints (the first ``warmup`` are not
+    kept); returns the times (ms), how many changed every row's overlay, and the last point drawn."""
+    from PySide6.QtCore import QCoreApplication, QEvent, QPointF
+    from PySide6.QtTest import QTest
+
+    query = view.panes[0]
     viewport = query.graphics.viewport()
-    points = _path(events + warmup, IMAGE_SHAPE)
-    times, changed, last = [], 0, None
+    times, changed = [], 0
     clock = time.perf_counter
     for k, (x, y) in enumerate(points):
         pos = query.graphics.mapFromScene(query.view.mapViewToScene(QPointF(x + 0.5, y + 0.5)))
@@ -240,19 +247,27 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
             if hover is not None and hover != last and drawn:
                 changed += 1
         last = hover
+    return times, changed, last
 
-    # Baseline: recomputing the explanation on every hover.
+
+def _row(app, view, model, images, times: list[float], changed: int, opengl: bool) -> dict[str, Any]:
+    """The figures of one measured view, with the baseline (recomputing the explanation per
+    hover, median of 5) measured now; closes the view."""
+    from dmlviewer.core.explain.pair import explain_pair
+
+    size = view.input_size
     base = []
     for _ in range(5):
-        t0 = clock()
+        t0 = time.perf_counter()
         explain_pair(model, images.query, images.reference, size=size)
-        base.append((clock() - t0) * 1e3)
+        base.append((time.perf_counter() - t0) * 1e3)
+    models = len(view.rows)
+    e = view.explanation
     view.shutdown()
     view.close()
     view.deleteLater()
     app.processEvents()
     p50, p95 = np.percentile(times, [50, 95])
-    e = view.explanation
     baseline = float(np.median(base))
     return {
         "p50_ms": round(float(p50), 3),
@@ -268,10 +283,59 @@ def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest
         "grid": f"{e.grid_query[0]}x{e.grid_query[1]}",
         "input_size": size,
         "view": "1400x800",
-        "models": 2 if compare else 1,
+        "models": models,
         "viewport": "opengl" if opengl else "raster",
         "platform": app.platformName(),
     }
+
+
+def measure(events: int = 1000, image_size: int = 224, warmup: int = 30, largest: bool = False,
+            compare: bool = False, model: Any = None, opengl: bool = False) -> dict[str, Any]:
+    """Time ``events`` hovers in a shown :class:`~dmlviewer.gui.pair.pair_view.PairView` (``largest``:
+    at its largest Resolution choice instead of the model's size; ``compare``: with a second
+    model compared, both rows drawn per event; ``model``: this model instead of a small CNN;
+    ``opengl``: every pane drawn through an OpenGL viewport, an error where there is none)."""
+    app, view, model, images = _ready_view(image_size, largest, compare, model, opengl)
+    times, changed, _ = _hover_times(view, _path(events + warmup, IMAGE_SHAPE), warmup)
+    return _row(app, view, model, images, times, changed, opengl)
+
+
+def measure_rows(events: int = 1000, warmup: int = 30, chunks: int = 10,
+                 opengl: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One model and two models timed as :func:`measure` does, interleaved: both views are
+    made first, then ``chunks`` turns of ``events / chunks`` moves each, one view then the
+    other, so that a burst of load on a shared machine falls on both alike and their ratio
+    (:func:`second_model_cost`) is measured in one stretch of time."""
+    from PySide6.QtWidgets import QStackedWidget
+
+    from dmlviewer.gui.window.app import create_app
+
+    app = create_app()
+    host = QStackedWidget()  # one window, the view of the turn on top, so that the moves reach it
+    host.resize(1400, 800)
+    host.show()
+    one = _ready_view(opengl=opengl, host=host)
+    two = _ready_view(compare=True, opengl=opengl, host=host)
+    points = _path(events + warmup, IMAGE_SHAPE)
+    runs = [[[], 0, None], [[], 0, None]]
+
+    def turn(run, view, part) -> None:
+        host.setCurrentWidget(view)
+        for _ in range(5):  # shown again: laid out and painted before the first timed move
+            app.processEvents()
+        times, changed, run[2] = _hover_times(view, part, last=run[2])
+        run[0] += times
+        run[1] += changed
+
+    for run, (_, view, _, _) in zip(runs, (one, two)):  # the same warm-up for each, not kept
+        turn([[], 0, None], view, points[:warmup])
+    for part in np.array_split(points[warmup:], chunks):
+        for run, (_, view, _, _) in zip(runs, (one, two)):
+            turn(run, view, part)
+    rows = tuple(_row(*ready, run[0], run[1], opengl) for ready, run in zip((one, two), runs))
+    host.close()
+    host.deleteLater()
+    return rows
 
 
 def gc_pause(repeats: int = 5) -> dict[str, Any]:
@@ -307,8 +371,7 @@ def run(args) -> dict[str, Any]:
 
     quick = bool(getattr(args, "quick", False))
     n = 200 if quick else 1000
-    result = measure(events=n)
-    two = measure(events=n, compare=True)
+    result, two = measure_rows(events=n)
     result["two_models"] = two
     result["two_models_p50_ms"], result["two_models_p95_ms"] = two["p50_ms"], two["p95_ms"]
     result.update(second_model_cost(result, two))
