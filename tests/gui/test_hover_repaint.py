@@ -34,17 +34,21 @@ def _settle(n: int = 5) -> None:
         QApplication.processEvents()
 
 
-@pytest.fixture
-def pane(qtbot):
+def _shown_pane(qtbot, shape: tuple[int, int] = (300, 400), seed: int = 0) -> ImagePane:
+    """A pane in a column of its own, 640 x 480 on screen, showing a random photograph."""
     pane = ImagePane("test")
     qtbot.addWidget(pane.graphics)
     pane.graphics.resize(640, 480)
-    rng = np.random.default_rng(0)
-    pane.set_image(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8))
+    pane.set_image(np.random.default_rng(seed).integers(0, 255, (*shape, 3), dtype=np.uint8))
     pane.graphics.show()
     qtbot.waitExposed(pane.graphics)
     _settle()
     return pane
+
+
+@pytest.fixture
+def pane(qtbot):
+    return _shown_pane(qtbot)
 
 
 def _rgba(value: int) -> np.ndarray:
@@ -326,14 +330,8 @@ def test_a_photograph_shown_smaller_than_it_is_gets_its_overlay_blended_pixel_fo
     blend of the buffer's pixel at the same offset (one random colour per pixel: a shift or a
     stretch by one pixel fails). Zoomed in past the overlay's largest size, it is rendered at
     that size and stretched, as before."""
-    pane = ImagePane("large photograph")
-    qtbot.addWidget(pane.graphics)
-    pane.graphics.resize(640, 480)
-    rng = np.random.default_rng(2)
-    pane.set_image(rng.integers(0, 255, (600, 800, 3), dtype=np.uint8))
-    pane.graphics.show()
-    qtbot.waitExposed(pane.graphics)
-    _settle()
+    pane = _shown_pane(qtbot, (600, 800), seed=2)
+    rng = np.random.default_rng(3)
     h, w = pane.overlay_shape()
     top_left, bottom_right = pane.to_viewport(-0.5, -0.5), pane.to_viewport(799.5, 599.5)
     assert (h, w) == (round(bottom_right.y() - top_left.y()), round(bottom_right.x() - top_left.x()))
