@@ -66,6 +66,9 @@ FLOOR_EPS = 2.0 ** -10
 
 #: Longest side of a partial-map overlay (larger photographs get a stretched overlay).
 MAX_OVERLAY_SIDE = 640
+#: Longest side of an overlay a caller may ask a renderer for (``shape``): a screen's width and
+#: more; a larger one is refused rather than allocated.
+MAX_DRAWN_SIDE = 16384
 
 
 def overlay_shape(shape: tuple[int, int], limit: int = MAX_OVERLAY_SIDE) -> tuple[int, int]:
@@ -215,7 +218,7 @@ class HoverRenderer:
         size changes (a resized or zoomed pane); returns the size."""
         shape = self.target_shape if shape is None else (int(shape[0]), int(shape[1]))
         if self._up.shape != shape:
-            if min(shape) < 1:
+            if not (1 <= min(shape) and max(shape) <= MAX_DRAWN_SIDE):
                 raise ValueError(f"an overlay of {shape[0]} x {shape[1]} pixels cannot be drawn")
             self._up = np.empty(shape, dtype=np.float32)
             self._index = np.empty(shape, dtype=np.uint8)

@@ -253,7 +253,8 @@ class HoverLink(QObject):
         drawing = [self._draws(row, side, source) for row in rows]
         if self.enabled:  # each overlay at its pane's size on screen
             points = hover_points([row.renderers.get(side) if on else None for row, on in zip(rows, drawing)],
-                                  x, y, self.shared_peak, [row.panes[1 - side].overlay_shape() for row in rows])
+                                  x, y, self.shared_peak,
+                                  [row.panes[1 - side].overlay_shape() if on else None for row, on in zip(rows, drawing)])
         else:
             points = [None] * len(rows)
         drawn = False

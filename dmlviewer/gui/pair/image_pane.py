@@ -39,6 +39,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QLabel, QSizePolicy
 
 from dmlviewer.core.explain.hover import overlay_shape, pair_table, premultiplied_table, take_pairs
+from dmlviewer.gui.pair import gl_viewport
 from dmlviewer.gui.pair.colormaps import colorbar_map, overlay_lut
 from dmlviewer.gui.pair.pane_column import PIN_SIZE, LabelSlot, PaneColumn
 from dmlviewer.gui.common.widgets import ElidedRichLabel, elide_words
@@ -128,15 +129,14 @@ class PartialOverlay(QGraphicsItem):
         self._rect = QRectF()
         self.buffer: np.ndarray | None = None  # H x W uint32, 0xAARRGGBB premultiplied
         self._image: QImage | None = None
-        self.opengl = False  # drawn through an OpenGL viewport (set by the pane)
-        self.dpr = 1.0  # device pixels per viewport pixel of the buffer (set by the pane)
 
     def buffer_for(self, shape: tuple[int, int]) -> np.ndarray:
-        """The buffer to write an ``H x W`` overlay into (a new one when the shape changes)."""
+        """The buffer to write an ``H x W`` overlay into (a new one when the shape changes; a
+        new wrapper when the view moved to a screen of another density)."""
         if self.buffer is None or self.buffer.shape != tuple(shape):
             self.buffer = np.zeros(shape, dtype=np.uint32)
             self._wrap()
-        elif self._image.devicePixelRatio() != self.dpr:  # moved to a screen of another density
+        elif self._image.devicePixelRatio() != self._graphics.devicePixelRatioF():
             self._wrap()
         return self.buffer
 
@@ -146,7 +146,7 @@ class PartialOverlay(QGraphicsItem):
         image as the first map it uploaded: a new wrapper per change is a new key."""
         h, w = self.buffer.shape
         self._image = QImage(self.buffer.data, w, h, 4 * w, QImage.Format_ARGB32_Premultiplied)
-        self._image.setDevicePixelRatio(self.dpr)
+        self._image.setDevicePixelRatio(self._graphics.devicePixelRatioF())  # pixels as rendered
 
     def set_rect(self, rect: QRectF) -> None:
         if rect != self._rect:
@@ -158,7 +158,7 @@ class PartialOverlay(QGraphicsItem):
         ``QGraphicsItem.update`` defers to the scene, which hands the area to the viewport one
         event loop pass later: a paint of the window's pending areas in between (another pane's
         synchronous repaint) was then followed by a second paint of the same pixels (issue 24)."""
-        if self.buffer is not None and self.opengl:
+        if self.buffer is not None and gl_viewport.is_opengl(self._graphics):
             self._wrap()
         if self.scene() is not None and self.isVisible():
             area = self._graphics.mapFromScene(self.sceneBoundingRect()).boundingRect()
@@ -282,7 +282,7 @@ class ImagePane(QObject):
         self.readout.setTextFormat(Qt.PlainText)
         self.readout.setAttribute(Qt.WA_TransparentForMouseEvents)
         self.readout.hide()
-        self._message_text: str | None = None  # the notice shown while the pane is shown
+        self._marks_drawn = QRegion()  # viewport pixels the crosshair and the pin were drawn on
 
         self.shape: tuple[int, int] | None = None  # (H, W) of the photograph
         self._overlay_shape: tuple[int, int] | None = None
@@ -311,7 +311,7 @@ class ImagePane(QObject):
         self.colorbar.setVisible(shown)
         self.title_slot.set_shown(shown)
         self.legend_slot.set_shown(shown and bool(self.guide_specs))
-        self.message.setVisible(shown and bool(self._message_text))
+        self.message.setVisible(shown and bool(self.message.text()))
         self.graphics.relayout()
 
     def detach(self) -> None:
@@ -346,10 +346,6 @@ class ImagePane(QObject):
     def opengl(self) -> bool:
         """Whether the pane draws through an OpenGL viewport (its column's)."""
         return self.graphics.opengl
-
-    def set_opengl(self, on: bool) -> bool:
-        """The column's viewport through OpenGL (``on``) or raster (``PaneColumn.set_opengl``)."""
-        return self.graphics.set_opengl(on)
 
     # -- content
     def clear_region(self) -> None:
@@ -465,7 +461,6 @@ class ImagePane(QObject):
         height, width = round(abs(b.y() - a.y()) * dpr), round(abs(b.x() - a.x()) * dpr)
         if not (1 <= height <= cap[0] and 1 <= width <= cap[1]):
             return cap
-        self.partial_item.dpr = dpr
         return height, width
 
     def _show_partial(self, shown: bool) -> None:
@@ -548,8 +543,8 @@ class ImagePane(QObject):
 
     def show_message(self, text: str | None) -> None:
         """A centred notice over the view (e.g. "preparing…"); None hides it."""
-        self._message_text = text or None
         if not text:
+            self.message.clear()  # no notice to bring back with the pane (set_shown)
             self.message.hide()
             return
         self.message.setText(text)
@@ -605,14 +600,16 @@ class ImagePane(QObject):
         self._move_marks(self.crosshair, point)
 
     def _move_marks(self, crosshair, pin) -> None:
-        """Repaint the strips the crosshair and the pin leave and those they take."""
+        """Repaint the strips the crosshair and the pin leave (where they were drawn last) and
+        those they take."""
         if (crosshair, pin) == (self.crosshair, self.pin):
             return
-        g = self.graphics
-        before = self.marks_region() if g.isVisible() else None
         self.crosshair, self.pin = crosshair, pin
-        if before is not None:
-            g.viewport().update(before + self.marks_region())
+        g = self.graphics
+        drawn = self.marks_region() if g.isVisible() else QRegion()
+        if g.isVisible():
+            g.viewport().update(self._marks_drawn + drawn)
+        self._marks_drawn = drawn
 
     def marks_region(self) -> QRegion:
         """Viewport pixels the crosshair and the pin cover now (to repaint when they move)."""

@@ -117,7 +117,6 @@ class PaneColumn(pg.GraphicsLayoutWidget):
         self.addItem(pane.colorbar, row=line + 1, col=1)
         self.addItem(pane.title_slot, row=line, col=0, colspan=2)
         self.addItem(pane.legend_slot, row=line + 2, col=0, colspan=2)
-        pane.partial_item.opengl = self.opengl
         self.relayout()
 
     def relayout(self) -> None:
@@ -212,8 +211,6 @@ class PaneColumn(pg.GraphicsLayoutWidget):
         if self.opengl == on:
             return on
         used = gl_viewport.set_viewport(self, on)
-        for pane in self.panes:
-            pane.partial_item.opengl = used
         self._watch_viewport()
         self.viewport().update()
         return used

@@ -101,3 +101,5 @@ def test_a_hover_at_another_size_samples_the_same_map_and_keeps_its_numbers():
     np.testing.assert_array_equal(point.index, big)
     with pytest.raises(ValueError, match="0 x 12 pixels"):
         r.hover(120.0, 80.0, shape=(0, 12))
+    with pytest.raises(ValueError, match="1000000 x 12 pixels"):  # refused, not allocated
+        r.hover(120.0, 80.0, shape=(10 ** 6, 12))
